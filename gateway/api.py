@@ -1,0 +1,139 @@
+"""HTTP handlers of the OpenAI front door: each one reads, validates and calls one function.
+
+Bodies are read with a size limit and parsed with orjson; the pydantic models in `protocol`
+validate the parsed dict, which is then relayed as is.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.dispatch import Call
+from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
+from gateway.profile import apply_profile, params_hash
+from gateway.protocol import ChatRequest, CompletionRequest, EmbeddingRequest, validate
+from gateway.record import Record
+from gateway.relay import respond
+
+router = APIRouter()
+
+JSON = "application/json"
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    length = request.headers.get("content-length")
+    if length is not None:
+        try:
+            declared = int(length)
+        except ValueError:
+            raise BadRequest("The Content-Length header is not a number.") from None
+        if declared > limit:
+            raise BodyTooLarge(f"The request body is {declared} bytes; the limit is {limit}.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise BadRequest("The request body is empty; expected a JSON object.")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise BadRequest(f"The request body is not valid JSON: {e}") from None
+
+
+def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
+    gw = request.app.state.gateway
+    model = body["model"]
+    if model not in gw.config.models:
+        raise ModelNotFound(
+            f"The model {model!r} does not exist on this gateway; GET /v1/models lists them.",
+            param="model",
+        )
+    chat = path == "/chat/completions"
+    if path != "/embeddings":
+        apply_profile(body, gw.config.profile_for(model), chat=chat)
+    stream = bool(body.get("stream"))
+    options = body.get("stream_options") or {}
+    record = Record(
+        request_id="req-" + os.urandom(12).hex(),
+        door=door,
+        model=model,
+        stream=stream,
+        lane="eval" if request.headers.get("x-plumbline-lane") == "eval" else "prod",
+        max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
+        params_hash=params_hash(body),
+    )
+    return Call(
+        door=door,
+        path=path,
+        model=model,
+        body=body,
+        stream=stream,
+        record=record,
+        client_wants_usage=bool(options.get("include_usage")),
+        session=request.headers.get(gw.config.server.session_header),
+    )
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    gw = request.app.state.gateway
+    body = await read_json(request, gw.config.server.max_body_bytes)
+    validate(ChatRequest, body)
+    return await respond(gw, _call(request, "chat", "/chat/completions", body))
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    gw = request.app.state.gateway
+    body = await read_json(request, gw.config.server.max_body_bytes)
+    validate(CompletionRequest, body)
+    return await respond(gw, _call(request, "completions", "/completions", body))
+
+
+@router.post("/v1/embeddings")
+async def embeddings(request: Request) -> Response:
+    gw = request.app.state.gateway
+    body = await read_json(request, gw.config.server.max_body_bytes)
+    validate(EmbeddingRequest, body)
+    body["stream"] = False
+    return await respond(gw, _call(request, "embeddings", "/embeddings", body))
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> Response:
+    gw = request.app.state.gateway
+    data = []
+    for name in gw.config.models:
+        profile = gw.config.profile_for(name)
+        entry: dict[str, Any] = {"id": name, "object": "model", "created": 0, "owned_by": "plumbline"}
+        if profile is not None and profile.context_window:
+            entry["max_model_len"] = profile.context_window
+        data.append(entry)
+    return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    gw = request.app.state.gateway
+    upstreams = {
+        name: {"healthy": st.healthy, "inflight": st.inflight, "cooling": st.cooling_until > 0}
+        for name, st in gw.pool.states.items()
+    }
+    return Response(orjson.dumps({"status": "ok", "upstreams": upstreams}), media_type=JSON)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    body, content_type = request.app.state.gateway.metrics.render()
+    return Response(body, media_type=content_type)

@@ -1,0 +1,169 @@
+"""The app factory and the application object that owns all state.
+
+`create_app(config)` returns a FastAPI app whose lifespan builds the `Gateway`: the validated
+config, the pooled upstream session, upstream state, the bounded prefix index, the metrics
+registry, the record sinks and the health prober. Nothing happens at import time and nothing
+lives in module globals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway import api
+from gateway.config import Config, default_config_path, load_config, prometheus_multiproc_dir
+from gateway.cost import request_cost
+from gateway.dispatch import Dispatcher
+from gateway.errors import GatewayError
+from gateway.metrics import Metrics
+from gateway.pool import Pool
+from gateway.prefix import PrefixIndex
+from gateway.record import Record, RecordSink
+from gateway.upstream import new_session, probe
+
+log = logging.getLogger("plumbline")
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+class Gateway:
+    """Everything one gateway process holds. Built in the lifespan, reachable as app.state."""
+
+    def __init__(self, config: Config, sinks: list[RecordSink] | None = None):
+        self.config = config
+        s = config.server
+        self.prefix = PrefixIndex(s.prefix_index_size, block=256, max_blocks=max(1, s.prefix_chars // 256))
+        self.metrics = Metrics(config, multiproc_dir=_path(prometheus_multiproc_dir()))
+        self.pool = Pool(config, on_inflight=self.metrics.inflight)
+        self.sinks: list[RecordSink] = [self.metrics, *(sinks or [])]
+        self.dispatcher = Dispatcher(self)
+        self.session: aiohttp.ClientSession
+        self._prober: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.session = new_session(self.config.server.connect_timeout_s)
+        if self.config.server.health_interval_s > 0:
+            self._prober = asyncio.create_task(self._probe_forever())
+
+    async def stop(self) -> None:
+        if self._prober:
+            self._prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prober
+        await self.session.close()
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
+
+    async def probe_all(self) -> None:
+        timeout = min(5.0, self.config.server.connect_timeout_s * 2)
+        results = await asyncio.gather(
+            *(probe(self.session, u, timeout) for u in self.config.upstreams)
+        )
+        for upstream, ok in zip(self.config.upstreams, results, strict=True):
+            self.pool.set_health(upstream.name, ok)
+            self.metrics.set_health(upstream.name, ok)
+
+    async def _probe_forever(self) -> None:
+        while True:
+            try:
+                await self.probe_all()
+            except Exception:  # a probe must never kill the prober
+                log.exception("health probe failed")
+            await asyncio.sleep(self.config.server.health_interval_s)
+
+    def finish(self, record: Record) -> None:
+        """A request has ended: price it and hand it to every sink. Never raises."""
+        if record.e2e_s is None:
+            record.e2e_s = time.perf_counter() - record.t0
+        if record.upstream:
+            state = self.pool.states.get(record.upstream)
+            if state is not None:
+                state.truncations += record.truncated
+                state.reasoning_leaks += record.reasoning_leak
+            price = self.config.prices.get(record.upstream)
+            if price is not None:
+                record.cost_usd = request_cost(record, price)
+        for sink in self.sinks:
+            try:
+                sink.submit(record)
+            except Exception:
+                log.exception("record sink %s failed", type(sink).__name__)
+
+
+def _error_response(error: GatewayError) -> Response:
+    return Response(error.json(), status_code=error.status, media_type="application/json")
+
+
+def create_app(config: Config, sinks: list[RecordSink] | None = None) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        gateway = Gateway(config, sinks)
+        await gateway.start()
+        app.state.gateway = gateway
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    app = FastAPI(
+        title="Plumbline",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.include_router(api.router)
+
+    @app.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError) -> Response:
+        return _error_response(exc)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        kind = GatewayError(str(exc.detail))
+        kind.status = exc.status_code
+        kind.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        if exc.status_code == 404:
+            kind.message = f"Unknown path: {request.url.path}"
+        elif exc.status_code == 405:
+            kind.message = f"Method {request.method} is not allowed on {request.url.path}"
+        return _error_response(kind)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        error = GatewayError(f"Invalid request: {where}: {first.get('msg', 'invalid')}")
+        error.status, error.type = 400, "invalid_request_error"
+        return _error_response(error)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s", request.url.path)
+        error = GatewayError("The gateway failed to handle this request; it has been logged.")
+        return _error_response(error)
+
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """Factory for `uvicorn --factory` with several workers: the config path comes from
+    PLUMBLINE_CONFIG (set by `plumbline serve`)."""
+    return create_app(load_config(default_config_path()))

@@ -1,0 +1,90 @@
+"""The `plumbline` command line (typer).
+
+    plumbline serve --config FILE          the gateway alone
+    plumbline up --config FILE             start the local replicas, wait until healthy, serve
+    plumbline check --config FILE          validate a config and print its routes
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from gateway.config import Config, ConfigError, default_config_path, load_config
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Config file (default: $PLUMBLINE_CONFIG or ./config.toml)")
+]
+
+
+def _load(path: Path | None) -> Config:
+    try:
+        return load_config(path or default_config_path())
+    except ConfigError as e:
+        typer.secho(f"config error: {e}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+
+
+def _serve(config: Config, host: str | None, port: int | None) -> None:
+    from gateway.app import create_app
+
+    uvicorn.run(
+        create_app(config),
+        host=host or config.server.host,
+        port=port or config.server.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=30,
+    )
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Override [server].host")] = None,
+    port: Annotated[int | None, typer.Option(help="Override [server].port")] = None,
+) -> None:
+    """Serve the gateway (upstreams must already be running)."""
+    cfg = _load(config)
+    typer.echo(f"plumbline: serving {len(cfg.models)} model(s) on "
+               f"http://{host or cfg.server.host}:{port or cfg.server.port}/v1")
+    _serve(cfg, host, port)
+
+
+@app.command()
+def up(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Override [server].host")] = None,
+    port: Annotated[int | None, typer.Option(help="Override [server].port")] = None,
+) -> None:
+    """Start the local replicas the config describes, wait until healthy, then serve."""
+    from deploy.launch import launch_local
+
+    cfg = _load(config)
+    with contextlib.ExitStack() as stack:
+        # Turn SIGTERM into a clean exit so the replicas are stopped by the exit stack.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        stack.enter_context(launch_local(cfg, echo=typer.echo))
+        typer.echo(f"plumbline: gateway on http://{host or cfg.server.host}:"
+                   f"{port or cfg.server.port}/v1")
+        _serve(cfg, host, port)
+
+
+@app.command()
+def check(config: ConfigOption = None) -> None:
+    """Validate a config file and print what it routes."""
+    cfg = _load(config)
+    for name, route in cfg.models.items():
+        fallback = f" -> fallback {', '.join(route.fallback)}" if route.fallback else ""
+        typer.echo(f"{name}: {route.policy} over {', '.join(route.upstreams)}{fallback}"
+                   f" (profile {route.profile or 'none'})")

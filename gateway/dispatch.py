@@ -1,0 +1,192 @@
+"""Dispatch: attempts, retries and fallback — everything before the first byte reaches the client.
+
+Retry is another attempt on the *same* upstream (one tenacity policy: connection errors, 429 and
+5xx, honouring Retry-After up to a cap). Fallback is moving to the *next* candidate routing gave.
+A first-byte timeout is not retried on the same upstream: it moves on at once. Once `open`
+returns, the caller owns the response; dispatch never switches upstream after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from gateway.errors import AllUpstreamsFailed, BadRequest, UpstreamTimeout, UpstreamUnavailable
+from gateway.record import Attempt, Record
+from gateway.routing import Features, candidates
+from gateway.upstream import AttemptError, Opened, body_for, post
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+MAX_RETRY_AFTER_S = 10.0
+
+
+@dataclass(slots=True)
+class Call:
+    """One client request after its front door: door-agnostic from here on."""
+
+    door: str
+    path: str  # upstream path: /chat/completions, /completions, /embeddings
+    model: str
+    body: dict[str, Any]
+    stream: bool
+    record: Record
+    client_wants_usage: bool = False
+    session: str | None = None
+
+    @property
+    def chat(self) -> bool:
+        return self.path == "/chat/completions"
+
+
+def _retryable(error: BaseException) -> bool:
+    return isinstance(error, AttemptError) and error.retryable and error.outcome != "ttft_timeout"
+
+
+class Dispatcher:
+    def __init__(self, gw: Gateway):
+        self.gw = gw
+        self._rand = random.Random()
+
+    def _wait(self, retry_state: Any) -> float:
+        error = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(error, AttemptError) and error.retry_after is not None:
+            return min(error.retry_after, MAX_RETRY_AFTER_S)
+        base = self.gw.config.server.retry_backoff_s
+        return wait_exponential_jitter(initial=base, max=base * 16, jitter=base)(retry_state)
+
+    async def open(self, call: Call) -> Opened:
+        gw = self.gw
+        route = gw.config.models[call.model]
+        keys = gw.prefix.keys_for(call.body) if route.policy == "prefix_affinity" else []
+        features = Features(
+            session=call.session,
+            prefix_owner=gw.prefix.owner(keys) if keys else None,
+            rand=self._rand.random(),
+        )
+        names = candidates(
+            route,
+            gw.pool.views(),
+            features,
+            time.monotonic(),
+            gw.config.server.overload_margin,
+        )
+        if not names:
+            raise UpstreamUnavailable(f"no upstream is configured for model {call.model!r}")
+        call.record.queue_s = time.perf_counter() - call.record.t0
+        causes: list[str] = []
+        timed_out = False
+        for name in names:
+            upstream = gw.config.upstream(name)
+            retrying = AsyncRetrying(
+                stop=stop_after_attempt(gw.config.server.retries + 1),
+                wait=self._wait,
+                retry=retry_if_exception(_retryable),
+                reraise=True,
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        opened = await self._attempt(call, upstream)
+            except AttemptError as e:
+                if e.client_error:
+                    raise BadRequest(e.message, code=f"upstream_{e.status}") from None
+                causes.append(e.message)
+                timed_out = timed_out or e.outcome in ("ttft_timeout", "timeout")
+                continue
+            if keys:
+                gw.prefix.remember(keys, name)
+            call.record.upstream = name
+            return opened
+        message = f"every upstream for {call.model!r} failed: " + " | ".join(causes)
+        raise (UpstreamTimeout if timed_out else AllUpstreamsFailed)(message, causes)
+
+    async def _attempt(self, call: Call, upstream: Any) -> Opened:
+        gw = self.gw
+        server = gw.config.server
+        started = time.perf_counter()
+        gw.pool.begin(upstream.name)
+        data = body_for(upstream, call.body, call.stream)
+        first_byte_budget = server.ttft_timeout_s if call.stream else server.request_timeout_s
+        try:
+            async with asyncio.timeout(first_byte_budget):
+                resp = await post(gw.session, upstream, call.path, data, server.idle_timeout_s)
+                first = b""
+                if call.stream:
+                    first = await _first_block(resp)
+                else:
+                    first = await resp.read()
+                _validate(call, first)
+        except TimeoutError:
+            self._failed(call, upstream.name, "ttft_timeout", None, started)
+            raise AttemptError(
+                "ttft_timeout",
+                f"{upstream.name} sent no first byte within {first_byte_budget:g}s",
+                retryable=False,
+            ) from None
+        except AttemptError as e:
+            self._failed(call, upstream.name, e.outcome, e.status, started)
+            if e.outcome == "malformed":
+                resp.release()
+            raise
+        except (aiohttp.ClientError, OSError) as e:
+            self._failed(call, upstream.name, "connect_error", None, started)
+            raise AttemptError("stream_error", f"{upstream.name}: {type(e).__name__}") from None
+        call.record.attempts.append(
+            Attempt(upstream.name, "ok", resp.status, time.perf_counter() - started)
+        )
+        gw.pool.succeeded(upstream.name)
+        return Opened(upstream, resp, first)
+
+    def _failed(
+        self, call: Call, name: str, outcome: str, status: int | None, started: float
+    ) -> None:
+        gw = self.gw
+        gw.pool.end(name)
+        gw.pool.failed(name)
+        call.record.attempts.append(Attempt(name, outcome, status, time.perf_counter() - started))
+
+
+def _validate(call: Call, first: bytes) -> None:
+    """A 200 that is not what was asked for fails the attempt while fallback is still possible."""
+    if call.stream:
+        start = first.find(b"data:")
+        end = first.find(b"\n", start) if start >= 0 else -1
+        payload = first[start + 5 : end if end >= 0 else None].strip() if start >= 0 else b""
+        if payload == b"[DONE]":
+            return
+    else:
+        payload = first
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise AttemptError("malformed", "upstream sent a response that is not valid JSON") from None
+    if not isinstance(obj, dict) or ("choices" not in obj and "data" not in obj):
+        raise AttemptError("malformed", "upstream sent JSON without choices")
+
+
+async def _first_block(resp: aiohttp.ClientResponse) -> bytes:
+    """Read until at least one whole SSE event is in hand (or the stream ends)."""
+    chunks: list[bytes] = []
+    async for block in resp.content.iter_any():
+        chunks.append(block)
+        if b"\n\n" in block or b"\r\n\r\n" in block:
+            break
+    else:
+        if not chunks:
+            resp.release()
+            raise AttemptError("stream_error", "upstream closed the stream before any event")
+    return b"".join(chunks)

@@ -1,0 +1,85 @@
+"""The record: one per client request, the single source of truth.
+
+The relay's taps fill it in while bytes flow; when the request ends it is handed to the
+record sinks (store queue, metrics, watchdogs). Store rows, Prometheus series, cost and
+reports are all derived from these fields, so they cannot disagree.
+
+Clocks are `time.perf_counter()` readings; the derived latencies are in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from time import perf_counter
+from time import time as wall_clock
+from typing import Any, Protocol
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One HTTP call to an upstream and how it ended."""
+
+    upstream: str
+    outcome: str  # ok | connect_error | timeout | ttft_timeout | http_<status> | stream_error
+    status: int | None = None
+    elapsed_s: float = 0.0
+
+
+@dataclass(slots=True)
+class Record:
+    request_id: str
+    door: str  # chat | completions | responses | messages | embeddings
+    model: str
+    stream: bool
+    time: float = field(default_factory=wall_clock)  # wall clock at accept (epoch seconds)
+    key_id: str | None = None
+    lane: str = "prod"  # prod | eval | shadow
+    upstream: str | None = None
+    provider: str | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    status: int = 0
+    error_class: str | None = None
+    finish_reason: str | None = None
+    truncated: bool = False
+    reasoning_leak: bool = False
+    max_tokens: int | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    usage_estimated: bool = False
+    # Latency clocks (seconds). None when the event never happened (e.g. no answer token).
+    queue_s: float | None = None  # accept -> first upstream dispatch
+    ttft_s: float | None = None  # accept -> first token (reasoning or answer) to the client
+    ttfa_s: float | None = None  # accept -> first answer token (after reasoning)
+    e2e_s: float | None = None  # accept -> last byte
+    itl_mean_s: float | None = None
+    itl_p99_s: float | None = None
+    chunks: int = 0
+    cost_usd: float | None = None  # computed from the price table
+    charged_cost_usd: float | None = None  # what the provider said it charged (usage.cost)
+    params_hash: str | None = None
+    tool_calls: int = 0
+    # Monotonic accept time, not stored.
+    t0: float = field(default_factory=perf_counter, repr=False)
+
+    def as_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row.pop("t0")
+        row["attempts"] = [asdict(a) for a in self.attempts]
+        return row
+
+    def check_invariants(self) -> None:
+        """Token counts that cannot be true are clamped and flagged rather than stored."""
+        if self.cached_tokens > self.prompt_tokens:
+            self.cached_tokens = self.prompt_tokens
+            self.usage_estimated = True
+        if self.reasoning_tokens > self.completion_tokens:
+            self.reasoning_tokens = self.completion_tokens
+            self.usage_estimated = True
+
+
+class RecordSink(Protocol):
+    """Anything that takes finished records (store queue, metrics, watchdogs). Must not block."""
+
+    def submit(self, record: Record) -> None: ...

@@ -1,0 +1,133 @@
+"""The relay: from an opened upstream response to the client, with taps watching.
+
+Streams are relayed block by block; the tap parses events for accounting and rewrites only what
+must change. If the upstream breaks after the first byte was sent, the stream ends with an
+OpenAI-style error event — the gateway never switches upstream mid-answer. Every request, however
+it ends, produces exactly one record, handed to the sinks in `finally`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import aiohttp
+from starlette.responses import Response, StreamingResponse
+
+from gateway.dispatch import Call
+from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
+from gateway.tap import MalformedStream, StreamTap, tap_body
+from gateway.upstream import Opened
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+
+def _think_mode(gw: Gateway, call: Call, opened: Opened) -> tuple[bool, bool]:
+    """(split every content token, the template opened <think> in the prompt)."""
+    if not call.chat or opened.upstream.reasoning != "gateway":
+        return False, False
+    profile = gw.config.profile_for(call.model)
+    kwargs = call.body.get("chat_template_kwargs") or {}
+    thinking = kwargs.get("enable_thinking", profile.thinking if profile else None)
+    opened_in_prompt = bool(profile and profile.think_in_prompt and thinking is not False)
+    return True, opened_in_prompt
+
+
+def _headers(call: Call, opened: Opened) -> dict[str, str]:
+    record = call.record
+    headers = {"x-plumbline-request-id": record.request_id, "x-plumbline-upstream": opened.upstream.name}
+    if record.provider:
+        headers["x-plumbline-provider"] = record.provider
+    if record.params_hash:
+        headers["x-plumbline-params-hash"] = record.params_hash
+    return headers
+
+
+async def respond(gw: Gateway, call: Call) -> Response:
+    """Dispatch the call and answer the client. Errors before the first byte are raised."""
+    try:
+        opened = await gw.dispatcher.open(call)
+    except GatewayError as e:
+        call.record.status = e.status
+        call.record.error_class = type(e).__name__
+        gw.finish(call.record)
+        raise
+    if call.stream:
+        return StreamingResponse(
+            _stream(gw, call, opened),
+            media_type="text/event-stream",
+            headers={**_headers(call, opened), "cache-control": "no-cache"},
+        )
+    return _whole(gw, call, opened)
+
+
+def _whole(gw: Gateway, call: Call, opened: Opened) -> Response:
+    record = call.record
+    split, opened_in_prompt = _think_mode(gw, call, opened)
+    try:
+        body = tap_body(
+            record, opened.first, split_think=split, opened_in_prompt=opened_in_prompt, chat=call.chat
+        ) if call.path != "/embeddings" else opened.first
+        record.status = 200
+        record.ttft_s = record.ttfa_s = record.e2e_s
+        headers = _headers(call, opened)
+        if record.truncated:
+            headers["x-plumbline-truncated"] = "length"
+        if record.reasoning_leak:
+            headers["x-plumbline-reasoning-leak"] = "true"
+        return Response(body, media_type="application/json", headers=headers)
+    except MalformedStream as e:
+        record.status = 502
+        record.error_class = "MalformedStream"
+        raise AllUpstreamsFailed(str(e)) from None
+    finally:
+        opened.response.release()
+        gw.pool.end(opened.upstream.name)
+        gw.finish(record)
+
+
+async def _stream(gw: Gateway, call: Call, opened: Opened) -> AsyncIterator[bytes]:
+    record = call.record
+    split, opened_in_prompt = _think_mode(gw, call, opened)
+    tap = StreamTap(
+        record,
+        client_wants_usage=call.client_wants_usage,
+        split_think=split,
+        opened_in_prompt=opened_in_prompt,
+        chat=call.chat,
+    )
+    record.status = 200
+    try:
+        out = tap.feed(opened.first)
+        if out:
+            yield out
+        async for block in opened.response.content.iter_any():
+            out = tap.feed(block)
+            if out:
+                yield out
+        yield tap.finish()
+    except (MalformedStream, aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+        record.error_class = type(e).__name__
+        record.status = 502
+        if isinstance(e, asyncio.TimeoutError):
+            message = f"upstream {opened.upstream.name} went silent mid-stream"
+        elif isinstance(e, MalformedStream):
+            message = f"upstream {opened.upstream.name}: {e}"
+        else:
+            message = f"upstream {opened.upstream.name} broke the stream ({type(e).__name__})"
+        gw.pool.failed(opened.upstream.name)
+        yield tap.abort() + sse_error_event(AllUpstreamsFailed(message))
+    except asyncio.CancelledError:
+        # The client went away.
+        record.status = 499
+        record.error_class = "ClientDisconnected"
+        tap.abort()
+        raise
+    finally:
+        if not tap.done and record.e2e_s is None:
+            tap.abort()
+        opened.response.release()
+        gw.pool.end(opened.upstream.name)
+        gw.finish(record)

@@ -1,0 +1,302 @@
+"""Taps: watch what the upstream sends, fill in the record, rewrite only what must change.
+
+`StreamTap` sits in the byte relay. It cuts the byte stream into SSE events, reads each event's
+JSON (usage, finish_reason, provider, which kind of token arrived and when), and passes the
+original bytes through untouched unless something must change:
+
+- the usage chunk the gateway asked for is removed again when the client did not ask for it;
+- `reasoning` / `reasoning_content` are both present whenever either is (vLLM renamed it);
+- content that leaks `<think>` is split into reasoning and answer.
+
+`tap_body` does the same for a whole non-streamed response.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from gateway.reasoning import ThinkSplitter, split_text
+from gateway.record import Record
+
+DONE = b"[DONE]"
+
+
+class MalformedStream(Exception):
+    """The upstream sent an event that is not valid JSON."""
+
+
+def _apply_usage(record: Record, usage: dict[str, Any]) -> None:
+    record.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    record.completion_tokens = int(usage.get("completion_tokens") or 0)
+    details = usage.get("prompt_tokens_details") or {}
+    record.cached_tokens = int(details.get("cached_tokens") or 0)
+    cdetails = usage.get("completion_tokens_details") or {}
+    reasoning = cdetails.get("reasoning_tokens")
+    if reasoning is not None:
+        record.reasoning_tokens = int(reasoning)
+    cost = usage.get("cost")
+    if isinstance(cost, int | float):
+        record.charged_cost_usd = float(cost)
+    record.usage_estimated = False
+
+
+def _finish(record: Record, reason: str | None) -> None:
+    if not reason:
+        return
+    # With n > 1 any truncated choice marks the request.
+    if record.finish_reason is None or reason == "length":
+        record.finish_reason = reason
+    if reason == "length":
+        record.truncated = True
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, int(round(q * (len(ordered) - 1)))))
+    return ordered[index]
+
+
+class StreamTap:
+    def __init__(
+        self,
+        record: Record,
+        *,
+        client_wants_usage: bool,
+        split_think: bool,
+        opened_in_prompt: bool = False,
+        chat: bool = True,
+    ):
+        self.record = record
+        self.client_wants_usage = client_wants_usage
+        self.chat = chat
+        self._split = split_think
+        self._opened = opened_in_prompt
+        self._splitters: dict[int, ThinkSplitter] = {}
+        self._buffer = b""
+        self._last_token_at: float | None = None
+        self._gaps: list[float] = []
+        self._saw_usage = False
+        self._reasoning_events = 0
+        self._token_events = 0
+        self.done = False
+
+    # -- bytes in, bytes out -------------------------------------------------------------
+    def feed(self, block: bytes) -> bytes:
+        data = self._buffer + block
+        if b"\r\n" in data:
+            data = data.replace(b"\r\n", b"\n")
+        cut = data.rfind(b"\n\n")
+        if cut < 0:
+            self._buffer = data
+            return b""
+        self._buffer = data[cut + 2 :]
+        out: list[bytes] = []
+        now = time.perf_counter()
+        for event in data[:cut].split(b"\n\n"):
+            rendered = self._event(event, now)
+            if rendered:
+                out.append(rendered)
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        """End of the upstream stream: flush held text, close with [DONE]."""
+        out = []
+        if self._buffer.strip():
+            out.append(self.feed(b"\n\n"))
+        out.append(self._flush_splitters())
+        self._close_clocks()
+        if self.record.truncated:
+            out.append(
+                b": plumbline truncated finish_reason=length max_tokens="
+                + str(self.record.max_tokens).encode()
+                + b"\n\n"
+            )
+        out.append(b"data: [DONE]\n\n")
+        self.done = True
+        return b"".join(out)
+
+    def abort(self) -> bytes:
+        """The stream broke: flush what is held so the client keeps every token it was sent."""
+        out = self._flush_splitters()
+        self._close_clocks()
+        return out
+
+    # -- one event -----------------------------------------------------------------------
+    def _event(self, event: bytes, now: float) -> bytes:
+        payload = None
+        for line in event.split(b"\n"):
+            if line.startswith(b"data:"):
+                payload = line[5:].strip()
+        if payload is None:
+            return b""  # comments / keep-alives / event names are not relayed
+        if payload == DONE:
+            return b""  # the tap writes its own [DONE] in finish()
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise MalformedStream(f"upstream sent a malformed event: {payload[:80]!r}") from None
+        if not isinstance(obj, dict):
+            raise MalformedStream("upstream sent an event that is not a JSON object")
+        if "error" in obj and "choices" not in obj:
+            raise MalformedStream("upstream reported an error mid-stream")
+        record = self.record
+        record.chunks += 1
+        changed = False
+        provider = obj.get("provider")
+        if isinstance(provider, str):
+            record.provider = provider
+        usage = obj.get("usage")
+        if usage:
+            _apply_usage(record, usage)
+            self._saw_usage = True
+            if not self.client_wants_usage:
+                if not obj.get("choices"):
+                    return b""
+                del obj["usage"]
+                changed = True
+        elif "usage" in obj and not self.client_wants_usage:
+            # vLLM sends "usage": null on every chunk once include_usage is on.
+            del obj["usage"]
+            changed = True
+        for choice in obj.get("choices") or ():
+            changed |= self._choice(choice, now)
+        if changed:
+            return b"data: " + orjson.dumps(obj) + b"\n\n"
+        return b"data: " + payload + b"\n\n"
+
+    def _choice(self, choice: dict[str, Any], now: float) -> bool:
+        record = self.record
+        changed = False
+        _finish(record, choice.get("finish_reason"))
+        if self.chat:
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            index = choice.get("index", 0)
+            splitter = self._splitters.get(index)
+            if content and splitter is None and (
+                self._split or "<think>" in content or "</think>" in content
+            ):
+                splitter = self._splitters[index] = ThinkSplitter(self._opened)
+            if content and splitter is not None:
+                reasoning_piece, content = splitter.feed(content)
+                delta["content"] = content
+                if reasoning_piece:
+                    delta["reasoning_content"] = delta["reasoning"] = reasoning_piece
+                changed = True
+                if splitter.leaked or self._split:
+                    record.reasoning_leak = True
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and not (delta.get("reasoning_content") and delta.get("reasoning")):
+                delta["reasoning_content"] = delta["reasoning"] = reasoning
+                changed = True
+            tools = delta.get("tool_calls")
+            token = bool(reasoning or content or tools)
+            if tools:
+                record.tool_calls = max(record.tool_calls, len(tools))
+        else:
+            content = choice.get("text")
+            reasoning = None
+            token = bool(content)
+        if token:
+            self._token_events += 1
+            if reasoning:
+                self._reasoning_events += 1
+            if record.ttft_s is None:
+                record.ttft_s = now - record.t0
+            if (content or (self.chat and delta.get("tool_calls"))) and record.ttfa_s is None:
+                record.ttfa_s = now - record.t0
+            if self._last_token_at is not None:
+                self._gaps.append(now - self._last_token_at)
+            self._last_token_at = now
+        return changed
+
+    def _flush_splitters(self) -> bytes:
+        out = []
+        for index, splitter in self._splitters.items():
+            reasoning, content = splitter.flush()
+            if not (reasoning or content):
+                continue
+            delta: dict[str, Any] = {}
+            if content:
+                delta["content"] = content
+            if reasoning:
+                delta["reasoning_content"] = delta["reasoning"] = reasoning
+            event = {"object": "chat.completion.chunk", "choices": [{"index": index, "delta": delta}]}
+            out.append(b"data: " + orjson.dumps(event) + b"\n\n")
+        return b"".join(out)
+
+    def _close_clocks(self) -> None:
+        record = self.record
+        record.e2e_s = time.perf_counter() - record.t0
+        if self._gaps:
+            record.itl_mean_s = sum(self._gaps) / len(self._gaps)
+            record.itl_p99_s = _percentile(self._gaps, 0.99)
+        if not self._saw_usage:
+            # The upstream sent no usage (llama.cpp never does): count what streamed.
+            record.completion_tokens = self._token_events
+            record.reasoning_tokens = self._reasoning_events
+            record.usage_estimated = True
+        elif record.reasoning_tokens == 0 and self._reasoning_events:
+            # vLLM reports no reasoning_tokens in usage: one streamed delta is one token.
+            record.reasoning_tokens = self._reasoning_events
+        record.check_invariants()
+
+
+def tap_body(
+    record: Record,
+    raw: bytes,
+    *,
+    split_think: bool,
+    opened_in_prompt: bool = False,
+    chat: bool = True,
+) -> bytes:
+    """Account for a non-streamed response and return the bytes to send to the client."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise MalformedStream("upstream sent a body that is not JSON") from None
+    if not isinstance(obj, dict) or "choices" not in obj:
+        raise MalformedStream("upstream sent a body without choices")
+    changed = False
+    if isinstance(obj.get("provider"), str):
+        record.provider = obj["provider"]
+    if obj.get("usage"):
+        _apply_usage(record, obj["usage"])
+    else:
+        record.usage_estimated = True
+    reasoning_chars = answer_chars = 0
+    for choice in obj.get("choices") or ():
+        _finish(record, choice.get("finish_reason"))
+        if not chat:
+            continue
+        message = choice.get("message") or {}
+        content = message.get("content")
+        if isinstance(content, str) and (
+            split_think or "<think>" in content or "</think>" in content
+        ):
+            reasoning, answer, leaked = split_text(content, opened_in_prompt)
+            if leaked or reasoning:
+                record.reasoning_leak = True
+                message["content"] = answer
+                if reasoning:
+                    message["reasoning_content"] = message["reasoning"] = reasoning
+                changed = True
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if reasoning and not (message.get("reasoning_content") and message.get("reasoning")):
+            message["reasoning_content"] = message["reasoning"] = reasoning
+            changed = True
+        if message.get("tool_calls"):
+            record.tool_calls = max(record.tool_calls, len(message["tool_calls"]))
+        reasoning_chars += len(reasoning or "")
+        answer_chars += len(message.get("content") or "")
+    if record.reasoning_tokens == 0 and reasoning_chars and record.completion_tokens:
+        # No reasoning count from the upstream: apportion completion tokens by characters.
+        share = reasoning_chars / (reasoning_chars + answer_chars)
+        record.reasoning_tokens = round(record.completion_tokens * share)
+        record.usage_estimated = True
+    record.e2e_s = time.perf_counter() - record.t0
+    record.check_invariants()
+    return orjson.dumps(obj) if changed else raw

@@ -1,0 +1,256 @@
+"""The OpenAI front door end to end: the real `openai` client -> gateway -> fake upstream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from gateway.fake_upstream import FakeHandle
+from tests.harness import config_from, free_port, running_gateway
+
+
+def gateway_config(*upstreams: tuple[str, str], policy: str = "least_outstanding",
+                   fallback: list[str] | None = None, **server: Any) -> Any:
+    ups = [
+        {"name": name, "kind": "vllm", "base_url": url, "model": "fake-model", "profile": "smollm2"}
+        for name, url in upstreams
+    ]
+    return config_from({
+        "server": {"health_interval_s": 0, "retry_backoff_s": 0, **server},
+        "upstreams": ups,
+        "models": {"smol": {
+            "profile": "smollm2",
+            "upstreams": [n for n, _ in upstreams if n not in (fallback or [])],
+            "fallback": fallback or [],
+            "policy": policy,
+        }},
+    })
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=30)
+
+
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def test_non_streaming_chat_matches_upstream_usage(fake: FakeHandle) -> None:
+    fake.set_default(tokens=7, cached_tokens=2)
+    with running_gateway(gateway_config(("a", fake.base_url))) as url:
+        raw = client(url).chat.completions.with_raw_response.create(model="smol", messages=MESSAGES)
+        reply = raw.parse()
+    assert raw.headers["x-plumbline-upstream"] == "a"
+    assert raw.headers["x-plumbline-request-id"].startswith("req-")
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.usage.completion_tokens == 7
+    assert reply.usage.prompt_tokens_details.cached_tokens == 2
+    assert reply.model == "fake-model"
+
+
+def test_streaming_chat_and_usage_only_when_asked(fake: FakeHandle) -> None:
+    fake.set_default(tokens=5)
+    with running_gateway(gateway_config(("a", fake.base_url))) as url:
+        c = client(url)
+        chunks = list(c.chat.completions.create(model="smol", messages=MESSAGES, stream=True))
+        with_usage = list(c.chat.completions.create(
+            model="smol", messages=MESSAGES, stream=True, stream_options={"include_usage": True}))
+    # The gateway always asks the upstream for usage, and strips it when the client did not.
+    assert all(ch.usage is None for ch in chunks)
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "stop"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text.split() == [f"tok{i}" for i in range(5)]
+    assert with_usage[-1].usage is not None and with_usage[-1].usage.completion_tokens == 5
+    assert fake.requests()[0]["body"]["stream_options"] == {"include_usage": True}
+
+
+def test_profile_sampling_arrives_explicitly_and_client_values_win(fake: FakeHandle) -> None:
+    with running_gateway(gateway_config(("a", fake.base_url))) as url:
+        c = client(url)
+        c.chat.completions.create(model="smol", messages=MESSAGES)
+        c.chat.completions.create(model="smol", messages=MESSAGES, temperature=1.3)
+    first, second = (r["body"] for r in fake.requests())
+    assert first["temperature"] == 0.2 and first["top_p"] == 0.9  # the smollm2 profile
+    assert second["temperature"] == 1.3 and second["top_p"] == 0.9
+    assert "max_tokens" not in first  # the gateway never injects a cap
+    assert first["model"] == "fake-model"
+
+
+@pytest.mark.parametrize("leak", [True, "close_only"])
+def test_reasoning_leak_is_split_non_streaming(fake: FakeHandle, leak: Any) -> None:
+    fake.set_default(leak_think=leak, tokens=4)
+    cfg = gateway_config(("a", fake.base_url))
+    if leak == "close_only":  # a Qwen3-style template opened <think> in the prompt
+        data = cfg.model_dump()
+        data["upstreams"][0]["reasoning"] = "gateway"
+        data["profiles"]["smollm2"]["think_in_prompt"] = True
+        data.pop("root", None)
+        cfg = config_from(data)
+    with running_gateway(cfg) as url:
+        raw = client(url).chat.completions.with_raw_response.create(model="smol", messages=MESSAGES)
+        msg = raw.parse().choices[0].message
+    assert raw.headers["x-plumbline-reasoning-leak"] == "true"
+    assert "<think>" not in (msg.content or "") and "</think>" not in (msg.content or "")
+    assert msg.content.split() == [f"tok{i}" for i in range(4)]
+    extra = msg.model_extra or {}
+    assert extra.get("reasoning_content") and extra.get("reasoning") == extra["reasoning_content"]
+
+
+def test_reasoning_leak_is_split_streaming(fake: FakeHandle) -> None:
+    fake.set_default(leak_think=True, tokens=4)
+    with running_gateway(gateway_config(("a", fake.base_url))) as url:
+        chunks = list(client(url).chat.completions.create(
+            model="smol", messages=MESSAGES, stream=True))
+    content = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    reasoning = "".join((ch.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                        for ch in chunks if ch.choices)
+    assert "think>" not in content and content.split() == [f"tok{i}" for i in range(4)]
+    assert reasoning.strip()
+
+
+def test_truncation_is_marked(fake: FakeHandle) -> None:
+    fake.set_default(tokens=50)
+    with running_gateway(gateway_config(("a", fake.base_url))) as url:
+        raw = client(url).chat.completions.with_raw_response.create(
+            model="smol", messages=MESSAGES, max_tokens=3)
+        reply = raw.parse()
+        stream = httpx.post(f"{url}/chat/completions", json={
+            "model": "smol", "messages": MESSAGES, "max_tokens": 3, "stream": True}, timeout=10)
+    assert reply.choices[0].finish_reason == "length"
+    assert raw.headers["x-plumbline-truncated"] == "length"
+    assert ": plumbline truncated finish_reason=length max_tokens=3" in stream.text
+    assert stream.text.rstrip().endswith("data: [DONE]")
+
+
+def test_retry_before_first_byte_is_invisible(fake: FakeHandle) -> None:
+    fake.script({"status": 503}, {"status": 429, "retry_after": 0})
+    cfg = gateway_config(("a", fake.base_url), retries=2)
+    with running_gateway(cfg) as url:
+        reply = client(url).chat.completions.create(model="smol", messages=MESSAGES)
+    assert reply.choices[0].finish_reason == "stop"
+    assert len(fake.requests()) == 3
+
+
+def test_no_switch_after_first_byte(fake: FakeHandle, fake2: FakeHandle) -> None:
+    fake.set_default(tokens=20, disconnect_after_chunks=3)
+    cfg = gateway_config(("a", fake.base_url), ("b", fake2.base_url), fallback=["b"])
+    with running_gateway(cfg) as url:
+        received = []
+        with pytest.raises(openai.APIError) as info:
+            for ch in client(url).chat.completions.create(
+                    model="smol", messages=MESSAGES, stream=True):
+                received.append(ch)
+    assert received  # the first bytes reached the client…
+    assert "broke the stream" in str(info.value) or "malformed" in str(info.value)
+    assert fake2.requests() == []  # …so the gateway did not switch upstream
+
+
+def test_fallback_when_primary_is_down(fake: FakeHandle) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    cfg = gateway_config(("dead", dead), ("b", fake.base_url), fallback=["b"])
+    with running_gateway(cfg) as url:
+        raw = client(url).chat.completions.with_raw_response.create(model="smol", messages=MESSAGES)
+    assert raw.headers["x-plumbline-upstream"] == "b"
+
+
+def test_first_byte_timeout_moves_to_next_candidate(fake: FakeHandle, fake2: FakeHandle) -> None:
+    fake.set_default(hang_before_first_byte=5)
+    cfg = gateway_config(("slow", fake.base_url), ("b", fake2.base_url), fallback=["b"],
+                         ttft_timeout_s=0.3, retries=3)
+    with running_gateway(cfg) as url:
+        raw = client(url).chat.completions.with_raw_response.create(
+            model="smol", messages=MESSAGES, stream=True)
+        list(raw.parse())
+    assert raw.headers["x-plumbline-upstream"] == "b"
+    assert len(fake.requests()) <= 1  # a first-byte timeout is not retried on the same upstream
+
+
+def test_all_upstreams_failing_is_a_clear_502(fake: FakeHandle) -> None:
+    fake.set_default(status=500)
+    with running_gateway(gateway_config(("a", fake.base_url), retries=0)) as url:
+        r = httpx.post(f"{url}/chat/completions", json={"model": "smol", "messages": MESSAGES})
+    assert r.status_code == 502
+    assert r.json()["error"]["type"] == "upstream_error"
+    assert "answered 500" in r.json()["error"]["message"]
+
+
+def test_prefix_affinity_keeps_a_prefix_on_one_replica(fake: FakeHandle, fake2: FakeHandle) -> None:
+    cfg = gateway_config(("a", fake.base_url), ("b", fake2.base_url), policy="prefix_affinity")
+    shared = "You are a meticulous assistant. " * 80
+    with running_gateway(cfg) as url:
+        c = client(url)
+        seen = set()
+        for i in range(8):
+            raw = c.chat.completions.with_raw_response.create(model="smol", messages=[
+                {"role": "system", "content": shared},
+                {"role": "user", "content": f"question {i}"},
+            ])
+            seen.add(raw.headers["x-plumbline-upstream"])
+        # A different prefix is free to go anywhere; the shared one stayed put.
+    assert len(seen) == 1
+
+
+def test_session_header_pins_a_replica(fake: FakeHandle, fake2: FakeHandle) -> None:
+    cfg = gateway_config(("a", fake.base_url), ("b", fake2.base_url))
+    with running_gateway(cfg) as url:
+        ups = {
+            httpx.post(f"{url}/chat/completions", headers={"x-session-id": "conv-42"},
+                       json={"model": "smol", "messages": MESSAGES}).headers["x-plumbline-upstream"]
+            for _ in range(6)
+        }
+    assert len(ups) == 1
+
+
+def test_completions_and_models(fake: FakeHandle) -> None:
+    with running_gateway(gateway_config(("a", fake.base_url))) as url:
+        c = client(url)
+        text = c.completions.create(model="smol", prompt="Once upon", max_tokens=4)
+        models = c.models.list()
+    assert text.choices[0].finish_reason == "length"
+    assert [m.id for m in models.data] == ["smol"]
+    assert "fake-model" not in str(models.model_dump())
+
+
+@pytest.mark.parametrize("body, status, fragment", [
+    (b"{not json", 400, "not valid JSON"),
+    (b'{"model": "smol", "messages": "hi"}', 400, "messages"),
+    (b'{"model": "smol", "messages": []}', 400, "messages"),
+    (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "does not exist"),
+    (b'{"model": "smol", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}',
+     400, "max_tokens"),
+    (b'{"model": "smol", "messages": [{"role": "wizard", "content": "x"}]}', 400, "role"),
+    (b"[1, 2]", 400, "JSON object"),
+    (b"", 400, "empty"),
+    (b'{"model": "smol", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, "JSON"),
+])
+def test_bad_input_gets_a_clear_openai_error(fake: FakeHandle, body: bytes, status: int,
+                                             fragment: str) -> None:
+    with running_gateway(gateway_config(("a", fake.base_url))) as url:
+        r = httpx.post(f"{url}/chat/completions", content=body,
+                       headers={"content-type": "application/json"})
+    assert r.status_code == status
+    error = r.json()["error"]
+    assert fragment in error["message"]
+    assert error["type"] == "invalid_request_error"
+    assert fake.requests() == []
+
+
+def test_body_over_the_limit_is_413(fake: FakeHandle) -> None:
+    cfg = gateway_config(("a", fake.base_url), max_body_bytes=4096)
+    with running_gateway(cfg) as url:
+        big = {"model": "smol", "messages": [{"role": "user", "content": "x" * 10000}]}
+        r = httpx.post(f"{url}/chat/completions", json=big)
+        chunked = httpx.post(f"{url}/chat/completions",
+                             content=iter([b'{"model": "smol", "messages": "', b"x" * 8000, b'"}']))
+    assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+    assert chunked.status_code == 413
+
+
+def test_unknown_path_and_method_are_openai_errors(fake: FakeHandle) -> None:
+    with running_gateway(gateway_config(("a", fake.base_url))) as url:
+        r = httpx.get(f"{url}/nope")
+        m = httpx.get(f"{url}/chat/completions")
+    assert r.status_code == 404 and "Unknown path" in r.json()["error"]["message"]
+    assert m.status_code == 405 and "not allowed" in m.json()["error"]["message"]

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_repository_config_loads() -> None:
+    cfg = load_config(ROOT / "config.toml")
+    assert "smollm2" in cfg.models
+    assert cfg.upstream("smol-vllm").launch is not None
+    assert cfg.profile_for("smollm2").sampling.temperature == 0.2
+
+
+def test_builtin_profiles_cite_their_source() -> None:
+    cfg = parse_config({})
+    assert {"qwen3-thinking", "gpt-oss", "gemma-4", "glm", "deepseek", "nemotron", "minimax",
+            "smollm2"} <= set(cfg.profiles)
+    assert all(p.source for p in cfg.profiles.values())
+
+
+def test_unknown_keys_are_named() -> None:
+    with pytest.raises(ConfigError, match=r"server\.prot: unknown key"):
+        parse_config({"server": {"prot": 1}})
+
+
+def test_dangling_names_are_named() -> None:
+    data = {
+        "upstreams": [{"name": "a", "kind": "vllm", "base_url": "http://127.0.0.1:1/v1",
+                       "model": "m", "profile": "nope"}],
+        "models": {"x": {"upstreams": ["a", "ghost"], "fallback": ["phantom"]}},
+        "prices": {"spectre": {"input": 1, "output": 2}},
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    message = str(info.value)
+    for name in ("nope", "ghost", "phantom", "spectre"):
+        assert name in message
+
+
+def test_missing_and_invalid_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[server\nport=1")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+
+
+def test_api_key_is_read_by_env_name_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLUMBLINE_TEST_KEY", "sk-planted-secret")
+    cfg = parse_config({"upstreams": [{"name": "p", "kind": "openai", "model": "m",
+                                       "base_url": "https://example.invalid/v1",
+                                       "api_key_env": "PLUMBLINE_TEST_KEY"}]})
+    assert cfg.upstream("p").api_key() == "sk-planted-secret"
+    assert "sk-planted-secret" not in cfg.model_dump_json()

@@ -1,0 +1,68 @@
+"""Running real servers for tests: the gateway in a background thread on a free port."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import uvicorn
+
+from gateway.app import create_app
+from gateway.config import Config, parse_config
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config_from(data: dict[str, Any]) -> Config:
+    return parse_config(data)
+
+
+@contextlib.contextmanager
+def running_gateway(config: Config, sinks: list[Any] | None = None) -> Iterator[str]:
+    """Serve `create_app(config)` with uvicorn on a free loopback port; yield its /v1 URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config, sinks=sinks),
+            host="127.0.0.1",
+            port=port,
+            loop="asyncio",
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("gateway did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> None:
+    """Poll until predicate() is true (for state that settles asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def get(url: str) -> httpx.Response:
+    return httpx.get(url, timeout=10)
