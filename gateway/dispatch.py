@@ -12,7 +12,7 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 import orjson
@@ -23,7 +23,12 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from gateway.errors import AllUpstreamsFailed, BadRequest, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import (
+    AllUpstreamsFailed,
+    BadRequest,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from gateway.record import Attempt, Record
 from gateway.routing import Features, candidates
 from gateway.upstream import AttemptError, Opened, body_for, post
@@ -32,6 +37,19 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
 
 MAX_RETRY_AFTER_S = 10.0
+
+
+class Translator(Protocol):
+    """A front door that speaks another API renders the chat-completions answer in its own.
+
+    `whole` gets the (tapped) chat.completion object and returns the door's body; `feed` gets
+    tapped chat SSE bytes (whole events, ending with `data: [DONE]`, or an OpenAI error event
+    `data: {"error": …}` when the upstream broke mid-stream) and returns the door's SSE bytes.
+    """
+
+    def whole(self, chat: dict[str, Any]) -> bytes: ...
+
+    def feed(self, sse: bytes) -> bytes: ...
 
 
 @dataclass(slots=True)
@@ -46,6 +64,7 @@ class Call:
     record: Record
     client_wants_usage: bool = False
     session: str | None = None
+    translator: Translator | None = None
 
     @property
     def chat(self) -> bool:

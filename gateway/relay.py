@@ -13,9 +13,10 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import aiohttp
+import orjson
 from starlette.responses import Response, StreamingResponse
 
-from gateway.dispatch import Call
+from gateway.dispatch import Call, Translator
 from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
 from gateway.tap import MalformedStream, StreamTap, tap_body
 from gateway.upstream import Opened
@@ -55,8 +56,11 @@ async def respond(gw: Gateway, call: Call) -> Response:
         gw.finish(call.record)
         raise
     if call.stream:
+        body = _stream(gw, call, opened)
+        if call.translator is not None:
+            body = _translated(call.translator, body)
         return StreamingResponse(
-            _stream(gw, call, opened),
+            body,
             media_type="text/event-stream",
             headers={**_headers(call, opened), "cache-control": "no-cache"},
         )
@@ -73,6 +77,8 @@ def _whole(gw: Gateway, call: Call, opened: Opened) -> Response:
         record.status = 200
         record.ttft_s = record.ttfa_s = record.e2e_s
         headers = _headers(call, opened)
+        if call.translator is not None:
+            body = call.translator.whole(orjson.loads(body))
         if record.truncated:
             headers["x-plumbline-truncated"] = "length"
         if record.reasoning_leak:
@@ -131,3 +137,11 @@ async def _stream(gw: Gateway, call: Call, opened: Opened) -> AsyncIterator[byte
         opened.response.release()
         gw.pool.end(opened.upstream.name)
         gw.finish(record)
+
+
+async def _translated(translator: Translator, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Chat SSE from the relay, rendered in the front door's own stream format."""
+    async for block in body:
+        out = translator.feed(block)
+        if out:
+            yield out
