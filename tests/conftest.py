@@ -1,0 +1,34 @@
+"""Session-wide fixtures: the real local stack (vLLM CPU + llama.cpp on SmolLM2) for slow tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config import Config, load_config, parse_config
+from tests.harness import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _with_free_ports(config: Config, root: Path) -> Config:
+    data: dict[str, Any] = config.model_dump(exclude_none=True)
+    for upstream in data["upstreams"]:
+        if upstream.get("launch"):
+            upstream["base_url"] = f"http://127.0.0.1:{free_port()}/v1"
+    data["server"]["health_interval_s"] = 0
+    return parse_config(data, root=root)
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
+    """The repository's config.toml with its local replicas really running (on free ports)."""
+    from deploy.launch import launch_local
+
+    config = _with_free_ports(load_config(ROOT / "config.toml"),
+                              tmp_path_factory.mktemp("stack"))
+    with launch_local(config, echo=lambda line: None):
+        yield config
