@@ -88,6 +88,11 @@ class Gateway:
                 log.exception("health probe failed")
             await asyncio.sleep(self.config.server.health_interval_s)
 
+    def price(self, record: Record) -> None:
+        price = self.config.prices.get(record.upstream or "")
+        if price is not None:
+            record.cost_usd = request_cost(record, price)
+
     def finish(self, record: Record) -> None:
         """A request has ended: price it and hand it to every sink. Never raises."""
         if record.e2e_s is None:
@@ -97,9 +102,7 @@ class Gateway:
             if state is not None:
                 state.truncations += record.truncated
                 state.reasoning_leaks += record.reasoning_leak
-            price = self.config.prices.get(record.upstream)
-            if price is not None:
-                record.cost_usd = request_cost(record, price)
+        self.price(record)
         for sink in self.sinks:
             try:
                 sink.submit(record)

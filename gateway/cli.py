@@ -3,6 +3,7 @@
     plumbline serve --config FILE          the gateway alone
     plumbline up --config FILE             start the local replicas, wait until healthy, serve
     plumbline check --config FILE          validate a config and print its routes
+    plumbline eval run|report|tripwire|logits   the eval suite, through the gateway
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ import uvicorn
 from gateway.config import Config, ConfigError, default_config_path, load_config
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+
+def _subcommands() -> None:
+    from evals.cli import app as eval_app
+
+    app.add_typer(eval_app, name="eval")
+
+
+_subcommands()
 
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="Config file (default: $PLUMBLINE_CONFIG or ./config.toml)")
@@ -88,3 +98,32 @@ def check(config: ConfigOption = None) -> None:
         fallback = f" -> fallback {', '.join(route.fallback)}" if route.fallback else ""
         typer.echo(f"{name}: {route.policy} over {', '.join(route.upstreams)}{fallback}"
                    f" (profile {route.profile or 'none'})")
+
+
+@app.command()
+def bench(
+    target: Annotated[list[str], typer.Option("--target", help="[LABEL=]BASE_URL, repeatable")],
+    model: Annotated[str, typer.Option(help="Model name at the target(s)")],
+    shape: Annotated[list[str], typer.Option(help="router|promptopt|judge|short|rollout|IN/OUT|PREFIX+IN/OUT")] = ["router"],  # noqa: B006
+    concurrency: Annotated[str, typer.Option(help="Comma-separated sweep")] = "1,8,32",
+    api_key_env: Annotated[str | None, typer.Option(help="Env var holding the target's key")] = None,
+    prompts_per_slot: int = 8,
+    warmup: int | None = None,
+    tsv: Annotated[str, typer.Option(help="TSV file rows are appended to")] = "bench.tsv",
+    seed: int | None = None,
+    ignore_eos: bool = True,
+    endpoint: Annotated[str, typer.Option(help="completions | chat")] = "completions",
+    tokenizer_url: str | None = None,
+    timeout_s: float = 600.0,
+) -> None:
+    """Load-test a gateway or any OpenAI-compatible URL with the reference workload shapes."""
+    from gateway.config import environment
+    from gateway.loadgen import bench_main
+
+    bench_main(
+        target=target, model=model, shape=shape, concurrency=concurrency,
+        api_key_env=api_key_env, environ=environment(), prompts_per_slot=prompts_per_slot,
+        warmup=warmup, tsv=tsv, seed=seed, ignore_eos=ignore_eos,
+        endpoint=endpoint,  # type: ignore[arg-type]
+        tokenizer_url=tokenizer_url, timeout_s=timeout_s,
+    )

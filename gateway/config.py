@@ -7,6 +7,7 @@
     [profiles.NAME]     a model's vendor serving recipe (built-ins come from gateway/profiles.toml)
     [prices.UPSTREAM]   USD per million tokens for an upstream
     [nodes.NAME]        what a node costs per hour, on which basis, at which utilisation
+    [access]            client/admin/metrics keys (sha256 only), allow-lists, budgets (gateway/access.py)
 
 Unknown keys are errors and every name is cross-checked, so a typo fails at start with a message
 naming it. Secrets are referenced by environment-variable name; this module is the only one that
@@ -192,6 +193,39 @@ class Node(_Frozen):
     utilisation: float = Field(1.0, gt=0, le=1)
 
 
+# ---- [access]: API keys (owned by gateway/access.py) -----------------------------------------
+
+
+class ApiKey(_Frozen):
+    """One key, by the hex sha256 of its plaintext (never the key itself)."""
+
+    id: Name
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # client: the /v1 API; admin: /admin routes and /metrics; metrics: /metrics only.
+    role: Literal["client", "admin", "metrics"] = "client"
+    # Public model names this key may use (None: every model).
+    models: list[Name] | None = None
+    # Budgets per fixed window of `window_s` seconds (None: unlimited).
+    requests_per_window: int | None = Field(None, ge=1)
+    tokens_per_window: int | None = Field(None, ge=1)
+    window_s: float = Field(60.0, gt=0)
+
+
+class AccessConfig(_Frozen):
+    keys: list[ApiKey] = Field(default_factory=list)
+    # Also accept keys created through the admin API (the store's `keys` table).
+    store_keys: bool = False
+    # /metrics answers only to admin or metrics keys.
+    metrics_requires_key: bool = False
+    # Tokens reserved for the answer when a request names no max_tokens (settled after).
+    default_reserve_tokens: int = Field(1024, ge=0)
+
+    @property
+    def open(self) -> bool:
+        """No client key can exist: the /v1 API needs no key (the embedded default)."""
+        return not self.store_keys and not any(k.role == "client" for k in self.keys)
+
+
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
     store: StoreConfig = StoreConfig()
@@ -200,6 +234,7 @@ class Config(_Frozen):
     profiles: dict[Name, Profile] = Field(default_factory=dict)
     prices: dict[Name, Price] = Field(default_factory=dict)
     nodes: dict[Name, Node] = Field(default_factory=dict)
+    access: AccessConfig = AccessConfig()
     # Folder of the config file, for relative paths. Not a TOML key.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
 
@@ -227,6 +262,14 @@ class Config(_Frozen):
         for name in self.prices:
             if name not in known:
                 problems.append(f"prices.{name}: unknown upstream {name!r}")
+        key_ids = [k.id for k in self.access.keys]
+        key_hashes = [k.sha256 for k in self.access.keys]
+        if len(set(key_ids)) != len(key_ids) or len(set(key_hashes)) != len(key_hashes):
+            problems.append("access.keys: ids and sha256 hashes must be unique")
+        for key in self.access.keys:
+            for m in key.models or []:
+                if m not in self.models:
+                    problems.append(f"access.keys.{key.id}.models: unknown model {m!r}")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -295,3 +338,8 @@ def default_config_path() -> Path:
 def prometheus_multiproc_dir() -> str | None:
     """Where prometheus-client keeps per-worker files when several workers serve."""
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def environment() -> dict[str, str]:
+    """A copy of the process environment, for commands that look up keys by variable name."""
+    return dict(os.environ)

@@ -83,6 +83,9 @@ def _whole(gw: Gateway, call: Call, opened: Opened) -> Response:
             headers["x-plumbline-truncated"] = "length"
         if record.reasoning_leak:
             headers["x-plumbline-reasoning-leak"] = "true"
+        gw.price(record)
+        if record.cost_usd is not None:
+            headers["x-plumbline-cost-usd"] = f"{record.cost_usd:.8f}"
         return Response(body, media_type="application/json", headers=headers)
     except MalformedStream as e:
         record.status = 502

@@ -1,0 +1,125 @@
+"""`plumbline eval …`: run the suite through the gateway, report, tripwire, logit divergence."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import openai
+import typer
+
+from evals import runner
+from evals.result import ItemResult
+
+app = typer.Typer(no_args_is_help=True, help="Evaluate targets through the gateway.")
+
+BaseUrl = Annotated[str, typer.Option(help="The gateway's OpenAI base URL")]
+Targets = Annotated[list[str], typer.Option("--target", "-t", help="A model name on the gateway")]
+RunsDir = Annotated[Path, typer.Option(help="Where runs are kept")]
+
+DEFAULT_URL = "http://127.0.0.1:8400/v1"
+
+
+@app.command("run")
+def run_cmd(
+    target: Targets,
+    suite: Annotated[str, typer.Option(help="default | smoke")] = "default",
+    base_url: BaseUrl = DEFAULT_URL,
+    seed: int = 0,
+    concurrency: Annotated[int, typer.Option(min=1)] = 4,
+    timeout: Annotated[float, typer.Option(help="Seconds per request")] = 1800.0,
+    runs_dir: RunsDir = Path("var/evals"),
+    resume: Annotated[str | None, typer.Option(help="Run id to resume")] = None,
+    window: Annotated[int | None, typer.Option(help="Long-context window in tokens")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Cap per answer (default: none)")] = None,
+) -> None:
+    """Run a suite against one or more targets; resumable with --resume."""
+    spec = runner.RunSpec(
+        base_url=base_url, targets=list(target), suite=suite, seed=seed,
+        concurrency=concurrency, timeout_s=timeout, runs_dir=runs_dir, run_id=resume,
+        window=window, max_tokens=max_tokens,
+    )
+    path = runner.run(spec)
+    meta, results = runner.load_run(path)
+    typer.echo(f"run {meta['run']}: {len(results)} results in {path}")
+    _print_summary(results)
+
+
+def _print_summary(results: list[ItemResult]) -> None:
+    from evals.stats import summarise
+
+    by_target: dict[str, list[ItemResult]] = {}
+    for r in results:
+        by_target.setdefault(r.target, []).append(r)
+    for target, rows in by_target.items():
+        s = summarise(rows)
+        typer.echo(f"  {target}: {s}")
+
+
+@app.command("report")
+def report_cmd(
+    runs: Annotated[list[Path], typer.Argument(help="Run folders (or ids under --runs-dir)")],
+    runs_dir: RunsDir = Path("var/evals"),
+    out: Annotated[Path | None, typer.Option(help="Output folder")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Arm to compare the others against")] = None,
+) -> None:
+    """Markdown + HTML report with intervals, paired tests, noise floor and a chart."""
+    from evals.report import write_report
+
+    results: list[ItemResult] = []
+    for run in runs:
+        folder = run if run.exists() else runs_dir / str(run)
+        results.extend(runner.load_run(folder)[1])
+    target = out or (runs[0] if runs[0].exists() else runs_dir / str(runs[0])) / "report"
+    paths = write_report(results, target, baseline=baseline)
+    for kind, path in paths.items():
+        typer.echo(f"{kind}: {path}")
+
+
+@app.command("tripwire")
+def tripwire_cmd(
+    target: Targets,
+    base_url: BaseUrl = DEFAULT_URL,
+    max_tokens: int = 256,
+) -> None:
+    """20 fixed prompts per target: ok / degenerate / wrong, served per the target's profile."""
+    from evals.tripwire import run_tripwire
+
+    async def go() -> None:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused",
+                                    default_headers=runner.LANE_HEADER)
+        for name in target:
+            report = await run_tripwire(client, name, max_tokens=max_tokens, temperature=None)
+            typer.echo(f"{name}: {report}")
+        await client.close()
+
+    asyncio.run(go())
+
+
+@app.command("logits")
+def logits_cmd(
+    a: Annotated[str, typer.Option(help="First target")],
+    b: Annotated[str, typer.Option(help="Second target")],
+    base_url: BaseUrl = DEFAULT_URL,
+    max_tokens: int = 32,
+) -> None:
+    """Top-1 agreement and mean KL between two targets, against an a-vs-a control."""
+    from evals.logits import against_control, collect, divergence
+    from evals.tripwire import PROMPTS
+
+    prompts = [p.text for p in PROMPTS[:8]]
+
+    async def go() -> None:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused",
+                                    default_headers=runner.LANE_HEADER)
+        control = divergence(*await collect((client, a), (client, a), prompts,
+                                            max_tokens=max_tokens))
+        treated = divergence(*await collect((client, a), (client, b), prompts,
+                                            max_tokens=max_tokens))
+        typer.echo(f"control {a} vs {a}: {control}")
+        typer.echo(f"pair    {a} vs {b}: {treated}")
+        typer.echo(f"verdict: {against_control(treated, control)}")
+        await client.close()
+
+    asyncio.run(go())

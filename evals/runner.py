@@ -1,0 +1,269 @@
+"""The eval runner: a client of the gateway, through the same front door users use.
+
+    plumbline eval run --target smollm2 --target smollm2-llamacpp --suite default
+
+A *target* is a public model name on the gateway (a replica pool, or a provider pinned with
+allow_fallbacks off). Every item goes to every target as a chat completion on the eval lane
+(`x-plumbline-lane: eval`), with no token cap and a generous time budget. The gateway applies each
+target's profile and reports the hash of the sampling parameters it sent; the run records it per
+item so that arms sampled differently are never paired.
+
+Outcomes: a reply is scored by the item's scorer; a request that runs out of its time budget is a
+`timeout` (the model's fault: not correct); an infrastructure failure (connection refused, 5xx
+after the gateway's own retries) is retried here too, then recorded as `error` — never dropped.
+The denominator is always every item.
+
+A run lives in `<runs>/<run id>/`: `run.json` (targets, suite, seed, item-set hash, serving
+fingerprints) and `results.jsonl` (one `ItemResult` per line, appended as items finish), so an
+interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import orjson
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from evals import families
+from evals.item import Item, Reply, items_digest
+from evals.result import ItemResult, read_results
+
+# Items per family. "default" is the full suite; "smoke" is what CI can afford on 2 CPU cores.
+SUITES: dict[str, dict[str, int | None]] = {
+    "default": {name: None for name in
+                ("math", "code", "tools", "longctx", "knowledge", "ifeval", "editformat")},
+    "smoke": {"math": 3, "code": 2, "tools": 3, "longctx": 2, "knowledge": 3, "ifeval": 3,
+              "editformat": 2},
+}
+
+LANE_HEADER = {"x-plumbline-lane": "eval"}
+
+
+class InfraError(Exception):
+    """The gateway or an upstream failed for reasons that are not the model's."""
+
+
+@dataclass
+class RunSpec:
+    base_url: str
+    targets: list[str]
+    suite: str = "default"
+    seed: int = 0
+    concurrency: int = 4
+    timeout_s: float = 1800.0  # per request: generous; running out is the model's timeout
+    api_key: str = "unused"
+    runs_dir: Path = Path("var/evals")
+    run_id: str | None = None
+    window: int | None = None  # long-context window; default: the target's served window
+    max_tokens: int | None = None  # None = no cap (the default, and the honest one)
+    token_counter: Callable[[str], int] | None = None
+    sizes: dict[str, int | None] = field(default_factory=dict)
+
+
+def build_items(suite: str, seed: int, window: int | None,
+                token_counter: Callable[[str], int] | None = None,
+                sizes: dict[str, int | None] | None = None) -> list[Item]:
+    spec = dict(SUITES[suite]) if suite in SUITES else {}
+    if not spec:
+        raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
+    spec.update(sizes or {})
+    opts: dict[str, Any] = {}
+    if window:
+        opts["window"] = window
+    if token_counter is not None:
+        opts["count_tokens"] = token_counter
+    items: list[Item] = []
+    for name, n in spec.items():
+        if n == 0:
+            continue
+        items.extend(families.build(name, seed, n, **opts))
+    return items
+
+
+def reply_from(chat: dict[str, Any]) -> Reply:
+    choice = (chat.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    usage = chat.get("usage") or {}
+    details = usage.get("completion_tokens_details") or {}
+    return Reply(
+        content=message.get("content"),
+        reasoning=message.get("reasoning_content") or message.get("reasoning"),
+        finish_reason=choice.get("finish_reason"),
+        tool_calls=tuple(message.get("tool_calls") or ()),
+        completion_tokens=usage.get("completion_tokens"),
+        reasoning_tokens=details.get("reasoning_tokens"),
+    )
+
+
+class Runner:
+    def __init__(self, spec: RunSpec):
+        self.spec = spec
+        self.run_id = spec.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
+        self.dir = spec.runs_dir / self.run_id
+        self.client = openai.AsyncOpenAI(
+            base_url=spec.base_url, api_key=spec.api_key, max_retries=0,
+            timeout=httpx.Timeout(spec.timeout_s, connect=10.0), default_headers=LANE_HEADER,
+        )
+        self.fingerprints: dict[str, dict[str, set[str]]] = {
+            t: {"upstream": set(), "provider": set(), "params_hash": set()} for t in spec.targets
+        }
+
+    # -- one item ------------------------------------------------------------------------
+    async def _ask(self, target: str, item: Item) -> tuple[dict[str, Any], dict[str, str], float]:
+        body: dict[str, Any] = {"model": target, "messages": list(item.messages)}
+        if item.tools:
+            body["tools"] = list(item.tools)
+        if self.spec.max_tokens:
+            body["max_tokens"] = self.spec.max_tokens
+        started = time.perf_counter()
+        try:
+            raw = await self.client.chat.completions.with_raw_response.create(**body)
+        except openai.APITimeoutError:
+            raise
+        except openai.APIConnectionError as e:
+            raise InfraError(f"connection: {e}") from None
+        except openai.APIStatusError as e:
+            if e.status_code >= 500 or e.status_code == 429:
+                raise InfraError(f"HTTP {e.status_code}: {e.message}") from None
+            raise
+        elapsed = time.perf_counter() - started
+        return orjson.loads(raw.content), dict(raw.headers), elapsed
+
+    async def run_item(self, target: str, item: Item) -> ItemResult:
+        base = {"target": target, "item_id": item.id, "item_digest": item.digest(),
+                "family": item.family, "run": self.run_id}
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(3), wait=wait_exponential(multiplier=1, max=20),
+                retry=retry_if_exception_type(InfraError), reraise=True,
+            ):
+                with attempt:
+                    chat, headers, elapsed = await self._ask(target, item)
+        except openai.APITimeoutError:
+            return ItemResult(**base, outcome="timeout", latency_s=self.spec.timeout_s)
+        except InfraError as e:
+            return ItemResult(**base, outcome="error", parts={}, finish_reason=str(e)[:200])
+        except openai.APIStatusError as e:
+            # A 4xx for this item (e.g. the prompt exceeds the window): recorded, not dropped.
+            return ItemResult(**base, outcome="error", finish_reason=f"HTTP {e.status_code}")
+        fp = self.fingerprints[target]
+        for key, header in (("upstream", "x-plumbline-upstream"),
+                            ("provider", "x-plumbline-provider"),
+                            ("params_hash", "x-plumbline-params-hash")):
+            if headers.get(header):
+                fp[key].add(headers[header])
+        reply = reply_from(chat)
+        verdict = families.score(item, reply)
+        cost = headers.get("x-plumbline-cost-usd")
+        return ItemResult(
+            **base,
+            outcome=verdict.outcome,
+            finish_reason=reply.finish_reason,
+            output_tokens=reply.completion_tokens,
+            reasoning_tokens=reply.reasoning_tokens,
+            latency_s=round(elapsed, 4),
+            cost=float(cost) if cost else None,
+            params_hash=headers.get("x-plumbline-params-hash", ""),
+            parts=dict(verdict.parts),
+        )
+
+    # -- the whole run -------------------------------------------------------------------
+    async def served_window(self, target: str) -> int | None:
+        models = await self.client.models.list()
+        for model in models.data:
+            if model.id == target:
+                return (model.model_extra or {}).get("max_model_len")
+        raise ValueError(f"target {target!r} is not a model on the gateway at {self.spec.base_url}")
+
+    async def run(self, progress: Progress | None = None) -> Path:
+        spec = self.spec
+        windows = [await self.served_window(t) for t in spec.targets]
+        window = spec.window or min((w for w in windows if w), default=None)
+        items = build_items(spec.suite, spec.seed, window, spec.token_counter, spec.sizes)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        results_path = self.dir / "results.jsonl"
+        done = {(r.target, r.item_id) for r in read_results(results_path)} \
+            if results_path.exists() else set()
+        meta = {
+            "run": self.run_id, "targets": spec.targets, "suite": spec.suite, "seed": spec.seed,
+            "items": len(items), "items_digest": items_digest(items), "window": window,
+            "max_tokens": spec.max_tokens, "timeout_s": spec.timeout_s,
+            "started": time.time(),
+        }
+        self._write_meta(meta)
+        todo = [(t, i) for t in spec.targets for i in items if (t, i.id) not in done]
+        gate = asyncio.Semaphore(spec.concurrency)
+        task_id = progress.add_task(f"eval {self.run_id}", total=len(items) * len(spec.targets),
+                                    completed=len(done)) if progress else None
+        with results_path.open("ab") as out:
+            async def one(target: str, item: Item) -> None:
+                async with gate:
+                    result = await self.run_item(target, item)
+                out.write(orjson.dumps(result.to_dict()) + b"\n")
+                out.flush()
+                if progress is not None and task_id is not None:
+                    progress.advance(task_id)
+
+            await asyncio.gather(*(one(t, i) for t, i in todo))
+        meta["finished"] = time.time()
+        meta["fingerprints"] = {t: {k: sorted(v) for k, v in fp.items()}
+                                for t, fp in self.fingerprints.items()}
+        self._write_meta(meta)
+        await self.client.close()
+        return self.dir
+
+    def _write_meta(self, meta: dict[str, Any]) -> None:
+        path = self.dir / "run.json"
+        previous = orjson.loads(path.read_bytes()) if path.exists() else {}
+        if previous.get("items_digest") and previous["items_digest"] != meta["items_digest"]:
+            raise ValueError("resume refused: this run's item set differs from the stored one")
+        fingerprints = previous.get("fingerprints", {})
+        merged = {**previous, **meta}
+        if "fingerprints" not in meta and fingerprints:
+            merged["fingerprints"] = fingerprints
+        path.write_bytes(orjson.dumps(merged, option=orjson.OPT_INDENT_2))
+
+
+def run(spec: RunSpec, show_progress: bool = True) -> Path:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    if not show_progress:
+        return asyncio.run(Runner(spec).run())
+    with Progress(*columns) as progress:
+        return asyncio.run(Runner(spec).run(progress))
+
+
+def load_run(path: Path) -> tuple[dict[str, Any], list[ItemResult]]:
+    meta = orjson.loads((path / "run.json").read_bytes())
+    return meta, read_results(path / "results.jsonl")
+
+
+@lru_cache(maxsize=4096)
+def _count_cached(url: str, model: str, text: str) -> int:
+    response = httpx.post(url, json={"model": model, "prompt": text}, timeout=30)
+    response.raise_for_status()
+    return int(response.json()["count"])
+
+
+def tokenizer_counter(root_url: str, model: str) -> Callable[[str], int]:
+    """Count tokens with a vLLM server's own tokenizer (`POST /tokenize`)."""
+    url = root_url.rstrip("/") + "/tokenize"
+    return lambda text: _count_cached(url, model, text)
+
+
+def targets_summary(results: Sequence[ItemResult]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.target] = counts.get(r.target, 0) + 1
+    return counts

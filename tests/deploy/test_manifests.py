@@ -1,0 +1,267 @@
+"""The deployment artefacts (compose, Kubernetes, Prometheus, Grafana) parse and hang together.
+
+None of them can run here (no Docker engine, no cluster); these checks are what can be known
+without running them: syntax, schemas (kubernetes-validate, promtool when installed), and the
+cross-references between files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.config import parse_config
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+COMPOSE = DEPLOY / "compose" / "docker-compose.yml"
+K8S = sorted((DEPLOY / "k8s").glob("*.yaml"))
+DASHBOARD = DEPLOY / "grafana" / "plumbline.json"
+PROMETHEUS = DEPLOY / "prometheus" / "prometheus.yml"
+
+DASHBOARD_METRICS = {
+    "gateway_cost_per_million_tokens_usd",
+    "gateway_api_node_cost_ratio",
+    "gateway_tokens_total",
+    "gateway_ttft_seconds_bucket",
+    "gateway_errors_total",
+    "gateway_truncations_total",
+    "gateway_requests_total",
+}
+PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "and",
+    "or",
+    "unless",
+}
+
+
+def k8s_docs() -> list[dict]:
+    docs = []
+    for path in K8S:
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return docs
+
+
+def find(kind: str, name: str) -> dict:
+    matches = [d for d in k8s_docs() if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(matches) == 1, f"{kind}/{name}"
+    return matches[0]
+
+
+def metric_names(expr: str) -> set[str]:
+    """Series names a PromQL expression reads (labels, ranges, strings and functions removed)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)
+    text = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", text)
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    names = set()
+    for match in re.finditer(r"(?<![\w.])[A-Za-z_:][\w:]*", text):
+        after = text[match.end() :].lstrip()
+        if not after.startswith("(") and match.group() not in PROMQL_WORDS:
+            names.add(match.group())
+    return names
+
+
+def dashboard_exprs() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def concrete(expr: str) -> str:
+    return expr.replace("$__rate_interval", "5m").replace("$model", ".*")
+
+
+# --- Grafana --------------------------------------------------------------------------------
+
+
+def test_metric_name_extraction():
+    assert metric_names(
+        'sum by (kind) (rate(gateway_tokens_total{model=~"a|b"}[5m])) / clamp_min(x_total, 1e-9)'
+    ) == {"gateway_tokens_total", "x_total"}
+    assert metric_names("histogram_quantile(0.99, sum by (le) (rate(y_bucket[1m])))") == {
+        "y_bucket"
+    }
+
+
+def test_dashboard_panels_read_only_the_gateway_metrics():
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] and dashboard["panels"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    used: set[str] = set()
+    for expr in dashboard_exprs():
+        names = metric_names(expr)
+        assert names, expr
+        assert names <= DASHBOARD_METRICS, f"{expr} reads {names - DASHBOARD_METRICS}"
+        used |= names
+    assert used == DASHBOARD_METRICS  # every listed metric is charted
+    sides = {s for e in dashboard_exprs() for s in re.findall(r'side="(\w+)"', e)}
+    assert sides == {"node", "api"}
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_dashboard_queries_are_valid_promql(tmp_path: Path):
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"check:expr{i}", "expr": concrete(e)}
+                    for i, e in enumerate(dashboard_exprs())
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(rules))
+    done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- Prometheus -----------------------------------------------------------------------------
+
+
+def promtool_config(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["promtool", "check", "config", "--syntax-only", str(path)], capture_output=True, text=True
+    )
+
+
+def test_prometheus_config_scrapes_the_gateway():
+    config = yaml.safe_load(PROMETHEUS.read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["plumbline-gateway"]["static_configs"][0]["targets"] == ["gateway:8400"]
+    assert jobs["plumbline-gateway"]["metrics_path"] == "/metrics"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_prometheus_config_passes_promtool(tmp_path: Path):
+    done = promtool_config(PROMETHEUS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    broken = tmp_path / "broken.yml"
+    broken.write_text("scrape_configs:\n  - job_name: x\n    scrape_interval: soon\n")
+    assert promtool_config(broken).returncode != 0
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_in_cluster_prometheus_config_passes_promtool(tmp_path: Path):
+    path = tmp_path / "k8s-prometheus.yml"
+    path.write_text(find("ConfigMap", "prometheus")["data"]["prometheus.yml"])
+    done = promtool_config(path)
+    if "kubernetes_sd_configs not found" in done.stdout + done.stderr:
+        pytest.skip("this promtool is built without Kubernetes service discovery (Debian's is)")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- compose --------------------------------------------------------------------------------
+
+
+def test_compose_has_the_four_services_wired_together():
+    compose = yaml.safe_load(COMPOSE.read_text())
+    services = compose["services"]
+    assert set(services) == {"gateway", "postgres", "prometheus", "grafana"}
+    assert services["gateway"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+        for mount in service.get("volumes", []):
+            source = mount.split(":", 1)[0]
+            if source.startswith("."):
+                assert (COMPOSE.parent / source).exists(), f"{name} mounts missing {source}"
+        for key, value in (service.get("environment") or {}).items():
+            if "PASSWORD" in key:
+                assert str(value).startswith("${"), f"{name}.{key} must come from .env"
+    assert (COMPOSE.parent / services["gateway"]["build"]["dockerfile"].split("/", 2)[2]).exists()
+
+
+def test_compose_gateway_config_is_valid_and_points_at_the_postgres_service():
+    config = parse_config(tomllib.loads((COMPOSE.parent / "plumbline.toml").read_text()))
+    assert config.store.url.startswith("postgresql+psycopg://")
+    userinfo = config.store.url.split("//", 1)[1].split("@", 1)[0]
+    assert ":" not in userinfo  # no password in the file
+    assert "@postgres:5432/" in config.store.url
+
+
+def test_grafana_provisioning_matches_the_dashboard():
+    sources = yaml.safe_load((COMPOSE.parent / "grafana" / "datasources.yml").read_text())
+    uids = {s["uid"] for s in sources["datasources"]}
+    dashboard = json.loads(DASHBOARD.read_text())
+    used = {p["datasource"]["uid"] for p in dashboard["panels"]}
+    used |= {t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]}
+    assert used <= uids
+
+
+# --- Kubernetes -----------------------------------------------------------------------------
+
+
+def test_k8s_documents_are_well_formed():
+    docs = k8s_docs()
+    assert docs
+    for doc in docs:
+        assert {"apiVersion", "kind", "metadata"} <= set(doc), doc
+        assert doc["metadata"]["name"]
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["namespace"] == "plumbline", doc["metadata"]["name"]
+
+
+def test_k8s_selectors_match_their_pods():
+    docs = k8s_docs()
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+    pod_labels = [w["spec"]["template"]["metadata"]["labels"] for w in workloads]
+    for workload in workloads:
+        wanted = workload["spec"]["selector"]["matchLabels"]
+        assert wanted.items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+    for service in (d for d in docs if d["kind"] == "Service"):
+        selector = service["spec"]["selector"]
+        assert any(selector.items() <= labels.items() for labels in pod_labels), service
+
+
+def test_k8s_gateway_vllm_and_postgres():
+    gateway = find("Deployment", "plumbline-gateway")
+    assert gateway["spec"]["replicas"] == 2
+    container = gateway["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert find("StatefulSet", "postgres")["spec"]["volumeClaimTemplates"]
+    replicas = [
+        d
+        for d in k8s_docs()
+        if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("vllm-")
+    ]
+    assert len(replicas) >= 2
+    for replica in replicas:
+        resources = replica["spec"]["template"]["spec"]["containers"][0]["resources"]
+        assert resources["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_k8s_gateway_config_is_valid_and_names_existing_services():
+    text = find("ConfigMap", "plumbline-gateway")["data"]["config.toml"]
+    config = parse_config(tomllib.loads(text))
+    services = {d["metadata"]["name"] for d in k8s_docs() if d["kind"] == "Service"}
+    for upstream in config.upstreams:
+        host = upstream.base_url.split("//", 1)[1].split(".", 1)[0]
+        assert host in services, upstream.base_url
+    assert config.store.url.split("@", 1)[1].split(".", 1)[0] in services
+
+
+def test_k8s_documents_pass_the_kubernetes_schemas():
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    version = kubernetes_validate.latest_version()
+    for doc in k8s_docs():
+        kubernetes_validate.validate(doc, version, strict=True)
+    broken = json.loads(json.dumps(find("Deployment", "plumbline-gateway")))
+    broken["spec"]["replica"] = broken["spec"].pop("replicas")  # a typo the schema must catch
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, version, strict=True)
