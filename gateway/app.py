@@ -25,13 +25,16 @@ from starlette.responses import Response
 
 from gateway import api
 from gateway.config import Config, default_config_path, load_config, prometheus_multiproc_dir
-from gateway.cost import request_cost
+from gateway.cost import price_record
 from gateway.dispatch import Dispatcher
 from gateway.errors import GatewayError
 from gateway.metrics import Metrics
 from gateway.pool import Pool
 from gateway.prefix import PrefixIndex
 from gateway.record import Record, RecordSink
+from gateway.report import window_economics
+from gateway.store import RecordQueue, Store
+from gateway.schedule import EvalScheduler
 from gateway.upstream import new_session, probe
 
 log = logging.getLogger("plumbline")
@@ -44,14 +47,26 @@ def _path(value: str | None) -> Path | None:
 class Gateway:
     """Everything one gateway process holds. Built in the lifespan, reachable as app.state."""
 
-    def __init__(self, config: Config, sinks: list[RecordSink] | None = None):
+    def __init__(
+        self,
+        config: Config,
+        sinks: list[RecordSink] | None = None,
+        store: Store | None = None,
+    ):
         self.config = config
         s = config.server
         self.prefix = PrefixIndex(s.prefix_index_size, block=256, max_blocks=max(1, s.prefix_chars // 256))
         self.metrics = Metrics(config, multiproc_dir=_path(prometheus_multiproc_dir()))
         self.pool = Pool(config, on_inflight=self.metrics.inflight)
+        self.store = store
+        self.queue = RecordQueue.from_config(config, store) if store is not None else None
         self.sinks: list[RecordSink] = [self.metrics, *(sinks or [])]
+        if self.queue is not None:
+            self.sinks.insert(0, self.queue)
+        self._housekeeper: asyncio.Task[None] | None = None
         self.dispatcher = Dispatcher(self)
+        host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
+        self.scheduler = EvalScheduler(self, f"http://{host}:{s.port}/v1")
         self.session: aiohttp.ClientSession
         self._prober: asyncio.Task[None] | None = None
 
@@ -59,17 +74,41 @@ class Gateway:
         self.session = new_session(self.config.server.connect_timeout_s)
         if self.config.server.health_interval_s > 0:
             self._prober = asyncio.create_task(self._probe_forever())
+        self.scheduler.start()
+        if self.store is not None:
+            self._housekeeper = asyncio.create_task(self._housekeeping())
 
     async def stop(self) -> None:
-        if self._prober:
-            self._prober.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._prober
+        await self.scheduler.stop()
+        for task in (self._prober, self._housekeeper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.session.close()
         for sink in self.sinks:
             close = getattr(sink, "close", None)
             if close is not None:
-                close()
+                await asyncio.to_thread(close)
+        if self.store is not None:
+            self.store.close()
+
+    async def _housekeeping(self) -> None:
+        """Publish node-vs-API economics every minute; apply retention every hour."""
+        assert self.store is not None
+        store, cfg = self.store, self.config
+        ticks = 0
+        while True:
+            try:
+                economics = await asyncio.to_thread(window_economics, cfg, store, 86400.0)
+                self.metrics.set_economics(economics[2])
+                if ticks % 60 == 0:
+                    await asyncio.to_thread(store.apply_retention, cfg.store.retention_days,
+                                            cfg.store.content_retention_days)
+            except Exception:
+                log.exception("store housekeeping failed")
+            ticks += 1
+            await asyncio.sleep(60)
 
     async def probe_all(self) -> None:
         timeout = min(5.0, self.config.server.connect_timeout_s * 2)
@@ -89,9 +128,7 @@ class Gateway:
             await asyncio.sleep(self.config.server.health_interval_s)
 
     def price(self, record: Record) -> None:
-        price = self.config.prices.get(record.upstream or "")
-        if price is not None:
-            record.cost_usd = request_cost(record, price)
+        price_record(record, self.config)
 
     def finish(self, record: Record) -> None:
         """A request has ended: price it and hand it to every sink. Never raises."""
@@ -102,7 +139,7 @@ class Gateway:
             if state is not None:
                 state.truncations += record.truncated
                 state.reasoning_leaks += record.reasoning_leak
-        self.price(record)
+        price_record(record, self.config)
         for sink in self.sinks:
             try:
                 sink.submit(record)
@@ -114,10 +151,15 @@ def _error_response(error: GatewayError) -> Response:
     return Response(error.json(), status_code=error.status, media_type="application/json")
 
 
-def create_app(config: Config, sinks: list[RecordSink] | None = None) -> FastAPI:
+def create_app(
+    config: Config, sinks: list[RecordSink] | None = None, *, record: bool = True
+) -> FastAPI:
+    """The gateway app. `record=False` runs without the store (tests, benchmarks of the relay)."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        gateway = Gateway(config, sinks)
+        store = await asyncio.to_thread(Store.from_config, config) if record else None
+        gateway = Gateway(config, sinks, store)
         await gateway.start()
         app.state.gateway = gateway
         try:

@@ -4,6 +4,8 @@
     plumbline up --config FILE             start the local replicas, wait until healthy, serve
     plumbline check --config FILE          validate a config and print its routes
     plumbline eval run|report|tripwire|logits   the eval suite, through the gateway
+    plumbline report cost --since 24h      cost and token report from the record store
+    plumbline bench …                      load generator with the reference workload shapes
 """
 
 from __future__ import annotations
@@ -22,10 +24,33 @@ from gateway.config import Config, ConfigError, default_config_path, load_config
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
 
+report_app = typer.Typer(no_args_is_help=True, help="Reports from the record store.")
+
+
 def _subcommands() -> None:
     from evals.cli import app as eval_app
 
     app.add_typer(eval_app, name="eval")
+    app.add_typer(report_app, name="report")
+
+
+@report_app.command("cost")
+def report_cost_cmd(
+    config: ConfigOption = None,
+    since: Annotated[str, typer.Option(help="Window, e.g. 30m, 24h, 7d")] = "24h",
+    csv: Annotated[bool, typer.Option("--csv", help="CSV instead of a table")] = False,
+    json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
+) -> None:
+    """Per model and upstream: requests, tokens by kind, $/M tokens, API/node ratio, rates."""
+    from gateway.report import report_cost
+
+    cfg = _load(config)
+    fmt = "csv" if csv else "json" if json else "table"
+    try:
+        typer.echo(report_cost(cfg, since, fmt))  # type: ignore[arg-type]
+    except ValueError as e:
+        typer.secho(str(e), fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
 
 
 _subcommands()

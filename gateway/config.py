@@ -226,6 +226,20 @@ class AccessConfig(_Frozen):
         return not self.store_keys and not any(k.role == "client" for k in self.keys)
 
 
+class EvalSchedule(_Frozen):
+    """Scheduled eval runs: the gateway evaluates its own targets through itself."""
+
+    # Hours between runs; 0 switches the schedule off.
+    every_hours: float = Field(0.0, ge=0)
+    suite: str = "smoke"
+    targets: list[Name] = Field(default_factory=list)
+    seed: int = 0
+    # Eval requests in flight at once (the eval lane's budget; production is never queued behind it).
+    concurrency: int = Field(2, ge=1)
+    timeout_s: float = Field(1800.0, gt=0)
+    runs_dir: str = "var/evals"
+
+
 class Config(_Frozen):
     server: ServerConfig = ServerConfig()
     store: StoreConfig = StoreConfig()
@@ -235,6 +249,7 @@ class Config(_Frozen):
     prices: dict[Name, Price] = Field(default_factory=dict)
     nodes: dict[Name, Node] = Field(default_factory=dict)
     access: AccessConfig = AccessConfig()
+    evals: EvalSchedule = EvalSchedule()
     # Folder of the config file, for relative paths. Not a TOML key.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
 
@@ -259,6 +274,9 @@ class Config(_Frozen):
                     problems.append(f"models.{model}: unknown upstream {ref!r}")
             if route.profile and route.profile not in self.profiles:
                 problems.append(f"models.{model}.profile: unknown profile {route.profile!r}")
+        for target in self.evals.targets:
+            if target not in self.models:
+                problems.append(f"evals.targets: unknown model {target!r}")
         for name in self.prices:
             if name not in known:
                 problems.append(f"prices.{name}: unknown upstream {name!r}")

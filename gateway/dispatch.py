@@ -90,7 +90,9 @@ class Dispatcher:
     async def open(self, call: Call) -> Opened:
         gw = self.gw
         route = gw.config.models[call.model]
-        keys = gw.prefix.keys_for(call.body) if route.policy == "prefix_affinity" else []
+        # Eval traffic neither follows nor plants prefixes: it must not evict production ones.
+        affinity = route.policy == "prefix_affinity" and call.record.lane == "prod"
+        keys = gw.prefix.keys_for(call.body) if affinity else []
         features = Features(
             session=call.session,
             prefix_owner=gw.prefix.owner(keys) if keys else None,

@@ -27,12 +27,16 @@ def config_from(data: dict[str, Any]) -> Config:
 
 
 @contextlib.contextmanager
-def running_gateway(config: Config, sinks: list[Any] | None = None) -> Iterator[str]:
-    """Serve `create_app(config)` with uvicorn on a free loopback port; yield its /v1 URL."""
+def running_gateway(
+    config: Config, sinks: list[Any] | None = None, record: bool = False
+) -> Iterator[str]:
+    """Serve `create_app(config)` with uvicorn on a free loopback port; yield its /v1 URL.
+
+    `record=True` also runs the record store from `config.store` (give it a temporary URL)."""
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config, sinks=sinks),
+            create_app(config, sinks=sinks, record=record),
             host="127.0.0.1",
             port=port,
             loop="asyncio",

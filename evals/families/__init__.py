@@ -1,0 +1,89 @@
+"""The family registry: every eval family's builder, and one scorer dispatch by name.
+
+A family module exposes three things:
+
+    NAME      the family's name, as items carry it in `Item.family`
+    build     build(seed: int, n: int, **opts) -> list[Item], deterministic in `seed`
+    SCORERS   {scorer name: score(item, reply) -> Verdict}; names are unique across families
+
+Items carry their scorer as a string so a stored item can be re-scored later without the
+builder. `score` applies the rules every family shares before dispatching:
+
+    repetition collapse      -> degenerate (checked first: a loop that hits the cap is a loop)
+    finish_reason "length"   -> truncated (a cut-off answer may itself be cut short)
+    anything else            -> the item's own scorer
+
+Adding a family is one line in `_MODULES`. The registry is loaded on first use (importing one
+family module does not import the others).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from importlib import import_module
+from types import ModuleType
+from typing import Any
+
+from evals.item import Item, Reply, Verdict
+
+Builder = Callable[..., list[Item]]
+Scorer = Callable[[Item, Reply], Verdict]
+
+_MODULES: tuple[str, ...] = (
+    "evals.families.math",
+    "evals.families.code",
+    "evals.families.tools",
+    "evals.families.longctx",
+    "evals.families.knowledge",
+    "evals.families.ifeval",
+    "evals.families.editformat",
+)
+
+
+@cache
+def _load() -> tuple[dict[str, Builder], dict[str, Scorer]]:
+    families: dict[str, Builder] = {}
+    scorers: dict[str, Scorer] = {}
+    for path in _MODULES:
+        module: ModuleType = import_module(path)
+        families[module.NAME] = module.build
+        for name, scorer in module.SCORERS.items():
+            if name in scorers:
+                raise ValueError(f"scorer {name!r} is defined twice ({path})")
+            scorers[name] = scorer
+    return families, scorers
+
+
+def __getattr__(name: str) -> Any:
+    """`FAMILIES` (name -> builder) and `SCORERS` (name -> scorer), loaded on first access."""
+    if name == "FAMILIES":
+        return _load()[0]
+    if name == "SCORERS":
+        return _load()[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build(name: str, seed: int, n: int | None = None, **opts: Any) -> list[Item]:
+    """Build `n` items of family `name` (the family's default size when `n` is None)."""
+    builder = _load()[0][name]
+    return builder(seed, n, **opts) if n is not None else builder(seed, **opts)
+
+
+def score(item: Item, reply: Reply) -> Verdict:
+    """Score one reply to one item with the item's named scorer.
+
+    Collapse is checked first: a model looping until the cap is degenerate, not merely truncated.
+    """
+    from evals.tripwire import reply_degeneration
+
+    collapse = reply_degeneration(reply.content, reply.reasoning)
+    if collapse is not None:
+        return Verdict("degenerate", str(collapse))
+    if reply.finish_reason == "length":
+        return Verdict("truncated", "finish_reason=length")
+    try:
+        scorer = _load()[1][item.scorer]
+    except KeyError:
+        raise KeyError(f"unknown scorer {item.scorer!r}; known: {sorted(_load()[1])}") from None
+    return scorer(item, reply)

@@ -1,0 +1,64 @@
+"""One scored item of one run, as the runner records it and the report reads it.
+
+An `ItemResult` is flat and JSON-friendly so a run can be stored as JSON Lines (one result per
+line) and re-read without the builder. `item_digest` is `Item.digest()`: two arms are paired
+only on identical digests. `params_hash` is the hash of the effective sampling parameters the
+gateway applied; arms whose hashes differ are never paired (see `evals.stats.pair`).
+
+`run` names the run the result belongs to, so the same target evaluated twice (the noise-floor
+control) stays two arms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from evals.item import Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    target: str
+    item_id: str
+    item_digest: str
+    family: str
+    outcome: Outcome
+    finish_reason: str | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    latency_s: float | None = None
+    cost: float | None = None
+    params_hash: str = ""
+    run: str = ""
+    parts: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def correct(self) -> bool:
+        return self.outcome == "correct"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ItemResult:
+        """Build from a dict, ignoring keys this version does not know (forward-compatible)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def write_results(path: Path, results: Iterable[ItemResult]) -> None:
+    """Write results as JSON Lines."""
+    with path.open("wb") as fh:
+        for result in results:
+            fh.write(orjson.dumps(result.to_dict()) + b"\n")
+
+
+def read_results(path: Path) -> list[ItemResult]:
+    """Read results written by `write_results` (blank lines are skipped)."""
+    with path.open("rb") as fh:
+        return [ItemResult.from_dict(orjson.loads(line)) for line in fh if line.strip()]

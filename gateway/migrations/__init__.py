@@ -1,0 +1,1 @@
+"""Alembic migrations for the record store; run programmatically by `gateway.store.migrate`."""

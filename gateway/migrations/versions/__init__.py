@@ -1,0 +1,1 @@
+"""Alembic revisions of the record store (alembic skips this file)."""

@@ -1,0 +1,239 @@
+"""`plumbline report cost`: requests, tokens, cost per million tokens and API/node per model.
+
+One row per (model, upstream) over a window read from the store: requests, tokens by kind, cost,
+$/M tokens, the model's API/node ratio, truncation and error rates. An API upstream's $/M is
+what it cost (the provider's charged cost where it reported one, the price table elsewhere) per
+million tokens; a node upstream's is the node's measured cost per million tokens for that model
+(see gateway/cost.py for the rule). Rendered as a rich table, CSV or JSON.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.table import Table
+
+from gateway.config import Config
+from gateway.cost import MILLION, ModelEconomics, Usage, active_hour_cost, economics
+from gateway.store import Store
+
+Format = Literal["table", "csv", "json"]
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_since(text: str) -> float:
+    """'90s', '30m', '24h', '7d', '2w' -> seconds."""
+    m = _SINCE.match(text.lower())
+    if m is None:
+        raise ValueError(f"--since {text!r}: expected a number and a unit (s, m, h, d, w)")
+    seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"--since {text!r}: must be positive")
+    return seconds
+
+
+@dataclass(slots=True)
+class CostRow:
+    model: str
+    upstream: str | None
+    node: str | None
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    cost_usd: float | None
+    usd_per_m: float | None
+    api_node_ratio: float | None
+    truncation_rate: float
+    error_rate: float
+    estimated: int
+
+
+def cost_rows(config: Config, usage: list[Usage], econ: dict[str, ModelEconomics]) -> list[CostRow]:
+    node_of = {u.name: u.node for u in config.upstreams}
+    rows = []
+    for u in usage:
+        node = node_of.get(u.upstream or "")
+        model_econ = econ.get(u.model)
+        if node:
+            per_m = model_econ.node_usd_per_m_on(node) if model_econ else None
+            cost = None if per_m is None else per_m * u.tokens / MILLION
+        else:
+            cost = u.cost_usd - u.charged_basis_usd + u.charged_cost_usd
+            per_m = cost / u.tokens * MILLION if u.tokens else None
+        rows.append(
+            CostRow(
+                model=u.model,
+                upstream=u.upstream,
+                node=node,
+                requests=u.requests,
+                prompt_tokens=u.prompt_tokens,
+                cached_tokens=u.cached_tokens,
+                completion_tokens=u.completion_tokens,
+                reasoning_tokens=u.reasoning_tokens,
+                cost_usd=cost,
+                usd_per_m=per_m,
+                api_node_ratio=model_econ.ratio if model_econ else None,
+                truncation_rate=u.truncated / u.requests if u.requests else 0.0,
+                error_rate=u.errors / u.requests if u.requests else 0.0,
+                estimated=u.estimated,
+            )
+        )
+    return rows
+
+
+def window_economics(
+    config: Config, store: Store, window_s: float, now: float | None = None
+) -> tuple[list[Usage], dict[str, float], dict[str, ModelEconomics]]:
+    """Usage, node busy hours and per-model economics over the last `window_s` seconds.
+
+    The gateway can publish the result as gauges: `metrics.set_economics(econ)`.
+    """
+    now = time.time() if now is None else now
+    usage = store.usage(now - window_s, now)
+    hours = store.node_hours(config, now - window_s, now)
+    return usage, hours, economics(config, usage, hours)
+
+
+def report_cost(
+    config: Config,
+    since: str = "24h",
+    fmt: Format = "table",
+    *,
+    store: Store | None = None,
+    now: float | None = None,
+) -> str:
+    """The cost report over the last `since` (e.g. "24h") as a table, CSV or JSON."""
+    window = parse_since(since)
+    now = time.time() if now is None else now
+    own = store is None
+    store = store or Store.from_config(config)
+    try:
+        usage, hours, econ = window_economics(config, store, window, now)
+    finally:
+        if own:
+            store.close()
+    rows = cost_rows(config, usage, econ)
+    if fmt == "json":
+        return json.dumps(_document(config, rows, econ, hours, window, now), indent=2)
+    if fmt == "csv":
+        return _csv(rows)
+    if fmt == "table":
+        return _table(rows, econ, hours, config, since)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def _document(
+    config: Config,
+    rows: list[CostRow],
+    econ: dict[str, ModelEconomics],
+    hours: dict[str, float],
+    window: float,
+    now: float,
+) -> dict[str, Any]:
+    return {
+        "since": now - window,
+        "until": now,
+        "rows": [asdict(r) for r in rows],
+        "models": {
+            name: {
+                "node_usd_per_m": e.node_usd_per_m,
+                "node_usd_per_m_input": e.node_usd_per_m_input,
+                "node_usd_per_m_output": e.node_usd_per_m_output,
+                "output_weight": e.output_weight,
+                "api_usd_per_m": e.api_usd_per_m,
+                "api_node_ratio": e.ratio,
+            }
+            for name, e in econ.items()
+        },
+        "nodes": {
+            name: {
+                "busy_hours": h,
+                "cost_usd": h * active_hour_cost(config.nodes[name]),
+                "basis": config.nodes[name].basis,
+                "utilisation": config.nodes[name].utilisation,
+            }
+            for name, h in hours.items()
+        },
+    }
+
+
+def _csv(rows: list[CostRow]) -> str:
+    out = io.StringIO()
+    fields = list(CostRow.__dataclass_fields__)
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: "" if v is None else v for k, v in asdict(r).items()})
+    return out.getvalue()
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _table(
+    rows: list[CostRow],
+    econ: dict[str, ModelEconomics],
+    hours: dict[str, float],
+    config: Config,
+    since: str,
+) -> str:
+    table = Table(title=f"Cost, last {since}", title_justify="left")
+    for name in (
+        "model",
+        "upstream",
+        "requests",
+        "prompt",
+        "cached",
+        "completion",
+        "reasoning",
+        "cost $",
+        "$/M tok",
+        "API÷node",
+        "trunc %",
+        "error %",
+    ):
+        table.add_column(name, justify="left" if name in ("model", "upstream") else "right")
+    for r in rows:
+        where = r.upstream or "–"
+        table.add_row(
+            r.model,
+            f"{where} ({r.node})" if r.node else where,
+            f"{r.requests:,}",
+            f"{r.prompt_tokens:,}",
+            f"{r.cached_tokens:,}",
+            f"{r.completion_tokens:,}",
+            f"{r.reasoning_tokens:,}",
+            _num(r.cost_usd, ".4f"),
+            _num(r.usd_per_m, ".4f"),
+            _num(r.api_node_ratio, ".3g"),
+            f"{100 * r.truncation_rate:.1f}",
+            f"{100 * r.error_rate:.1f}",
+        )
+    console = Console(file=io.StringIO(), width=160, color_system=None, force_terminal=False)
+    console.print(table)
+    for name, e in econ.items():
+        if e.node_tokens:
+            console.print(
+                f"{name}: node ${_num(e.node_usd_per_m_input, '.4f')}/M in, "
+                f"${_num(e.node_usd_per_m_output, '.4f')}/M out "
+                f"(output weighs {e.output_weight:.2f} input tokens), "
+                f"API ${_num(e.api_usd_per_m, '.4f')}/M for the same tokens"
+            )
+    for name, h in hours.items():
+        node = config.nodes[name]
+        console.print(
+            f"node {name}: {h:.2f} busy h × ${active_hour_cost(node):.2f}/active h "
+            f"({node.basis}, {node.utilisation:.0%} utilisation)"
+        )
+    return console.file.getvalue()  # type: ignore[attr-defined]

@@ -1,0 +1,767 @@
+"""The record store: one `requests` row per record, optional `contents`, retention, queries.
+
+SQLite (WAL) by default, PostgreSQL by URL (psycopg 3) for several gateways sharing one store.
+The schema is owned by alembic revisions in `gateway/migrations/`, applied at start by `migrate`
+(no alembic.ini). Rows never copy price tables: only tokens, clocks and the computed and charged
+cost.
+
+Retention drops whole days, never row by row:
+
+- PostgreSQL: both tables are range-partitioned by day on `time` (epoch seconds). The store
+  creates a day's partition (`requests_p20261129`) before writing into it, and retention drops
+  every partition whose day ended before the cut-off -- a catalogue operation, no dead tuples,
+  no index bloat, no VACUUM.
+- SQLite has no partitions. Retention runs one `DELETE ... WHERE time < day_end` per whole day
+  past the cut-off, oldest first, each in its own transaction: the same day granularity and the
+  same rows as dropping that day's partition. The delete is a range scan of the primary key
+  (time leads it), freed pages go back to SQLite's free list and are reused (there is no MVCC
+  bloat), and `PRAGMA incremental_vacuum` returns them to the file system on new databases
+  (created with auto_vacuum=INCREMENTAL).
+
+Either way a row lives until the whole day it belongs to is older than the retention, i.e. up to
+one day longer than `retention_days`.
+
+Writes go through `RecordQueue` (the second half of this module): `submit(record)` never blocks
+or raises; a background thread batches rows by size and time into one transaction; while the
+database is unreachable batches are spooled to JSONL files and replayed when it is back. Inserts
+ignore rows already present, so a replay that repeats a batch is harmless.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import queue
+import threading
+import time as _time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlmodel import Field, SQLModel
+
+from gateway.config import Config
+from gateway.cost import Usage, busy_hours
+from gateway.record import Record
+
+log = logging.getLogger(__name__)
+DAY = 86_400
+# alembic keeps its running context in module state, so one migration at a time per process.
+_ALEMBIC = threading.Lock()
+metadata = sa.MetaData()
+
+
+class RequestRow(SQLModel, table=True, metadata=metadata):
+    """One client request: every field of `Record.as_row()`, attempts as JSON text."""
+
+    __tablename__ = "requests"
+    __table_args__ = (
+        sa.Index("ix_requests_model_time", "model", "time"),
+        sa.Index("ix_requests_upstream_time", "upstream", "time"),
+        {"postgresql_partition_by": "RANGE (time)"},
+    )
+
+    time: float = Field(primary_key=True)
+    request_id: str = Field(primary_key=True, max_length=128)
+    door: str = Field(max_length=32)
+    model: str = Field(max_length=128)
+    stream: bool
+    key_id: str | None = Field(default=None, max_length=128)
+    lane: str = Field(max_length=16)
+    upstream: str | None = Field(default=None, max_length=128)
+    provider: str | None = Field(default=None, max_length=128)
+    attempts: str = Field(sa_type=sa.Text)
+    status: int
+    error_class: str | None = Field(default=None, max_length=64)
+    finish_reason: str | None = Field(default=None, max_length=32)
+    truncated: bool
+    reasoning_leak: bool
+    max_tokens: int | None = None
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    usage_estimated: bool
+    queue_s: float | None = None
+    ttft_s: float | None = None
+    ttfa_s: float | None = None
+    e2e_s: float | None = None
+    itl_mean_s: float | None = None
+    itl_p99_s: float | None = None
+    chunks: int
+    cost_usd: float | None = None
+    charged_cost_usd: float | None = None
+    params_hash: str | None = Field(default=None, max_length=128)
+    tool_calls: int
+
+
+class ContentRow(SQLModel, table=True, metadata=metadata):
+    """Prompt and response of one request; written only when `store.store_content` is on."""
+
+    __tablename__ = "contents"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (time)"},)
+
+    time: float = Field(primary_key=True)
+    request_id: str = Field(primary_key=True, max_length=128)
+    prompt: str | None = Field(default=None, sa_type=sa.Text)
+    response: str | None = Field(default=None, sa_type=sa.Text)
+
+
+REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
+CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """What the client sent and got back, for the `contents` table."""
+
+    request_id: str
+    time: float
+    prompt: str | None
+    response: str | None
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "time": self.time,
+            "prompt": self.prompt,
+            "response": self.response,
+        }
+
+
+def record_row(record: Record) -> dict[str, Any]:
+    """A record as a `requests` row: JSON-serialisable, attempts as JSON text."""
+    row = record.as_row()
+    row["attempts"] = json.dumps(row["attempts"], separators=(",", ":"))
+    return row
+
+
+def resolve_url(url: str, root: Path | None = None) -> sa.URL:
+    """Relative sqlite paths against `root` (parent folders created); postgres URLs to psycopg 3."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        db = u.database
+        if db and db != ":memory:" and not db.startswith("file:"):
+            path = Path(db)
+            if not path.is_absolute():
+                path = (root or Path.cwd()) / path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            u = u.set(database=str(path))
+    elif u.get_backend_name() in ("postgresql", "postgres"):
+        u = u.set(drivername="postgresql+psycopg")
+    return u
+
+
+def create_engine(url: sa.URL, busy_timeout_s: float = 5.0) -> Engine:
+    """An engine with SQLite in WAL mode (and a bounded wait on locks), or plain PostgreSQL."""
+    if url.get_backend_name() == "sqlite":
+        engine = sa.create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}
+        )
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new, empty file
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            cur.close()
+            # Let SQLAlchemy, not the sqlite3 module, open transactions, so DDL is transactional
+            # (a migration and its version stamp commit together) and writers can BEGIN IMMEDIATE.
+            dbapi_conn.isolation_level = None
+
+        @sa.event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get('sqlite_begin', '')}")
+
+        return engine
+    return sa.create_engine(
+        url, pool_pre_ping=True, connect_args={"connect_timeout": max(1, int(busy_timeout_s))}
+    )
+
+
+@contextlib.contextmanager
+def writing(engine: Engine) -> Iterator[Connection]:
+    """A write transaction; on SQLite it takes the write lock up front (BEGIN IMMEDIATE), so a
+    busy database makes it wait up to the busy timeout instead of failing half-way."""
+    with engine.connect() as conn:
+        conn.execution_options(sqlite_begin="IMMEDIATE")
+        with conn.begin():
+            yield conn
+
+
+def migrate(engine: Engine, attempts: int = 3) -> None:
+    """Bring the schema to the newest revision.
+
+    Serialised by an advisory lock on PostgreSQL. SQLite has none, so two processes starting at
+    once may collide; the loser retries and then finds the schema current. Best run once before
+    starting workers.
+    """
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(resources.files("gateway") / "migrations"))
+    for attempt in range(attempts):
+        try:
+            with _ALEMBIC, writing(engine) as conn:
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(7304117)"))
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+            return
+        except sa.exc.DBAPIError:
+            if attempt == attempts - 1 or engine.dialect.name != "sqlite":
+                raise
+            _time.sleep(0.2 * (attempt + 1))
+
+
+def day_start(t: float) -> int:
+    return int(t // DAY) * DAY
+
+
+def _partition(table: str, day: int) -> str:
+    return f"{table}_p{_time.strftime('%Y%m%d', _time.gmtime(day))}"
+
+
+def _partition_day(name: str) -> int | None:
+    try:
+        return calendar.timegm(_time.strptime(name.rsplit("_p", 1)[1], "%Y%m%d"))
+    except (IndexError, ValueError):
+        return None
+
+
+class Store:
+    """The tables behind one URL: write batches, drop old days, answer the report's queries."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        root: Path | None = None,
+        busy_timeout_s: float = 5.0,
+        run_migrations: bool = True,
+    ) -> None:
+        self.url = resolve_url(url, root)
+        self.engine = create_engine(self.url, busy_timeout_s)
+        self.postgres = self.engine.dialect.name == "postgresql"
+        self._days: set[tuple[str, int]] = set()
+        if run_migrations:
+            migrate(self.engine)
+
+    @classmethod
+    def from_config(cls, config: Config, **kw: Any) -> Store:
+        return cls(config.store.url, root=config.root, **kw)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write(
+        self, rows: Sequence[dict[str, Any]], contents: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Insert a batch in one transaction; rows already present are left alone."""
+        if not rows and not contents:
+            return
+        if self.postgres:
+            self._ensure_partitions("requests", (r["time"] for r in rows))
+            self._ensure_partitions("contents", (c["time"] for c in contents))
+        insert = postgresql.insert if self.postgres else sqlite.insert
+        with writing(self.engine) as conn:
+            if rows:
+                conn.execute(insert(REQUESTS).on_conflict_do_nothing(), list(rows))
+            if contents:
+                conn.execute(insert(CONTENTS).on_conflict_do_nothing(), list(contents))
+
+    def _ensure_partitions(self, table: str, times: Iterable[float]) -> None:
+        known = {d for tb, d in self._days if tb == table}
+        for day in sorted({day_start(t) for t in times} - known):
+            name = _partition(table, day)
+            ddl = (
+                f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} "
+                f"FOR VALUES FROM ({day}) TO ({day + DAY})"
+            )
+            try:
+                with writing(self.engine) as conn:
+                    conn.execute(sa.text(ddl))
+            except sa.exc.IntegrityError:  # another gateway created it at the same moment
+                pass
+            self._days.add((table, day))
+
+    # -- retention -------------------------------------------------------------------------
+
+    def drop_before(self, table: str, cutoff: float) -> int:
+        """Drop every whole day of `table` that ended by `cutoff`; returns the days dropped."""
+        if table not in ("requests", "contents"):
+            raise ValueError(table)
+        if self.postgres:
+            return self._drop_partitions(table, cutoff)
+        return self._delete_days(table, cutoff)
+
+    def apply_retention(
+        self, retention_days: int, content_retention_days: int, now: float | None = None
+    ) -> dict[str, int]:
+        now = _time.time() if now is None else now
+        return {
+            "requests": self.drop_before("requests", now - retention_days * DAY),
+            "contents": self.drop_before("contents", now - content_retention_days * DAY),
+        }
+
+    def _drop_partitions(self, table: str, cutoff: float) -> int:
+        query = sa.text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = :parent"
+        )
+        with writing(self.engine) as conn:
+            names = [r[0] for r in conn.execute(query, {"parent": table})]
+        dropped = 0
+        for name in sorted(names):
+            day = _partition_day(name)
+            if day is None or day + DAY > cutoff:
+                continue
+            with writing(self.engine) as conn:
+                conn.execute(sa.text(f'DROP TABLE IF EXISTS "{name}"'))
+            self._days.discard((table, day))
+            dropped += 1
+        return dropped
+
+    def _delete_days(self, table: str, cutoff: float) -> int:
+        t = REQUESTS if table == "requests" else CONTENTS
+        with writing(self.engine) as conn:
+            oldest = conn.execute(sa.select(sa.func.min(t.c.time))).scalar()
+        if oldest is None:
+            return 0
+        dropped = 0
+        day = day_start(oldest)
+        while day + DAY <= cutoff:
+            with writing(self.engine) as conn:
+                conn.execute(sa.delete(t).where(t.c.time < day + DAY))
+            dropped += 1
+            day += DAY
+        if dropped:
+            with writing(self.engine) as conn:
+                conn.execute(sa.text("PRAGMA incremental_vacuum"))
+        return dropped
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def count(self, table: str = "requests") -> int:
+        t = REQUESTS if table == "requests" else CONTENTS
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        """One request row as a dict (attempts decoded), for tests and inspection."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(REQUESTS).where(REQUESTS.c.request_id == request_id)
+            ).first()
+        if row is None:
+            return None
+        out = dict(row._mapping)
+        out["attempts"] = json.loads(out["attempts"])
+        return out
+
+    def usage(self, since: float, until: float | None = None) -> list[Usage]:
+        """Per (model, upstream) totals of requests that started in [since, until)."""
+        t = REQUESTS
+        one = sa.literal(1)
+        error = sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)
+
+        def count_if(cond: Any) -> Any:
+            return sa.func.sum(sa.case((cond, one), else_=0))
+
+        query = (
+            sa.select(
+                t.c.model,
+                t.c.upstream,
+                sa.func.count(),
+                sa.func.sum(t.c.prompt_tokens),
+                sa.func.sum(t.c.cached_tokens),
+                sa.func.sum(t.c.completion_tokens),
+                sa.func.sum(t.c.reasoning_tokens),
+                sa.func.sum(sa.func.coalesce(t.c.cost_usd, 0.0)),
+                sa.func.sum(sa.func.coalesce(t.c.charged_cost_usd, 0.0)),
+                sa.func.sum(
+                    sa.case(
+                        (t.c.charged_cost_usd.is_not(None), sa.func.coalesce(t.c.cost_usd, 0.0)),
+                        else_=0.0,
+                    )
+                ),
+                count_if(t.c.truncated == sa.true()),
+                count_if(error),
+                count_if(t.c.usage_estimated == sa.true()),
+            )
+            .where(*self._window(since, until))
+            .group_by(t.c.model, t.c.upstream)
+            .order_by(t.c.model, t.c.upstream)
+        )
+        with self.engine.connect() as conn:
+            return [_usage(r) for r in conn.execute(query)]
+
+    def intervals(
+        self, upstreams: Sequence[str], since: float, until: float | None = None
+    ) -> Iterator[tuple[float, float]]:
+        """(start, end) of every request to `upstreams` in the window, clipped to it."""
+        if not upstreams:
+            return
+        t = REQUESTS
+        query = sa.select(t.c.time, sa.func.coalesce(t.c.e2e_s, 0.0)).where(
+            t.c.upstream.in_(list(upstreams)), *self._window(since, until)
+        )
+        end_cap = _time.time() if until is None else until
+        with self.engine.connect() as conn:
+            for start, e2e in conn.execution_options(yield_per=5000).execute(query):
+                yield start, min(start + e2e, end_cap)
+
+    def node_hours(
+        self, config: Config, since: float, until: float | None = None
+    ) -> dict[str, float]:
+        """Busy hours of each configured node: the union of its upstreams' request intervals."""
+        out = {}
+        for node in config.nodes:
+            ups = [u.name for u in config.upstreams if u.node == node]
+            out[node] = busy_hours(self.intervals(ups, since, until))
+        return out
+
+    @staticmethod
+    def _window(since: float, until: float | None) -> list[Any]:
+        cond = [REQUESTS.c.time >= since]
+        if until is not None:
+            cond.append(REQUESTS.c.time < until)
+        return cond
+
+
+def _usage(r: Sequence[Any]) -> Usage:
+    ints = [int(x or 0) for x in r[2:7]]
+    floats = [float(x or 0) for x in r[7:10]]
+    flags = [int(x or 0) for x in r[10:13]]
+    return Usage(r[0], r[1], *ints, *floats, *flags)
+
+
+# ---------------------------------------------------------------------------------------------
+# The queue between the request path and the store.
+
+
+class Spool:
+    """JSONL files of batches the store could not take, replayed when it is back.
+
+    Every process appends to `spool.jsonl` under an exclusive `flock`, re-opening the file if it
+    was renamed meanwhile. A replay first claims the file by renaming it (atomic, so two
+    processes never replay the same file), waits for any append still holding the old inode,
+    replays it, then deletes it. Claimed files of a process that died are claimed again.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / "spool.jsonl"
+        self._lock = threading.Lock()
+
+    def append(self, rows: Sequence[dict[str, Any]], contents: Sequence[dict[str, Any]]) -> None:
+        lines = [json.dumps({"requests": r}) for r in rows]
+        lines += [json.dumps({"contents": c}) for c in contents]
+        if not lines:
+            return
+        data = ("\n".join(lines) + "\n").encode()
+        with self._lock:
+            while True:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    try:
+                        same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                    except FileNotFoundError:
+                        same = False
+                    if same:
+                        os.write(fd, data)
+                        os.fsync(fd)
+                        return
+                finally:
+                    os.close(fd)
+
+    def pending(self) -> bool:
+        return self.path.exists() or any(self._orphans())
+
+    def _orphans(self) -> Iterator[Path]:
+        for p in self.folder.glob("replaying-*.jsonl"):
+            pid = int(p.name.split("-")[1])
+            if pid == os.getpid() or not _alive(pid):
+                yield p
+
+    def claim(self) -> list[Path]:
+        """Take every spooled file this process may replay (renamed to its own name)."""
+        claimed = []
+        for src in [self.path, *self._orphans()]:
+            dst = self.folder / f"replaying-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+            try:
+                os.rename(src, dst)
+            except FileNotFoundError:
+                continue
+            fd = os.open(dst, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # a writer holding the old inode finishes first
+            finally:
+                os.close(fd)
+            claimed.append(dst)
+        return claimed
+
+    @staticmethod
+    def read(path: Path, chunk: int) -> Iterator[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+        """The file's rows and contents, `chunk` lines at a time (memory stays bounded)."""
+        rows: list[dict[str, Any]] = []
+        contents: list[dict[str, Any]] = []
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError:  # a torn last line from a crash
+                    log.warning("spool %s: skipping an unreadable line", path.name)
+                    continue
+                if "requests" in item:
+                    rows.append(item["requests"])
+                else:
+                    contents.append(item["contents"])
+                if len(rows) + len(contents) >= chunk:
+                    yield rows, contents
+                    rows, contents = [], []
+        if rows or contents:
+            yield rows, contents
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(slots=True)
+class QueueStats:
+    submitted: int = 0
+    written: int = 0  # rows handed to the database in a committed batch (incl. replays)
+    spooled: int = 0  # rows written to the spool because the database failed
+    overflowed: int = 0  # rows spooled straight from submit() because the queue was full
+    replayed: int = 0
+    dropped: int = 0  # rows lost: even the spool failed (disk full); logged
+
+
+_STOP = object()
+
+
+class RecordQueue:
+    """A `RecordSink` that writes records to the store from a background thread.
+
+    `submit` puts the record on a bounded queue and returns; it never blocks on the database and
+    never raises. The thread converts records to rows and writes them in batches of up to
+    `batch_size` rows or `flush_interval_s` seconds. If a write fails the batch goes to the spool
+    and the database is tried again after `retry_interval_s`; once a write succeeds the spool is
+    replayed. If the queue is full (the database is slower than the traffic), `submit` appends
+    the row to the spool itself instead of growing memory. `close()` writes or spools everything
+    still queued; nothing is lost on a graceful shutdown.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        spool_dir: Path,
+        *,
+        batch_size: int = 500,
+        flush_interval_s: float = 0.2,
+        max_pending: int = 10_000,
+        retry_interval_s: float = 2.0,
+        store_content: bool = False,
+        start: bool = True,
+    ) -> None:
+        self.store = store
+        self.store_content = store_content
+        self.spool = Spool(spool_dir)
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self.retry_interval_s = retry_interval_s
+        self.stats = QueueStats()
+        self._q: queue.Queue[Any] = queue.Queue(maxsize=max_pending)
+        self._down_until = 0.0
+        self._spool_dirty = self.spool.pending()
+        self._cv = threading.Condition()
+        self._queued = 0  # items put on the queue
+        self._handled = 0  # items written or spooled by the thread
+        self._thread = threading.Thread(target=self._run, name="record-queue", daemon=True)
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @classmethod
+    def from_config(cls, config: Config, store: Store, **kw: Any) -> RecordQueue:
+        """Spool under `<config folder>/var/spool`; content kept per `store.store_content`."""
+        kw.setdefault("store_content", config.store.store_content)
+        return cls(store, config.root / "var" / "spool", **kw)
+
+    # -- request path ------------------------------------------------------------------
+
+    def submit(self, record: Record) -> None:
+        self._put(("r", record))
+
+    def submit_content(self, content: Content) -> None:
+        """Queue a prompt/response pair; ignored unless `store_content` is on."""
+        if self.store_content:
+            self._put(("c", content))
+
+    def _put(self, item: tuple[str, Any]) -> None:
+        try:
+            self.stats.submitted += 1
+            self._q.put_nowait(item)
+            self._queued += 1
+        except queue.Full:
+            try:
+                rows, contents = _convert([item])
+                self.spool.append(rows, contents)
+                self.stats.overflowed += 1
+                self._spool_dirty = True
+            except Exception:
+                self.stats.dropped += 1
+                log.exception("record queue full and spool failed; record dropped")
+        except Exception:
+            self.stats.dropped += 1
+            log.exception("record dropped")
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything submitted so far is written or spooled (tests, benchmarks)."""
+        target = self._queued
+        with self._cv:
+            return self._cv.wait_for(lambda: self._handled >= target, timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        if not self._thread.is_alive():
+            return
+        self._q.put(_STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("record queue did not finish within %.0fs", timeout)
+
+    # -- the writer thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch, stopping = self._take()
+            try:
+                if batch:
+                    self._write(*_convert(batch))
+                elif self._spool_dirty and _time.monotonic() >= self._down_until:
+                    self._replay()
+            except Exception:
+                log.exception("record queue: unexpected error")
+            with self._cv:
+                self._handled += len(batch)
+                self._cv.notify_all()
+        if self._spool_dirty and _time.monotonic() >= self._down_until:
+            try:
+                self._replay()
+            except Exception:
+                log.exception("record queue: replay at close failed")
+
+    def _take(self) -> tuple[list[tuple[str, Any]], bool]:
+        try:
+            first = self._q.get(timeout=self.flush_interval_s)
+        except queue.Empty:
+            return [], False
+        if first is _STOP:
+            return self._drain(), True
+        batch = [first]
+        deadline = _time.monotonic() + self.flush_interval_s
+        while len(batch) < self.batch_size:
+            remaining = deadline - _time.monotonic()
+            try:
+                item = self._q.get(timeout=remaining) if remaining > 0 else self._q.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return batch + self._drain(), True
+            batch.append(item)
+        return batch, False
+
+    def _drain(self) -> list[tuple[str, Any]]:
+        items: list[tuple[str, Any]] = []
+        while True:
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                return items
+            if item is not _STOP:
+                items.append(item)
+
+    def _write(self, rows: list[dict[str, Any]], contents: list[dict[str, Any]]) -> None:
+        for i in range(0, max(len(rows), len(contents)), self.batch_size):
+            part = rows[i : i + self.batch_size], contents[i : i + self.batch_size]
+            if _time.monotonic() < self._down_until:
+                self._to_spool(*part)
+                continue
+            try:
+                self.store.write(*part)
+            except Exception as e:
+                log.warning(
+                    "store unavailable (%s); spooling to %s", type(e).__name__, self.spool.folder
+                )
+                self._down_until = _time.monotonic() + self.retry_interval_s
+                self._to_spool(*part)
+                continue
+            self.stats.written += len(part[0])
+            if self._spool_dirty:
+                self._replay()
+
+    def _to_spool(self, rows: list[dict[str, Any]], contents: list[dict[str, Any]]) -> None:
+        try:
+            self.spool.append(rows, contents)
+            self.stats.spooled += len(rows)
+            self._spool_dirty = True
+        except Exception:
+            self.stats.dropped += len(rows)
+            log.exception("spool failed; %d records dropped", len(rows))
+
+    def _replay(self) -> None:
+        for path in self.spool.claim():
+            n = 0
+            try:
+                for rows, contents in Spool.read(path, self.batch_size):
+                    self.store.write(rows, contents)
+                    n += len(rows)
+            except Exception:
+                self._down_until = _time.monotonic() + self.retry_interval_s
+                self._spool_dirty = True
+                return  # the claimed file stays and is claimed again (inserts are idempotent)
+            path.unlink()
+            self.stats.replayed += n
+            self.stats.written += n
+            log.info("replayed %d spooled records from %s", n, path.name)
+        self._spool_dirty = self.spool.pending()
+
+
+def _convert(items: Iterable[tuple[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rows, contents = [], []
+    for kind, obj in items:
+        if kind == "r":
+            rows.append(record_row(obj))
+        else:
+            contents.append(obj.as_row())
+    return rows, contents

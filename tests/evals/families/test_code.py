@@ -1,0 +1,185 @@
+import re
+
+import pytest
+
+from evals.families import code as family
+from evals.item import Item, Reply, items_digest
+from evals.sandbox import Limits
+
+
+@pytest.fixture(scope="module")
+def problems() -> dict[str, dict]:
+    return {p["task_id"]: p for p in family.humaneval_problems()}
+
+
+@pytest.fixture(scope="module")
+def items() -> list[Item]:
+    return family.build(0)
+
+
+@pytest.fixture
+def fast_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(family, "LIMITS", Limits(cpu_seconds=1, wall_seconds=3))
+
+
+def _fenced(code: str) -> Reply:
+    return Reply(f"Here you go:\n```python\n{code}\n```\nDone.", finish_reason="stop")
+
+
+def test_humaneval_ships_in_the_wheel_and_matches_the_pin(problems: dict) -> None:
+    assert len(problems) == 164
+
+
+def test_default_suite_mixes_humaneval_and_generated_tasks(items: list[Item]) -> None:
+    assert len(items) == family.DEFAULT_N
+    sources = [i.meta["source"] for i in items]
+    assert sources.count("human-eval") == 60 and sources.count("generated") == 40
+    assert items_digest(items) == items_digest(family.build(0))
+    assert items_digest(items) != items_digest(family.build(1))
+
+
+def test_canonical_humaneval_solutions_pass(items: list[Item], problems: dict) -> None:
+    for item in items[:5]:
+        problem = problems[item.meta["task_id"]]
+        reply = _fenced(problem["prompt"] + problem["canonical_solution"])
+        assert family.score_tests(item, reply).correct, item.id
+
+
+def test_a_body_only_completion_is_accepted(items: list[Item], problems: dict) -> None:
+    item = items[0]
+    body = problems[item.meta["task_id"]]["canonical_solution"]
+    assert family.score_tests(item, Reply(f"```python\n{body}```")).correct
+
+
+def test_a_wrong_solution_fails(items: list[Item], problems: dict) -> None:
+    item = items[0]
+    entry = item.answer["entry_point"]
+    verdict = family.score_tests(item, _fenced(f"def {entry}(*args):\n    return None"))
+    assert verdict.outcome == "wrong"
+
+
+def test_code_that_never_finishes_fails(items: list[Item], fast_limits: None) -> None:
+    entry = items[0].answer["entry_point"]
+    verdict = family.score_tests(items[0], _fenced(f"def {entry}(*a):\n    while True: pass"))
+    assert verdict.outcome == "wrong" and verdict.detail == "execution timeout"
+
+
+def test_code_that_tries_the_network_fails(items: list[Item], problems: dict) -> None:
+    item = items[0]
+    problem = problems[item.meta["task_id"]]
+    sneaky = "import socket\nsocket.create_connection(('10.0.0.1', 80), timeout=1)\n"
+    verdict = family.score_tests(
+        item, _fenced(sneaky + problem["prompt"] + problem["canonical_solution"])
+    )
+    assert verdict.outcome == "wrong" and "sandbox" in verdict.detail
+
+
+def _nth_digit_sum_item(items: list[Item]) -> tuple[Item, int]:
+    item = next(i for i in items if i.meta.get("task") == "nth_digit_sum")
+    d = int(re.search(r"divisible by (\d+)", item.messages[0]["content"])[1])
+    return item, d
+
+
+def test_a_generated_task_passes_a_correct_solution(items: list[Item]) -> None:
+    item, d = _nth_digit_sum_item(items)
+    solution = (
+        "def nth_digit_sum(n):\n    k = 0\n    while n:\n        k += 1\n"
+        f"        if sum(int(c) for c in str(k)) % {d} == 0:\n            n -= 1\n    return k"
+    )
+    assert family.score_tests(item, _fenced(solution)).correct
+
+
+def test_a_generated_task_rejects_an_off_by_one(items: list[Item]) -> None:
+    item, d = _nth_digit_sum_item(items)
+    solution = (
+        "def nth_digit_sum(n):\n    k = 0\n    while n:\n"
+        f"        if sum(int(c) for c in str(k)) % {d} == 0:\n            n -= 1\n"
+        "        k += 1\n    return k"
+    )
+    assert family.score_tests(item, _fenced(solution)).outcome == "wrong"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "<think>```python\ndef f():\n    return 1\n```</think>\nI cannot answer.\n```\n```",
+        "<think>```python\ndef f():\n    return 1\n```</think>",
+        "<think>\n```python\ndef f():\n    return 1\n```",
+        "",
+        "```python\n\n```",
+        "Sorry, I cannot help with that.",
+    ],
+)
+def test_code_only_in_reasoning_or_absent_is_unparsed(content: str, items: list[Item]) -> None:
+    assert family.score_tests(items[0], Reply(content)).outcome == "unparsed"
+
+
+def test_extraction_prefers_the_last_block_defining_a_function() -> None:
+    text = "```python\ndef f():\n    return 1\n```\nUsage:\n```python\nprint(f())\n```"
+    assert family.extract_code(Reply(text)).startswith("def f")
+    assert family.extract_code(Reply("def f():\n    return 2")) == "def f():\n    return 2"
+    assert family.extract_code(Reply("```python\ndef f():\n    return 3\n")).startswith("def f")
+
+
+# Independent solutions, written from each task's drawn parameters, prove the generated tests
+# match their own specification (and the sandbox grades them).
+SOLUTIONS = {
+    "run_length": lambda p: (
+        "import itertools\n"
+        "def run_length(text):\n"
+        "    runs = [(c, len(list(g))) for c, g in itertools.groupby(text)]\n"
+        f"    fmt = (lambda c, n: f'{{n}}{p['sep']}{{c}}') if {p['count_first']} else "
+        f"(lambda c, n: f'{{c}}{p['sep']}{{n}}')\n"
+        "    return ','.join(fmt(c, n) for c, n in runs)\n"
+    ),
+    "to_base": lambda p: (
+        "def to_base(n):\n"
+        f"    digits, base = {p['alphabet']!r}, {p['base']}\n"
+        "    if n < 0:\n        return '-' + to_base(-n)\n"
+        "    return digits[n] if n < base else to_base(n // base) + digits[n % base]\n"
+    ),
+    "top_words": lambda p: (
+        "import re\n"
+        "def top_words(text):\n"
+        "    words = [w.lower() for w in re.findall('[A-Za-z]+', text)]\n"
+        "    uniq = sorted(set(words)) if "
+        f"{p['alphabetical']} else list(dict.fromkeys(words))\n"
+        f"    return sorted(uniq, key=lambda w: -words.count(w))[:{p['k']}]\n"
+    ),
+    "merge": lambda p: (
+        "def merge(intervals):\n"
+        "    out = []\n"
+        "    for a, b in sorted(intervals):\n"
+        f"        if out and (a < out[-1][1] or ({p['adjacent']} and a == out[-1][1])):\n"
+        "            out[-1] = (out[-1][0], max(b, out[-1][1]))\n"
+        "        else:\n            out.append((a, b))\n"
+        "    return out\n"
+    ),
+    "balanced": lambda p: (
+        "def balanced(text):\n"
+        f"    pairs = {p['pairs']!r}\n"
+        "    prev = None\n"
+        f"    if not {p['ignore_other']} and any(c not in ''.join(pairs) for c in text):\n"
+        "        return False\n"
+        "    text = ''.join(c for c in text if c in ''.join(pairs))\n"
+        "    while prev != text:\n"
+        "        prev = text\n"
+        "        for pair in pairs:\n            text = text.replace(pair, '')\n"
+        "    return text == ''\n"
+    ),
+    "nth_digit_sum": lambda p: (
+        "import itertools\n"
+        "def nth_digit_sum(n):\n"
+        f"    hits = (k for k in itertools.count(1) if sum(map(int, str(k))) % {p['d']} == 0)\n"
+        "    return next(itertools.islice(hits, n - 1, None))\n"
+    ),
+}
+
+
+def test_every_generated_task_is_solvable_from_its_specification(items: list[Item]) -> None:
+    generated = [i for i in items if i.meta["source"] == "generated"]
+    assert {i.meta["task"] for i in generated} == set(SOLUTIONS)
+    for item in generated[: len(SOLUTIONS) * 2]:
+        solution = SOLUTIONS[item.meta["task"]](item.meta["params"])
+        verdict = family.score_tests(item, _fenced(solution))
+        assert verdict.correct, (item.id, verdict.detail, solution)

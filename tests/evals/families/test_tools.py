@@ -1,0 +1,189 @@
+from typing import Any
+
+import orjson
+import pytest
+
+from evals.families import tools as family
+from evals.item import Item, Reply, items_digest
+
+FUNCTION = {
+    "name": "geo.route",
+    "description": "Plan a route.",
+    "parameters": {
+        "type": "dict",
+        "properties": {
+            "city": {"type": "string"},
+            "stops": {"type": "integer"},
+            "speed": {"type": "float"},
+            "avoid_tolls": {"type": "boolean", "optional": True},
+            "waypoints": {"type": "tuple", "items": {"type": "string"}},
+            "when": {"type": "integer"},
+        },
+        "required": ["city", "stops"],
+    },
+}
+
+
+def _item(calls: list[dict[str, Any]]) -> Item:
+    return Item(
+        "t",
+        "tools",
+        ({"role": "user", "content": "q"},),
+        {"calls": calls},
+        "bfcl_ast",
+        tools=(family.openai_tool(FUNCTION),),
+    )
+
+
+ROUTE = _item(
+    [
+        {
+            "name": "geo_route",
+            "arguments": {
+                "city": ["New York", "NYC"],
+                "stops": [3],
+                "speed": [50.0, ""],
+                "avoid_tolls": [True, ""],
+                "waypoints": [["a, b", "c"], ""],
+                "when": ["now", ""],
+            },
+        }
+    ]
+)
+
+
+def _call(name: str, arguments: Any) -> dict[str, Any]:
+    args = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+    return {"id": "c1", "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def _score(item: Item, *calls: dict[str, Any]) -> str:
+    return family.score_ast(item, Reply(None, tool_calls=calls)).outcome
+
+
+def test_schema_conversion_to_openai_tools() -> None:
+    tool = family.openai_tool(FUNCTION)["function"]
+    props = tool["parameters"]["properties"]
+    assert tool["name"] == "geo_route" and tool["parameters"]["type"] == "object"
+    assert props["speed"]["type"] == "number" and props["waypoints"]["type"] == "array"
+    assert "optional" not in props["avoid_tolls"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "outcome"),
+    [
+        ({"city": "New York", "stops": 3}, "correct"),
+        ({"city": "  new york ", "stops": 3}, "correct"),
+        ({"city": "NYC", "stops": 3, "speed": 50}, "correct"),  # int accepted for float
+        ({"city": "NYC", "stops": 3, "speed": 50.0, "avoid_tolls": True}, "correct"),
+        ({"city": "NYC", "stops": 3, "waypoints": ["a,b", "C"]}, "correct"),
+        ({"city": "NYC", "stops": 3, "when": "now"}, "correct"),  # a BFCL "variable"
+        ({"city": "NYC", "stops": 3.0}, "wrong"),  # float is not an integer
+        ({"city": "NYC", "stops": True}, "wrong"),  # bool is not an integer
+        ({"city": "NYC", "stops": "3"}, "wrong"),  # no string-to-int coercion
+        ({"city": "NYC", "stops": 3, "avoid_tolls": 1}, "wrong"),
+        ({"city": "NYC", "stops": 3, "waypoints": ["ab", "c"]}, "wrong"),  # "a, b" is not "ab"
+        ({"city": "NYC", "stops": 3, "waypoints": ["c", "a, b"]}, "wrong"),  # order matters
+        ({"city": "NewYork", "stops": 3}, "wrong"),
+        ({"city": "NYC", "stops": 4}, "wrong"),
+        ({"city": "NYC"}, "wrong"),  # missing required
+        ({"city": "NYC", "stops": 3, "mode": "car"}, "wrong"),  # unexpected parameter
+        ({"city": "NYC", "stops": 3, "speed": None}, "wrong"),
+    ],
+)
+def test_argument_matching(arguments: dict[str, Any], outcome: str) -> None:
+    assert _score(ROUTE, _call("geo_route", arguments)) == outcome
+
+
+def test_a_missing_parameter_that_is_not_optional_is_wrong() -> None:
+    item = _item(
+        [{"name": "geo_route", "arguments": {"city": ["x"], "stops": [1], "speed": [2.0]}}]
+    )
+    assert _score(item, _call("geo_route", {"city": "x", "stops": 1})) == "wrong"
+    assert _score(item, _call("geo_route", {"city": "x", "stops": 1, "speed": 2})) == "correct"
+
+
+def test_string_near_misses_are_not_equal() -> None:
+    item = _item([{"name": "geo_route", "arguments": {"city": ["35"], "stops": [1]}}])
+    for near in ("3 or 5", "3, 5", "3.5", "3-5", "3 5"):
+        assert _score(item, _call("geo_route", {"city": near, "stops": 1})) == "wrong", near
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        _call("geo_route", '{"city": "NYC", "stops": 3'),
+        _call("geo_route", "[1, 2]"),
+        _call("geo_route", "not json"),
+        _call("geo.route", {"city": "NYC", "stops": 3}),
+        _call("delete_everything", {}),
+    ],
+)
+def test_unreadable_calls_are_malformed(call: dict[str, Any]) -> None:
+    assert _score(ROUTE, call) == "malformed"
+
+
+def test_parallel_calls_match_in_any_order_and_count_must_agree() -> None:
+    item = _item(
+        [
+            {"name": "geo_route", "arguments": {"city": ["A"], "stops": [1]}},
+            {"name": "geo_route", "arguments": {"city": ["B"], "stops": [2]}},
+        ]
+    )
+    a, b = (
+        _call("geo_route", {"city": "A", "stops": 1}),
+        _call("geo_route", {"city": "B", "stops": 2}),
+    )
+    assert _score(item, b, a) == "correct"
+    assert _score(item, a) == "wrong"
+    assert _score(item, a, a) == "wrong"
+    assert _score(item, a, b, b) == "wrong"
+    assert _score(item) == "wrong"
+
+
+def test_irrelevance_is_correct_only_without_a_call() -> None:
+    item = _item([])
+    assert _score(item) == "correct"
+    assert _score(item, _call("geo_route", {"city": "NYC", "stops": 3})) == "wrong"
+
+
+def _concrete(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _concrete(_first(v)) for k, v in value.items() if _first(v) != ""}
+    if isinstance(value, list):
+        return [_concrete(v) for v in value]
+    return value
+
+
+def _first(options: list[Any]) -> Any:
+    return next((o for o in options if o != ""), "")
+
+
+@pytest.fixture(scope="module")
+def items() -> list[Item]:
+    return family.build(0)
+
+
+def test_default_suite_is_stratified_and_pinned(items: list[Item]) -> None:
+    assert len(items) == family.DEFAULT_N
+    counts = {c: sum(i.meta["category"] == c for i in items) for c in family.CATEGORIES}
+    assert counts == {
+        "simple": 20,
+        "multiple": 15,
+        "parallel": 15,
+        "parallel_multiple": 10,
+        "irrelevance": 20,
+    }
+    assert items_digest(items) == items_digest(family.build(0))
+    names = {t["function"]["name"] for i in items for t in i.tools or ()}
+    assert all(family.UNSAFE_NAME.search(n) is None for n in names)
+
+
+def test_every_item_accepts_its_own_ground_truth_in_reverse_order(items: list[Item]) -> None:
+    for item in items:
+        calls = [
+            _call(c["name"], _concrete({k: v for k, v in c["arguments"].items()}))
+            for c in item.answer["calls"]
+        ]
+        verdict = family.score_ast(item, Reply(None, tool_calls=tuple(reversed(calls))))
+        assert verdict.correct, (item.id, verdict.detail)

@@ -1,0 +1,155 @@
+"""`plumbline report cost` from a real SQLite store."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway.config import Config
+from gateway.metrics import Metrics
+from gateway.record import Record
+from gateway.report import parse_since, report_cost, window_economics
+from gateway.store import Store, record_row
+
+NOW = 1_800_000_000.0
+
+
+def config(root: Path) -> Config:
+    return Config.model_validate(
+        {
+            "store": {"url": "sqlite:///var/records.db"},
+            "upstreams": [
+                {
+                    "name": "local",
+                    "kind": "vllm",
+                    "base_url": "http://127.0.0.1:1/v1",
+                    "model": "q",
+                    "node": "box",
+                },
+                {
+                    "name": "or",
+                    "kind": "openai",
+                    "base_url": "https://openrouter.ai/api/v1",
+                    "model": "q/q",
+                },
+            ],
+            "models": {"qwen": {"upstreams": ["local"], "fallback": ["or"]}},
+            "prices": {"or": {"input": 0.42, "output": 3.00}},
+            "nodes": {"box": {"cost_per_hour": 3.08, "utilisation": 0.7}},
+            "root": root,
+        }
+    )
+
+
+def rec(i: int, upstream: str, t: float, **kw: object) -> Record:
+    values: dict[str, object] = dict(
+        request_id=f"{upstream}-{i}",
+        door="chat",
+        model="qwen",
+        stream=True,
+        time=t,
+        upstream=upstream,
+        status=200,
+        prompt_tokens=1000,
+        cached_tokens=200,
+        completion_tokens=100,
+        reasoning_tokens=30,
+        e2e_s=36.0,
+    )
+    values.update(kw)
+    return Record(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Config:
+    c = config(tmp_path)
+    store = Store.from_config(c)
+    rows = []
+    # 100 node requests back to back: 100 x 36 s = one busy hour.
+    for i in range(100):
+        rows.append(rec(i, "local", NOW - 7200 + 36 * i, truncated=i < 10))
+    for i in range(20):
+        cost = (800 * 0.42 + 200 * 0.42 + 100 * 3.00) / 1e6
+        rows.append(
+            rec(
+                i,
+                "or",
+                NOW - 600 + i,
+                cost_usd=cost,
+                status=500 if i < 5 else 200,
+                error_class="UpstreamError" if i < 5 else None,
+            )
+        )
+    rows.append(rec(0, "local", NOW - 3 * 86_400, request_id="too-old"))
+    store.write([record_row(r) for r in rows])
+    store.close()
+    return c
+
+
+def test_parse_since() -> None:
+    assert parse_since("24h") == 86_400
+    assert parse_since("30m") == 1800
+    assert parse_since("7d") == 7 * 86_400
+    with pytest.raises(ValueError, match="since"):
+        parse_since("yesterday")
+
+
+def test_json_report(cfg: Config) -> None:
+    doc = json.loads(report_cost(cfg, "24h", "json", now=NOW))
+    rows = {r["upstream"]: r for r in doc["rows"]}
+    assert set(rows) == {"local", "or"}
+    local, api = rows["local"], rows["or"]
+    assert local["requests"] == 100 and local["node"] == "box"
+    assert (local["prompt_tokens"], local["cached_tokens"]) == (100_000, 20_000)
+    assert (local["completion_tokens"], local["reasoning_tokens"]) == (10_000, 3_000)
+    assert local["truncation_rate"] == pytest.approx(0.10)
+    assert api["error_rate"] == pytest.approx(0.25)
+    assert doc["nodes"]["box"]["busy_hours"] == pytest.approx(1.0)
+    # The node's hour ($3.08 at 70% = $4.40) over the 110k tokens it served.
+    assert local["usd_per_m"] == pytest.approx(4.40 / 110_000 * 1e6)
+    assert api["usd_per_m"] == pytest.approx((1000 * 0.42 + 100 * 3.00) / 1100)
+    api_bill = (100_000 * 0.42 + 10_000 * 3.00) / 1e6
+    assert local["api_node_ratio"] == pytest.approx(api_bill / 4.40)
+    assert doc["models"]["qwen"]["api_node_ratio"] == pytest.approx(api_bill / 4.40)
+
+
+def test_window_excludes_older_rows(cfg: Config) -> None:
+    doc = json.loads(report_cost(cfg, "30m", "json", now=NOW))
+    assert {r["upstream"] for r in doc["rows"]} == {"or"}  # node traffic ended an hour ago
+
+
+def test_csv_report(cfg: Config) -> None:
+    rows = list(csv.DictReader(io.StringIO(report_cost(cfg, "24h", "csv", now=NOW))))
+    assert [r["upstream"] for r in rows] == ["local", "or"]
+    assert int(rows[0]["requests"]) == 100
+
+
+def test_table_report(cfg: Config) -> None:
+    text = report_cost(cfg, "24h", "table", now=NOW)
+    assert "qwen" in text and "local (box)" in text and "API÷node" in text
+    assert f"{(100_000 * 0.42 + 10_000 * 3.00) / 1e6 / 4.40:.3g}" in text
+
+
+def test_empty_store(tmp_path: Path) -> None:
+    c = config(tmp_path)
+    assert json.loads(report_cost(c, "1h", "json", now=time.time()))["rows"] == []
+    assert "Cost, last 1h" in report_cost(c, "1h", "table")
+
+
+def test_window_economics_feed_the_gauges(cfg: Config) -> None:
+    store = Store.from_config(cfg)
+    try:
+        _, hours, econ = window_economics(cfg, store, 86_400, now=NOW)
+    finally:
+        store.close()
+    assert hours == {"box": pytest.approx(1.0)}
+    metrics = Metrics(cfg)
+    metrics.set_economics(econ)
+    body = metrics.render()[0].decode()
+    ratio = (100_000 * 0.42 + 10_000 * 3.00) / 1e6 / 4.40
+    assert f'gateway_api_node_cost_ratio{{model="qwen"}} {ratio!r}' in body
