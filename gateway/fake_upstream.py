@@ -1,0 +1,1135 @@
+"""A fast, fault-injecting fake OpenAI-compatible upstream, shaped like vLLM's OpenAI server.
+
+Used by the gateway's tests (retries, fallback, reasoning split, truncation, usage, faults) and
+by the benchmarks as "the upstream directly". It runs on aiohttp's low-level server, renders
+stream chunks once per (plan, second) and substitutes only the request id, so an unpaced
+256-token stream costs one write.
+
+Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (stream and not),
+``POST /v1/responses`` (non-stream), ``POST /v1/embeddings``, ``POST /tokenize`` (vLLM-style
+``{"count", "tokens", "max_model_len"}``), ``GET /v1/models``, ``GET /health``.
+
+Text: the prompt is "tokenized" by whitespace (``/tokenize`` and ``usage.prompt_tokens`` agree).
+The answer is ``tok0 tok1 ...`` (one token per stream chunk), or the words of ``text``.
+Honoured: ``max_tokens``/``max_completion_tokens`` (they cap reasoning plus answer; a cut gives
+``finish_reason: "length"``), ``stop``, ``n``, ``logprobs``/``top_logprobs``, ``tools`` with
+``tool_choice``, ``stream_options.include_usage`` (usage only in a last chunk with empty
+``choices``). ``seed`` and sampling parameters are only recorded: the output is deterministic.
+Any ``model`` is accepted and echoed; ``/v1/models`` lists the configured ``models``.
+
+Behaviour: a JSON object; the effective one for a request is the server defaults, overlaid by
+``POST /_fake/default``, overlaid by the next entry of the script (``null`` removes a key).
+Keys (unknown keys are rejected):
+
+==========================  =================================================================
+status, message             reply with this HTTP status and an OpenAI error envelope
+retry_after                 ``Retry-After`` header (seconds) on that error
+body                        send this raw body instead (any status; ``"not json"`` etc.)
+drop_connection             close the socket without any response
+hang_before_first_byte      sleep this many seconds before the response headers
+hang_after_chunks, hang     after N stream chunks, sleep ``hang`` seconds (default 30), then
+                            go on; 0 = headers sent, no body yet
+disconnect_after_chunks     after N stream chunks, close the connection mid-stream
+                            (a chunk is one SSE event; chat's first one is the role chunk)
+malformed_sse               a stream contains a block that is not valid SSE framing
+invalid_json                a stream event (or a non-stream body) is truncated JSON
+tokens                      answer length in tokens (default 16)
+text                        answer text instead of ``tok0 tok1 ...``
+degenerate                  answer is ``111 222 333 444 111 ...``
+pace_tps                    per-token pacing, tokens per second (a non-stream answer waits
+                            for all its tokens)
+leak_think                  ``true``: content is ``<think>...</think>answer`` (no reasoning
+                            parser); ``"close_only"``: only ``...</think>answer`` (Qwen3)
+reasoning_field             ``"reasoning"`` | ``"reasoning_content"`` | ``"both"``: reasoning
+                            in a separate field, counted in ``reasoning_tokens``
+reasoning_tokens            length of the reasoning (default 8)
+no_usage                    never send usage (like llama.cpp)
+cached_tokens               ``usage.prompt_tokens_details.cached_tokens`` (not clamped)
+cost, provider              OpenRouter-style ``usage.cost`` and top-level ``provider``
+ignore_params               parameter names recorded as ignored when present
+tool_call                   ``{"name", "arguments"}`` (arguments: object or raw string) or
+                            ``true`` (first offered tool); also used for ``tool_choice``
+                            ``"required"`` or a named function
+finish_reason               report this finish reason instead
+==========================  =================================================================
+
+Control API: ``POST /_fake/script`` (JSON list, appended, consumed FIFO by generation
+requests), ``POST /_fake/default`` (object), ``GET /_fake/requests`` (received bodies, headers,
+effective behaviour, ignored parameters), ``POST /_fake/reset``. A default ``status`` of 500 or
+more also makes ``/health`` and ``/v1/models`` fail (a "down" server).
+
+Harness: ``running_fake(**defaults)`` yields a ``FakeHandle`` (``base_url`` plus the control
+calls) for a server in a background thread, or in a subprocess with ``process=True``.
+CLI: ``python -m gateway.fake_upstream --port N [--tokens N] [--pace-tps X] [--default JSON]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import zlib
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+ID_MARK = "__FAKEID__"
+_ID_MARK_B = ID_MARK.encode()
+DEFAULT_TOKENS = 16
+DEFAULT_REASONING_TOKENS = 8
+DEFAULT_HANG = 30.0
+BACKLOG = 4096
+RECORDED_HEADERS_SKIP = frozenset({"host", "content-length", "connection", "accept-encoding"})
+_DONE = b"data: [DONE]\n\n"
+
+# ---------------------------------------------------------------- behaviour
+
+
+class BehaviourError(ValueError):
+    """A behaviour object that names an unknown key or has a value of the wrong type."""
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "status": lambda v: isinstance(v, int) and not isinstance(v, bool) and 100 <= v <= 599,
+    "message": lambda v: isinstance(v, str),
+    "retry_after": _num,
+    "body": lambda v: isinstance(v, str),
+    "drop_connection": lambda v: isinstance(v, bool),
+    "hang_before_first_byte": _num,
+    "hang_after_chunks": _count,
+    "hang": _num,
+    "disconnect_after_chunks": _count,
+    "malformed_sse": lambda v: isinstance(v, bool),
+    "invalid_json": lambda v: isinstance(v, bool),
+    "tokens": _count,
+    "text": lambda v: isinstance(v, str),
+    "degenerate": lambda v: isinstance(v, bool),
+    "pace_tps": lambda v: _num(v) and v > 0,
+    "leak_think": lambda v: isinstance(v, bool) or v == "close_only",
+    "reasoning_field": lambda v: v in ("reasoning", "reasoning_content", "both"),
+    "reasoning_tokens": _count,
+    "no_usage": lambda v: isinstance(v, bool),
+    "cached_tokens": _count,
+    "cost": _num,
+    "provider": lambda v: isinstance(v, str),
+    "ignore_params": lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+    "tool_call": lambda v: (
+        isinstance(v, bool)
+        or (
+            isinstance(v, dict)
+            and isinstance(v.get("name"), str)
+            and set(v) <= {"name", "arguments"}
+        )
+    ),
+    "finish_reason": lambda v: isinstance(v, str),
+}
+BEHAVIOUR_KEYS = frozenset(_CHECKS)
+
+
+def validate_behaviour(obj: Any) -> dict[str, Any]:
+    """Return ``obj`` as a behaviour dict, or raise ``BehaviourError`` naming what is wrong."""
+    if not isinstance(obj, dict):
+        raise BehaviourError(f"a behaviour must be a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - BEHAVIOUR_KEYS)
+    if unknown:
+        raise BehaviourError(f"unknown behaviour keys {unknown}; known: {sorted(BEHAVIOUR_KEYS)}")
+    for key, value in obj.items():
+        if value is not None and not _CHECKS[key](value):
+            raise BehaviourError(f"behaviour key {key!r} has an invalid value {value!r}")
+    return dict(obj)
+
+
+def overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``top``; a ``None`` in ``top`` removes the key."""
+    merged = {**base, **top}
+    return {k: v for k, v in merged.items() if v is not None}
+
+
+# ---------------------------------------------------------------- requests and plans
+
+
+class RequestError(Exception):
+    """A request the fake rejects the way vLLM would: status plus message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def text_of(content: Any) -> str:
+    """The text of a message ``content`` (a string or a list of typed parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def prompt_units(body: dict[str, Any]) -> Sequence[str | int]:
+    """The prompt's tokens: words of ``messages``/``prompt``/``input`` text, or given token ids."""
+    if "messages" in body:
+        msgs = body["messages"]
+        return " ".join(text_of(m.get("content")) for m in msgs if isinstance(m, dict)).split()
+    prompt = body.get("prompt", body.get("input", ""))
+    units: list[str | int] = []
+    for item in prompt if isinstance(prompt, list) else [prompt]:
+        if isinstance(item, int):
+            units.append(item)
+        elif isinstance(item, list):
+            units.extend(t for t in item if isinstance(t, int))
+        elif isinstance(item, str):
+            units.extend(item.split())
+    return units
+
+
+def prompt_token_ids(body: dict[str, Any]) -> list[int]:
+    """Token ids of a request body, as ``/tokenize`` reports them (a hash per word)."""
+    return [u if isinstance(u, int) else zlib.crc32(u.encode()) % 50000 for u in prompt_units(body)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one generation request produces, independent of its id and timestamp."""
+
+    kind: str  # "chat" | "completion"
+    model: str
+    pieces: tuple[tuple[str, str], ...]  # (channel "r"easoning | "c"ontent, token text)
+    finish_reason: str
+    stop_reason: str | None
+    n: int
+    logprobs: int | None  # None: not asked; else the number of top alternatives
+    tool_call: tuple[str, str] | None
+    reasoning_field: str | None
+    faults: tuple[str, ...]  # "malformed_sse", "invalid_json"
+
+    @property
+    def reasoning_count(self) -> int:
+        return sum(1 for ch, _ in self.pieces if ch == "r") if self.reasoning_field else 0
+
+    @property
+    def completion_per_choice(self) -> int:
+        tool = max(1, len("".join(self.tool_call)) // 4) if self.tool_call else 0
+        return len(self.pieces) + tool
+
+
+def _words(words: list[str]) -> list[str]:
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+
+@lru_cache(maxsize=256)
+def answer_pieces(text: str | None, tokens: int, degenerate: bool) -> tuple[tuple[str, str], ...]:
+    """The answer's tokens: ``text`` words, degenerate repetition, or ``tok0 tok1 ...``."""
+    if text is not None:
+        words = text.split()
+    elif degenerate:
+        words = [("111", "222", "333", "444")[i % 4] for i in range(tokens)]
+    else:
+        words = [f"tok{i}" for i in range(tokens)]
+    return tuple(("c", t) for t in _words(words))
+
+
+@lru_cache(maxsize=64)
+def reasoning_words(count: int) -> tuple[str, ...]:
+    """The reasoning's tokens: ``thought0 thought1 ...``."""
+    return tuple(_words([f"thought{i}" for i in range(count)]))
+
+
+def _int_param(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise RequestError(400, f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
+    return v
+
+
+def cut_at_stop(pieces: list[tuple[str, str]], stops: list[str]) -> tuple[list, str | None]:
+    """Cut content pieces before the earliest stop string; return (pieces, matched stop)."""
+    if not stops:
+        return pieces, None
+    text, starts = "", []
+    for ch, t in pieces:
+        starts.append(len(text))
+        text += t if ch == "c" else ""
+    hits = [(text.find(s), s) for s in stops if s and s in text]
+    if not hits:
+        return pieces, None
+    at, stop = min(hits)
+    kept: list[tuple[str, str]] = []
+    for (ch, t), start in zip(pieces, starts, strict=True):
+        if ch == "c" and start + len(t) > at:
+            if start < at:
+                kept.append((ch, t[: at - start]))
+            break
+        kept.append((ch, t))
+    return kept, stop
+
+
+def _tool_call(body: dict[str, Any], beh: dict[str, Any]) -> tuple[str, str] | None:
+    tools = body.get("tools") or []
+    choice = body.get("tool_choice")
+    spec = beh.get("tool_call")
+    if isinstance(spec, dict):
+        args = spec.get("arguments", {})
+        return spec["name"], args if isinstance(args, str) else json.dumps(args)
+    wanted = spec is True or choice == "required" or isinstance(choice, dict)
+    if not wanted or not tools or choice == "none":
+        return None
+    name = tools[0].get("function", {}).get("name", "tool")
+    if isinstance(choice, dict):
+        name = choice.get("function", {}).get("name", name)
+    return name, "{}"
+
+
+def make_plan(kind: str, body: dict[str, Any], beh: dict[str, Any], default_model: str) -> Plan:
+    """Decide the tokens, finish reason and extras of a chat or completion request."""
+    if kind == "chat" and (not isinstance(body.get("messages"), list) or not body["messages"]):
+        raise RequestError(400, "messages must be a non-empty list")
+    if kind == "completion" and body.get("prompt") in (None, "", []):
+        raise RequestError(400, "prompt is required")
+    cap = _int_param(body, "max_completion_tokens", 1, 10**7)
+    cap = cap if cap is not None else _int_param(body, "max_tokens", 1, 10**7)
+    n = _int_param(body, "n", 1, 128) or 1
+    prompts = body.get("prompt") if kind == "completion" else None
+    if isinstance(prompts, list) and all(isinstance(p, str | list) for p in prompts):
+        n *= len(prompts)
+    if kind == "chat":
+        top = _int_param(body, "top_logprobs", 0, 20)
+        logprobs = (top or 0) if body.get("logprobs") else None
+    else:
+        logprobs = _int_param(body, "logprobs", 0, 20)
+    leak, field = beh.get("leak_think"), beh.get("reasoning_field")
+    r_words = reasoning_words(beh.get("reasoning_tokens", DEFAULT_REASONING_TOKENS))
+    answer = list(
+        answer_pieces(
+            beh.get("text"), beh.get("tokens", DEFAULT_TOKENS), bool(beh.get("degenerate"))
+        )
+    )
+    if leak:
+        think = ("" if leak == "close_only" else "<think>", *r_words, "</think>")
+        answer = [("c", t) for t in think if t] + answer
+        field = None
+    reasoning = [("r", t) for t in r_words] if field and kind == "chat" else []
+    tool = _tool_call(body, beh) if kind == "chat" else None
+    stops = body.get("stop")
+    stops = [stops] if isinstance(stops, str) else [s for s in stops or [] if isinstance(s, str)]
+    content, stop_reason = cut_at_stop(answer, stops)
+    pieces = reasoning + ([] if tool else content)
+    finish = "tool_calls" if tool else "stop"
+    if cap is not None and len(pieces) > cap:
+        pieces, finish, tool, stop_reason = pieces[:cap], "length", None, None
+    return Plan(
+        kind=kind,
+        model=body.get("model") or default_model,
+        pieces=tuple(pieces),
+        finish_reason=beh.get("finish_reason", finish),
+        stop_reason=stop_reason,
+        n=n,
+        logprobs=logprobs,
+        tool_call=tool,
+        reasoning_field=field if kind == "chat" else None,
+        faults=tuple(f for f in ("malformed_sse", "invalid_json") if beh.get(f)),
+    )
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _lp(i: int) -> float:
+    return -round(0.05 * (1 + i % 7), 4)
+
+
+def chat_logprobs(token: str, i: int, top: int) -> dict[str, Any]:
+    """One entry of ``choices[].logprobs.content`` with ``top`` alternatives."""
+
+    def entry(t: str, lp: float) -> dict[str, Any]:
+        return {"token": t, "logprob": lp, "bytes": list(t.encode())}
+
+    alts = [entry(token if j == 0 else f"alt{j}", _lp(i) - 1.5 * j) for j in range(top)]
+    return {**entry(token, _lp(i)), "top_logprobs": alts}
+
+
+def completion_logprobs(tokens: list[str], offset: int, top: int) -> dict[str, Any]:
+    """The legacy completions ``logprobs`` object for consecutive tokens."""
+    offsets, pos = [], offset
+    for t in tokens:
+        offsets.append(pos)
+        pos += len(t)
+    tops = [
+        {t: _lp(i), **{f"alt{j}": _lp(i) - 1.5 * j for j in range(1, top)}}
+        for i, t in enumerate(tokens)
+    ]
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [_lp(i) for i in range(len(tokens))],
+        "tokens": tokens,
+        "top_logprobs": tops if top else None,
+    }
+
+
+def _tool_json(plan: Plan) -> dict[str, Any]:
+    assert plan.tool_call
+    name, args = plan.tool_call
+    return {
+        "id": f"chatcmpl-tool-{ID_MARK}",
+        "type": "function",
+        "function": {"name": name, "arguments": args},
+    }
+
+
+def _reasoning_fields(plan: Plan, text: str | None) -> dict[str, Any]:
+    if plan.reasoning_field == "both":
+        return {"reasoning": text, "reasoning_content": text}
+    return {plan.reasoning_field: text} if plan.reasoning_field else {}
+
+
+def usage_of(plan: Plan, prompt_tokens: int, beh: dict[str, Any]) -> dict[str, Any]:
+    """The ``usage`` object: prompt, completion, cached, reasoning tokens, optional cost."""
+    completion = plan.completion_per_choice * plan.n
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": {"cached_tokens": beh.get("cached_tokens", 0)},
+        "completion_tokens_details": {"reasoning_tokens": plan.reasoning_count * plan.n},
+    }
+    if "cost" in beh:
+        usage["cost"] = beh["cost"]
+        usage["is_byok"] = False
+    return usage
+
+
+def _head(plan: Plan, created: int, stream: bool) -> dict[str, Any]:
+    if plan.kind == "chat":
+        obj = "chat.completion.chunk" if stream else "chat.completion"
+        return {"id": f"chatcmpl-{ID_MARK}", "object": obj, "created": created, "model": plan.model}
+    return {
+        "id": f"cmpl-{ID_MARK}",
+        "object": "text_completion",
+        "created": created,
+        "model": plan.model,
+    }
+
+
+@lru_cache(maxsize=512)
+def body_template(plan: Plan, created: int) -> tuple[bytes, ...]:
+    """The non-stream response without its closing brace, split around the id placeholder."""
+    content = "".join(t for ch, t in plan.pieces if ch == "c")
+    reasoning = "".join(t for ch, t in plan.pieces if ch == "r") or None
+    tokens = [t for _, t in plan.pieces]
+    choices = []
+    for c in range(plan.n):
+        choice: dict[str, Any] = {"index": c}
+        if plan.kind == "chat":
+            msg: dict[str, Any] = {
+                "role": "assistant",
+                "content": None if plan.tool_call else content,
+                "refusal": None,
+                "tool_calls": [_tool_json(plan)] if plan.tool_call else [],
+            }
+            choice["message"] = msg | _reasoning_fields(plan, reasoning)
+            choice["logprobs"] = (
+                None
+                if plan.logprobs is None
+                else {"content": [chat_logprobs(t, i, plan.logprobs) for i, t in enumerate(tokens)]}
+            )
+        else:
+            choice["text"] = content
+            choice["logprobs"] = (
+                None if plan.logprobs is None else completion_logprobs(tokens, 0, plan.logprobs)
+            )
+        choice["finish_reason"] = plan.finish_reason
+        choice["stop_reason"] = plan.stop_reason
+        choices.append(choice)
+    out = orjson.dumps(_head(plan, created, False) | {"choices": choices})
+    return tuple(out[:-1].split(_ID_MARK_B))
+
+
+def full_body(
+    plan: Plan, created: int, rid: str, usage: dict | None, provider: str | None
+) -> bytes:
+    """The non-stream response body."""
+    extra: dict[str, Any] = {"provider": provider} if provider else {}
+    if usage is not None:
+        extra["usage"] = usage
+    tail = b"," + orjson.dumps(extra)[1:] if extra else b"}"
+    return rid.encode().join(body_template(plan, created)) + tail
+
+
+def _delta_choice(plan: Plan, c: int, i: int, ch: str, t: str, last: bool) -> dict[str, Any]:
+    finish = plan.finish_reason if last else None
+    if plan.kind == "completion":
+        lp = None if plan.logprobs is None else completion_logprobs([t], 0, plan.logprobs)
+        return {
+            "index": c,
+            "text": t,
+            "logprobs": lp,
+            "finish_reason": finish,
+            "stop_reason": plan.stop_reason if last else None,
+        }
+    delta = _reasoning_fields(plan, t) if ch == "r" else {"content": t}
+    lp = None if plan.logprobs is None else {"content": [chat_logprobs(t, i, plan.logprobs)]}
+    out = {"index": c, "delta": delta, "logprobs": lp, "finish_reason": finish}
+    if last:
+        out["stop_reason"] = plan.stop_reason
+    return out
+
+
+def _choice(c: int, part: dict[str, Any], finish: str | None) -> list[dict[str, Any]]:
+    return [{"index": c, **part, "logprobs": None, "finish_reason": finish}]
+
+
+def _stream_choices(plan: Plan) -> list[tuple[int, list[dict[str, Any]]]]:
+    """(token position, choice objects) per event, before the usage chunk."""
+    choices = range(plan.n)
+    events: list[tuple[int, list[dict[str, Any]]]] = []
+    if plan.kind == "chat":
+        role = {"delta": {"role": "assistant", "content": ""}}
+        events += [(0, _choice(c, role, None)) for c in choices]
+    last_i = len(plan.pieces) - 1 + (2 if plan.tool_call else 0)
+    for i, (ch, t) in enumerate(plan.pieces):
+        events += [(i, [_delta_choice(plan, c, i, ch, t, i == last_i)]) for c in choices]
+    if plan.tool_call:
+        name, args = plan.tool_call
+        head = _tool_json(plan) | {"index": 0, "function": {"name": name, "arguments": ""}}
+        rest = {"index": 0, "function": {"arguments": args}}
+        pos = len(plan.pieces)
+        events += [(pos, _choice(c, {"delta": {"tool_calls": [head]}}, None)) for c in choices]
+        events += [
+            (pos + 1, _choice(c, {"delta": {"tool_calls": [rest]}}, plan.finish_reason))
+            for c in choices
+        ]
+    if last_i < 0:  # nothing generated: one closing event per choice
+        empty: dict[str, Any] = {"delta": {}} if plan.kind == "chat" else {"text": ""}
+        events += [(0, _choice(c, empty, plan.finish_reason)) for c in choices]
+    return events
+
+
+@dataclass(frozen=True)
+class StreamTemplate:
+    """Pre-rendered SSE events split around the id placeholder."""
+
+    events: tuple[tuple[bytes, ...], ...]
+    positions: tuple[int, ...]
+    whole: tuple[bytes, ...]
+    last_position: int
+
+
+@lru_cache(maxsize=512)
+def stream_template(plan: Plan, created: int) -> StreamTemplate:
+    """Render every chunk of ``plan``'s stream once per second of ``created``."""
+    head = _head(plan, created, True)
+    rendered = [
+        (pos, b"data: " + orjson.dumps(head | {"choices": ch}) + b"\n\n")
+        for pos, ch in _stream_choices(plan)
+    ]
+    at = min(2, len(rendered))
+    if "invalid_json" in plan.faults:
+        rendered.insert(at, (rendered[at - 1][0], b'data: {"id": "' + _ID_MARK_B + b'", "cho\n\n'))
+    if "malformed_sse" in plan.faults:
+        bad = b'data: {"choices": [\nthis line is not an SSE field\n\n'
+        rendered.insert(at, (rendered[at - 1][0], bad))
+    events = tuple(tuple(ev.split(_ID_MARK_B)) for _, ev in rendered)
+    whole = tuple(b"".join(ev for _, ev in rendered).split(_ID_MARK_B))
+    positions = tuple(p for p, _ in rendered)
+    return StreamTemplate(events, positions, whole, max(positions, default=0))
+
+
+def usage_event(plan: Plan, created: int, rid: str, usage: dict) -> bytes:
+    """The final stream chunk: empty choices plus usage."""
+    head = _head(plan, created, True)
+    head["id"] = head["id"].replace(ID_MARK, rid)
+    return b"data: " + orjson.dumps(head | {"choices": [], "usage": usage}) + b"\n\n"
+
+
+def error_body(status: int, message: str) -> bytes:
+    """An OpenAI-style error envelope."""
+    kind = {
+        400: "BadRequestError",
+        401: "AuthenticationError",
+        404: "NotFoundError",
+        429: "RateLimitError",
+    }.get(status, "InternalServerError" if status >= 500 else "Error")
+    return orjson.dumps(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    )
+
+
+def embedding_of(text_id: int, dims: int) -> list[float]:
+    """A deterministic unit-ish vector for one input."""
+    return [round(((text_id * 31 + 7 * k) % 1000) / 1000.0 - 0.5, 6) for k in range(dims)]
+
+
+# ---------------------------------------------------------------- server
+
+
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+class FakeUpstream:
+    """The fake server's state (defaults, script, request log) and its HTTP handlers."""
+
+    def __init__(
+        self,
+        *,
+        models: list[str] | None = None,
+        record: bool = True,
+        record_limit: int = 10000,
+        max_model_len: int = 32768,
+        **defaults: Any,
+    ) -> None:
+        self.models = models or ["fake-model"]
+        self.record = record
+        self.max_model_len = max_model_len
+        self.base_defaults = validate_behaviour(defaults)
+        self.default = dict(self.base_defaults)
+        self.script: deque[dict[str, Any]] = deque()
+        self.log: deque[tuple[str, str, dict, bytes, dict, list]] = deque(maxlen=record_limit)
+        self.routes: dict[tuple[str, str], Handler] = {
+            ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/completions"): self._completion,
+            ("POST", "/v1/responses"): self._responses,
+            ("POST", "/v1/embeddings"): self._embeddings,
+            ("POST", "/tokenize"): self._tokenize,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/health"): self._health,
+            ("POST", "/_fake/script"): self._ctl_script,
+            ("POST", "/_fake/default"): self._ctl_default,
+            ("GET", "/_fake/requests"): self._ctl_requests,
+            ("POST", "/_fake/reset"): self._ctl_reset,
+        }
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The aiohttp low-level handler: dispatch by method and path."""
+        handler = self.routes.get((request.method, request.path))
+        if handler is None:
+            return _json(404, error_body(404, f"no route {request.method} {request.path}"))
+        try:
+            return await handler(request)
+        except RequestError as exc:
+            return _json(exc.status, error_body(exc.status, exc.message))
+
+    def runner(self, shutdown_timeout: float = 0.5) -> web.ServerRunner:
+        server = web.Server(self.handle, handler_cancellation=True, access_log=None)
+        return web.ServerRunner(server, shutdown_timeout=shutdown_timeout)
+
+    # -- generation
+
+    async def _begin(self, request: web.BaseRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+        raw = await request.read()
+        beh = overlay(self.default, self.script.popleft()) if self.script else self.default
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        ignored = [p for p in beh.get("ignore_params", ()) if isinstance(body, dict) and p in body]
+        if self.record:
+            headers = {
+                k.lower(): v
+                for k, v in request.headers.items()
+                if k.lower() not in RECORDED_HEADERS_SKIP
+            }
+            self.log.append((request.method, request.path, headers, raw, beh, ignored))
+        if "hang_before_first_byte" in beh:
+            await asyncio.sleep(beh["hang_before_first_byte"])
+        if not isinstance(body, dict):
+            raise RequestError(400, "the request body must be a JSON object")
+        return body, beh
+
+    def _fault_response(self, request: web.BaseRequest, beh: dict) -> web.StreamResponse | None:
+        if beh.get("drop_connection"):
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response()
+        status = beh.get("status", 200)
+        if "body" in beh:
+            return web.Response(
+                status=status, body=beh["body"].encode(), content_type="application/json"
+            )
+        if status == 200:
+            return None
+        headers = {"Retry-After": str(beh["retry_after"])} if "retry_after" in beh else None
+        msg = beh.get("message", f"fake upstream error {status}")
+        return _json(status, error_body(status, msg), headers)
+
+    async def _chat(self, request: web.BaseRequest) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def _completion(self, request: web.BaseRequest) -> web.StreamResponse:
+        return await self._generate(request, "completion")
+
+    async def _generate(self, request: web.BaseRequest, kind: str) -> web.StreamResponse:
+        body, beh = await self._begin(request)
+        fault = self._fault_response(request, beh)
+        if fault is not None:
+            return fault
+        plan = make_plan(kind, body, beh, self.models[0])
+        prompt_tokens = len(prompt_units(body))
+        created = int(time.time())
+        rid = os.urandom(16).hex()
+        usage = None if beh.get("no_usage") else usage_of(plan, prompt_tokens, beh)
+        if not body.get("stream"):
+            if "pace_tps" in beh:  # a paced engine takes as long to answer in one piece
+                await asyncio.sleep(len(plan.pieces) / beh["pace_tps"])
+            out = full_body(plan, created, rid, usage, beh.get("provider"))
+            if plan.faults:
+                out = out[: len(out) // 2]
+            return _json(200, out)
+        opts = body.get("stream_options") or {}
+        tail = []
+        if usage is not None and isinstance(opts, dict) and opts.get("include_usage"):
+            tail.append(usage_event(plan, created, rid, usage))
+        tail.append(_DONE)
+        return await self._stream(request, stream_template(plan, created), rid, tail, beh)
+
+    async def _stream(
+        self,
+        request: web.BaseRequest,
+        tpl: StreamTemplate,
+        rid: str,
+        tail: list[bytes],
+        beh: dict[str, Any],
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        rid_b = rid.encode()
+        hang_at, drop_at = beh.get("hang_after_chunks"), beh.get("disconnect_after_chunks")
+        tps = beh.get("pace_tps")
+        try:
+            if tps is None and hang_at is None and drop_at is None:
+                await resp.write(rid_b.join(tpl.whole) + b"".join(tail))
+                await resp.write_eof()
+                return resp
+            events = [rid_b.join(ev) for ev in tpl.events] + tail
+            positions = list(tpl.positions) + [tpl.last_position] * len(tail)
+            await self._paced(request, resp, events, positions, beh)
+        except ConnectionError:
+            pass
+        return resp
+
+    async def _paced(
+        self,
+        request: web.BaseRequest,
+        resp: web.StreamResponse,
+        events: list[bytes],
+        positions: list[int],
+        beh: dict[str, Any],
+    ) -> None:
+        """Write events on schedule (one write per token position); faults before event N."""
+        loop = asyncio.get_running_loop()
+        interval = 1.0 / beh["pace_tps"] if "pace_tps" in beh else 0.0
+        t0, pos, buf = loop.time(), 0, bytearray()
+        for i, ev in enumerate(events):
+            if i == beh.get("disconnect_after_chunks"):
+                await resp.write(bytes(buf))
+                if request.transport is not None:
+                    request.transport.close()
+                return
+            if i == beh.get("hang_after_chunks"):
+                await resp.write(bytes(buf))
+                buf.clear()
+                hang = beh.get("hang", DEFAULT_HANG)
+                await asyncio.sleep(hang)
+                t0 += hang
+            if interval and positions[i] != pos:
+                if buf:
+                    await resp.write(bytes(buf))
+                    buf.clear()
+                pos = positions[i]
+                await asyncio.sleep(max(0.0, t0 + pos * interval - loop.time()))
+            buf += ev
+        await resp.write(bytes(buf))
+        await resp.write_eof()
+
+    async def _responses(self, request: web.BaseRequest) -> web.StreamResponse:
+        body, beh = await self._begin(request)
+        fault = self._fault_response(request, beh)
+        if fault is not None:
+            return fault
+        if body.get("stream"):
+            raise RequestError(400, "the fake upstream serves /v1/responses without streaming")
+        inp = body.get("input")
+        msgs = [{"content": inp}] if isinstance(inp, str) else inp
+        chat = {
+            "messages": msgs,
+            "max_tokens": body.get("max_output_tokens"),
+            "model": body.get("model"),
+        }
+        plan = make_plan("chat", chat, beh, self.models[0])
+        prompt = len(prompt_units(chat))
+        text = "".join(t for ch, t in plan.pieces if ch == "c")
+        done = plan.finish_reason != "length"
+        out = {
+            "id": f"resp_{os.urandom(16).hex()}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": plan.model,
+            "status": "completed" if done else "incomplete",
+            "incomplete_details": None if done else {"reason": "max_output_tokens"},
+            "output": [
+                {
+                    "type": "message",
+                    "id": f"msg_{os.urandom(8).hex()}",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ],
+            "usage": {
+                "input_tokens": prompt,
+                "output_tokens": plan.completion_per_choice,
+                "total_tokens": prompt + plan.completion_per_choice,
+                "input_tokens_details": {"cached_tokens": beh.get("cached_tokens", 0)},
+                "output_tokens_details": {"reasoning_tokens": plan.reasoning_count},
+            },
+        }
+        return _json(200, orjson.dumps(out))
+
+    async def _embeddings(self, request: web.BaseRequest) -> web.StreamResponse:
+        body, beh = await self._begin(request)
+        fault = self._fault_response(request, beh)
+        if fault is not None:
+            return fault
+        inp = body.get("input")
+        if inp in (None, "", []):
+            raise RequestError(400, "input is required")
+        items = (
+            [inp]
+            if isinstance(inp, str) or (isinstance(inp, list) and inp and isinstance(inp[0], int))
+            else inp
+        )
+        dims = _int_param(body, "dimensions", 1, 8192) or 8
+        data = []
+        for i, item in enumerate(items):
+            seed = zlib.crc32(orjson.dumps(item))
+            vec: Any = embedding_of(seed, dims)
+            if body.get("encoding_format") == "base64":
+                vec = base64.b64encode(array.array("f", vec).tobytes()).decode()
+            data.append({"index": i, "object": "embedding", "embedding": vec})
+        tokens = len(prompt_units({"input": inp}))
+        out = {
+            "id": f"embd-{os.urandom(16).hex()}",
+            "object": "list",
+            "created": int(time.time()),
+            "model": body.get("model") or self.models[0],
+            "data": data,
+            "usage": {
+                "prompt_tokens": tokens,
+                "total_tokens": tokens,
+                "completion_tokens": 0,
+                "prompt_tokens_details": None,
+            },
+        }
+        return _json(200, orjson.dumps(out))
+
+    # -- metadata
+
+    async def _tokenize(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict) or ("prompt" not in body and "messages" not in body):
+            raise RequestError(400, "tokenize needs a JSON object with prompt or messages")
+        ids = prompt_token_ids(body)
+        return _json(
+            200,
+            orjson.dumps(
+                {
+                    "count": len(ids),
+                    "max_model_len": self.max_model_len,
+                    "tokens": ids,
+                    "token_strs": None,
+                }
+            ),
+        )
+
+    def _down(self) -> web.StreamResponse | None:
+        status = self.default.get("status", 200)
+        return _json(status, error_body(status, "fake upstream is down")) if status >= 500 else None
+
+    async def _models(self, request: web.BaseRequest) -> web.StreamResponse:
+        down = self._down()
+        if down is not None:
+            return down
+        created = int(time.time())
+        data = [
+            {
+                "id": m,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": m,
+                "parent": None,
+                "max_model_len": self.max_model_len,
+            }
+            for m in self.models
+        ]
+        return _json(200, orjson.dumps({"object": "list", "data": data}))
+
+    async def _health(self, request: web.BaseRequest) -> web.StreamResponse:
+        return self._down() or web.Response(status=200)
+
+    # -- control API
+
+    async def _control_body(self, request: web.BaseRequest) -> Any:
+        try:
+            return orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            raise RequestError(400, f"control body is not JSON: {exc}") from None
+
+    async def _ctl_script(self, request: web.BaseRequest) -> web.StreamResponse:
+        items = await self._control_body(request)
+        if not isinstance(items, list):
+            raise RequestError(400, "the script must be a JSON list of behaviours")
+        try:
+            checked = [validate_behaviour(b) for b in items]
+        except BehaviourError as exc:
+            raise RequestError(400, str(exc)) from None
+        self.script.extend(checked)
+        return _json(200, orjson.dumps({"script_pending": len(self.script)}))
+
+    async def _ctl_default(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            beh = validate_behaviour(await self._control_body(request))
+        except BehaviourError as exc:
+            raise RequestError(400, str(exc)) from None
+        self.default = overlay(self.base_defaults, beh)
+        return _json(200, orjson.dumps({"default": self.default}))
+
+    async def _ctl_requests(self, request: web.BaseRequest) -> web.StreamResponse:
+        out = []
+        for method, path, headers, raw, beh, ignored in self.log:
+            try:
+                body: Any = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                body = raw.decode("utf-8", "replace")
+            out.append(
+                {
+                    "method": method,
+                    "path": path,
+                    "headers": headers,
+                    "body": body,
+                    "behaviour": beh,
+                    "ignored_params": ignored,
+                }
+            )
+        return _json(200, orjson.dumps({"requests": out, "script_pending": len(self.script)}))
+
+    async def _ctl_reset(self, request: web.BaseRequest) -> web.StreamResponse:
+        self.script.clear()
+        self.log.clear()
+        self.default = dict(self.base_defaults)
+        return _json(200, b"{}")
+
+
+def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=body, content_type="application/json", headers=headers)
+
+
+# ---------------------------------------------------------------- running it
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(BACKLOG)
+    sock.setblocking(False)
+    return sock
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+async def _serve_until(stop: asyncio.Event, sock: socket.socket, **defaults: Any) -> None:
+    runner = FakeUpstream(**defaults).runner()
+    await runner.setup()
+    await web.SockSite(runner, sock, backlog=BACKLOG).start()
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def serve(host: str = "127.0.0.1", port: int = 8100, **defaults: Any) -> None:
+    """Run the fake on ``host:port`` until SIGINT/SIGTERM; ``defaults`` as for FakeUpstream."""
+    sock = _listen(host, port)
+    loop = _new_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"fake upstream listening on http://{host}:{sock.getsockname()[1]}", flush=True)
+    try:
+        loop.run_until_complete(_serve_until(stop, sock, **defaults))
+    finally:
+        loop.close()
+
+
+@dataclass
+class FakeHandle:
+    """A running fake: its URLs and blocking calls to its control API."""
+
+    url: str
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def _call(self, method: str, path: str, payload: Any = None) -> Any:
+        data = None if payload is None else json.dumps(payload).encode()
+        req = urllib.request.Request(
+            f"{self.url}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback
+        with direct.open(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def script(self, *behaviours: dict[str, Any]) -> None:
+        """Queue behaviours for the next generation requests, one each."""
+        self._call("POST", "/_fake/script", list(behaviours))
+
+    def set_default(self, **behaviour: Any) -> None:
+        """Replace the default behaviour (over the start-up defaults)."""
+        self._call("POST", "/_fake/default", behaviour)
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every recorded request: method, path, headers, body, behaviour, ignored_params."""
+        return self._call("GET", "/_fake/requests")["requests"]
+
+    def reset(self) -> None:
+        """Clear the script and the log; restore the start-up defaults."""
+        self._call("POST", "/_fake/reset", {})
+
+
+@contextlib.contextmanager
+def running_fake(
+    *, process: bool = False, host: str = "127.0.0.1", **defaults: Any
+) -> Iterator[FakeHandle]:
+    """Run a fake on a free port, in a thread (default) or a subprocess; stop it on exit."""
+    validate_behaviour({k: v for k, v in defaults.items() if k in BEHAVIOUR_KEYS})
+    if process:
+        with _fake_process(host, defaults) as url:
+            yield FakeHandle(url)
+        return
+    sock = _listen(host, 0)
+    loop = _new_loop()
+    stop = asyncio.Event()
+    started = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        task = loop.create_task(_serve_until(stop, sock, **defaults))
+        loop.call_soon(started.set)
+        loop.run_until_complete(task)
+
+    thread = threading.Thread(target=run, name="fake-upstream", daemon=True)
+    thread.start()
+    started.wait(10)
+    try:
+        yield FakeHandle(f"http://{host}:{sock.getsockname()[1]}")
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()
+
+
+@contextlib.contextmanager
+def _fake_process(host: str, defaults: dict[str, Any]) -> Iterator[str]:
+    opts = {k: defaults.pop(k) for k in ("models", "record") if k in defaults}
+    cmd = [
+        sys.executable,
+        "-m",
+        "gateway.fake_upstream",
+        "--host",
+        host,
+        "--port",
+        "0",
+        "--default",
+        json.dumps(defaults),
+    ]
+    cmd += [a for m in opts.get("models", []) for a in ("--model", m)]
+    cmd += [] if opts.get("record", True) else ["--no-record"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if "listening on " not in line:
+            raise RuntimeError(f"fake upstream did not start: {line!r}")
+        yield line.rsplit(" ", 1)[1].strip()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m gateway.fake_upstream``: serve a fake upstream on loopback."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8100)
+    ap.add_argument("--tokens", type=int, help="answer length in tokens")
+    ap.add_argument("--pace-tps", type=float, help="per-token pacing of streams")
+    ap.add_argument("--model", action="append", help="served model name (repeatable)")
+    ap.add_argument("--default", default="{}", help="default behaviour as a JSON object")
+    ap.add_argument("--no-record", action="store_true", help="do not keep a request log")
+    args = ap.parse_args(argv)
+    try:
+        defaults = validate_behaviour(json.loads(args.default))
+    except (ValueError, BehaviourError) as exc:
+        ap.error(f"--default: {exc}")
+    if args.tokens is not None:
+        defaults["tokens"] = args.tokens
+    if args.pace_tps is not None:
+        defaults["pace_tps"] = args.pace_tps
+    serve(args.host, args.port, models=args.model, record=not args.no_record, **defaults)
+
+
+if __name__ == "__main__":
+    main()
