@@ -168,6 +168,10 @@ class Profile(_Frozen):
     context_window: int | None = Field(None, ge=256)
     vllm_args: list[str] = Field(default_factory=list)
     vllm_env: dict[str, str] = Field(default_factory=dict)
+    # GPUs per replica: above 1 when the model does not fit one card (a TP group per replica).
+    tensor_parallel: int = Field(1, ge=1)
+    # What vLLM's --model gets when `plumbline deploy vllm` launches this profile.
+    weights: str | None = None
 
     @property
     def thinking(self) -> bool | None:

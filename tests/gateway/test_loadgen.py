@@ -18,7 +18,6 @@ from gateway.loadgen import (
     Row,
     Sample,
     Shape,
-    _read_events,
     append_tsv,
     bench_main,
     fit_words,
@@ -26,6 +25,7 @@ from gateway.loadgen import (
     parse_shape,
     parse_target,
     percentile,
+    read_events,
     run_bench,
 )
 
@@ -230,12 +230,12 @@ def test_events_are_read_from_bytes():
         b": keep-alive comment",
         b"data: " + usage,
     ]
-    assert _read_events(sample, events, 1.0) is False
+    assert read_events(sample, events, 1.0) is False
     assert (sample.events, sample.first, sample.prompt_tokens, sample.completion_tokens) == (
         2,
         1.0,
         9,
         2,
     )
-    assert _read_events(sample, [b'data:{"choices":[{"text":"x"}]}', b"data: [DONE]"], 1.5)
+    assert read_events(sample, [b'data:{"choices":[{"text":"x"}]}', b"data: [DONE]"], 1.5)
     assert sample.events == 3 and list(sample.gaps) == [0.0, 0.5]

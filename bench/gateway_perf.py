@@ -1,0 +1,255 @@
+"""Gateway performance: our gateway, LiteLLM's proxy and vllm-router against the fast fake upstream.
+
+One run on this machine, everything on loopback: the fake upstream (``gateway.fake_upstream``) is
+started once; each target is started in turn in front of it (``direct`` is the fake itself, the
+limit) and driven by a cheap aiohttp client through every scenario:
+
+    nonstream-c1    non-streamed 16-token answers, 1 worker looping
+    nonstream-c256  the same, 256 workers
+    stream-c32      256-chunk unpaced streams, 32 workers looping
+    seed            2,048 concurrent streams of 64 tokens paced at 10 tok/s, each sent once
+
+For each (target, scenario): req/s, chunks/s, latency and time to first chunk (p50/p99, and what
+the proxy adds over ``direct``), errors, the proxy's CPU time per request and per streamed chunk
+(utime + stime of its process tree from /proc, before and after), and the proxy's peak RSS after
+the seed scenario. Rows are appended to ``bench/results/gateway_perf.tsv`` and a Markdown table
+is printed (and appended to ``bench/results/gateway_perf.md``). See bench/README.md.
+
+    python bench/gateway_perf.py --setup                  # LiteLLM and vllm-router virtualenvs
+    python bench/gateway_perf.py                          # every target, every scenario
+    python bench/gateway_perf.py --target direct --target plumbline --scenario stream-c32
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from perf_load import Scenario, Tally, drive, percentile  # noqa: E402
+from perf_procs import (  # noqa: E402
+    MODEL,
+    Proc,
+    cpu_seconds,
+    fake_upstream,
+    litellm,
+    peak_rss_mb,
+    plumbline,
+    set_fake_default,
+    vllm_router,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT_VENVS = Path(tempfile.gettempdir()) / "plumbline-bench-venvs"
+VENV_PACKAGES = {"litellm": "litellm[proxy]", "router": "vllm-router"}
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario("nonstream-c1", 1, False, 16),
+        Scenario("nonstream-c256", 256, False, 16),
+        Scenario("stream-c32", 32, True, 256),
+        Scenario("seed", 2048, True, 64, pace_tps=10.0, once=True, timeout_s=60.0),
+    )
+}
+TARGETS = ("direct", "plumbline", "litellm", "vllm-router", "plumbline-w2")
+COLUMNS = (
+    "timestamp",
+    "load_avg_1m",
+    "target",
+    "scenario",
+    "requests",
+    "errors",
+    "wall_s",
+    "req_per_s",
+    "chunks_per_s",
+    "p50_ms",
+    "p99_ms",
+    "added_p50_ms",
+    "added_p99_ms",
+    "first_p50_ms",
+    "first_p99_ms",
+    "added_first_p99_ms",
+    "cpu_s",
+    "cpu_per_req_us",
+    "cpu_per_chunk_us",
+    "peak_rss_mb",
+    "first_error",
+)
+
+
+def setup(venvs: Path) -> None:
+    """Create the competitors' virtualenvs (outside the repository) and install them."""
+    for name, package in VENV_PACKAGES.items():
+        venv = venvs / name
+        if not (venv / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", package], check=True)
+
+
+def row(target: str, sc: Scenario, tally: Tally, cpu: float, base: dict | None, rss: float) -> dict:
+    """One result row; `base` is the direct row of the same scenario (for the added latency)."""
+    ms = {
+        "p50_ms": 1e3 * percentile(tally.latency, 50),
+        "p99_ms": 1e3 * percentile(tally.latency, 99),
+        "first_p50_ms": 1e3 * percentile(tally.first_chunk, 50),
+        "first_p99_ms": 1e3 * percentile(tally.first_chunk, 99),
+    }
+    wall = tally.wall_s or math.nan
+    added = {
+        "added_p50_ms": ms["p50_ms"] - base["p50_ms"] if base else math.nan,
+        "added_p99_ms": ms["p99_ms"] - base["p99_ms"] if base else math.nan,
+        "added_first_p99_ms": ms["first_p99_ms"] - base["first_p99_ms"] if base else math.nan,
+    }
+    return {
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_avg_1m": os.getloadavg()[0],
+        "target": target,
+        "scenario": sc.name,
+        "requests": tally.requests,
+        "errors": tally.errors,
+        "wall_s": tally.wall_s,
+        "req_per_s": tally.requests / wall,
+        "chunks_per_s": tally.chunks / wall if sc.stream else math.nan,
+        **ms,
+        **added,
+        "cpu_s": cpu,
+        "cpu_per_req_us": 1e6 * cpu / max(tally.requests, 1),
+        "cpu_per_chunk_us": 1e6 * cpu / tally.chunks if sc.stream and tally.chunks else math.nan,
+        "peak_rss_mb": rss,
+        "first_error": tally.first_error.replace("\t", " ").replace("\n", " "),
+    }
+
+
+def fmt(value: object) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    return str(value)
+
+
+def append(rows: list[dict]) -> None:
+    """Append rows to the TSV (header once) and the Markdown table."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tsv = RESULTS / "gateway_perf.tsv"
+    new = not tsv.exists() or tsv.stat().st_size == 0
+    with tsv.open("a", encoding="utf-8") as fh:
+        if new:
+            fh.write("\t".join(COLUMNS) + "\n")
+        for r in rows:
+            fh.write("\t".join(str(r[c]) for c in COLUMNS) + "\n")
+    with (RESULTS / "gateway_perf.md").open("a", encoding="utf-8") as fh:
+        fh.write(markdown(rows) + "\n")
+
+
+def markdown(rows: list[dict]) -> str:
+    shown = (
+        "target",
+        "scenario",
+        "req_per_s",
+        "chunks_per_s",
+        "added_p50_ms",
+        "added_p99_ms",
+        "first_p99_ms",
+        "added_first_p99_ms",
+        "errors",
+        "cpu_per_req_us",
+        "cpu_per_chunk_us",
+        "peak_rss_mb",
+    )
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(fmt(r[c]) for c in shown) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def starter(target: str, fake: Proc, scratch: Path, venvs: Path) -> Callable[[], Proc]:
+    if target == "direct":
+        return lambda: fake
+    if target.startswith("plumbline"):
+        workers = int(target.partition("-w")[2] or 1)
+        return lambda: plumbline(fake, scratch, workers)
+    if target == "litellm":
+        return lambda: litellm(fake, scratch, venvs / "litellm")
+    if target == "vllm-router":
+        return lambda: vllm_router(fake, scratch, venvs / "router")
+    raise ValueError(f"unknown target {target!r}")
+
+
+async def measure(
+    targets: list[str], scenarios: list[Scenario], seconds: float, venvs: Path, scratch: Path
+) -> list[dict]:
+    fake = fake_upstream(scratch)
+    rows: list[dict] = []
+    direct: dict[str, dict] = {}
+    try:
+        for target in targets:
+            try:
+                proc = starter(target, fake, scratch, venvs)()
+            except (RuntimeError, OSError) as exc:
+                print(f"{target}: not started ({exc})", flush=True)
+                continue
+            try:
+                for sc in scenarios:
+                    set_fake_default(fake, {"tokens": sc.tokens, "pace_tps": sc.pace_tps})
+                    cpu0 = cpu_seconds(proc.pid)
+                    tally = await drive(
+                        proc.base_url + "/chat/completions", sc, MODEL, seconds, proc.headers
+                    )
+                    cpu = cpu_seconds(proc.pid) - cpu0
+                    rss = peak_rss_mb(proc.pid) if sc.name == "seed" else math.nan
+                    r = row(target, sc, tally, cpu, direct.get(sc.name), rss)
+                    if target == "direct":
+                        direct[sc.name] = r
+                    rows.append(r)
+                    print(markdown([r]).splitlines()[-1], flush=True)
+            finally:
+                if proc is not fake:
+                    proc.stop()
+    finally:
+        fake.stop()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", action="append", choices=TARGETS)
+    ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    ap.add_argument("--seconds", type=float, default=8.0, help="length of each looping scenario")
+    ap.add_argument("--venvs", type=Path, default=DEFAULT_VENVS, help="competitors' virtualenvs")
+    ap.add_argument("--setup", action="store_true", help="create the virtualenvs and exit")
+    args = ap.parse_args()
+    if args.setup:
+        setup(args.venvs)
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 2,048 streams need the sockets
+    targets = args.target or list(TARGETS[:4])
+    if targets[0] != "direct":
+        targets = ["direct", *[t for t in targets if t != "direct"]]
+    scenarios = [SCENARIOS[n] for n in (args.scenario or SCENARIOS)]
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
+    print(markdown([]).splitlines()[0] + "\n" + markdown([]).splitlines()[1], flush=True)
+    with tempfile.TemporaryDirectory(prefix="plumbline-perf-") as tmp:
+        runner = asyncio.run
+        try:
+            import uvloop
+
+            runner = uvloop.run
+        except ImportError:
+            pass
+        rows = runner(measure(targets, scenarios, args.seconds, args.venvs, Path(tmp)))
+    append(rows)
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end\n\n" + markdown(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""The benchmark's processes: the fake upstream and each proxy under test, and what they cost.
+
+Every process runs in its own session on loopback, so it and any workers it forks are one tree:
+CPU time (utime + stime from ``/proc/<pid>/stat``) and peak RSS (``VmHWM``) are summed over the
+live tree. Each proxy is configured from a file written to a scratch folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "fake-model"
+LITELLM_KEY = "sk-bench-local"  # the proxy's master key; loopback only
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and every live descendant."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))):
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid`'s live process tree."""
+    ticks = 0
+    for p in tree(pid):
+        if fields := _stat(p):
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Sum of the peak resident set (VmHWM) of `pid`'s live process tree, in MB."""
+    total_kb = 0
+    for p in tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total_kb += int(line.split()[1])
+        except OSError:
+            continue
+    return total_kb / 1024
+
+
+@dataclass
+class Proc:
+    """A started server: its process, its OpenAI base URL, the headers a client must send."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    base_url: str
+    log: Path
+    headers: dict[str, str]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(15)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(5)
+
+
+def launch(
+    name: str,
+    argv: list[str],
+    base_url: str,
+    scratch: Path,
+    env: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    health: str = "/v1/models",
+    timeout: float = 120.0,
+) -> Proc:
+    """Start `argv`, wait until `base_url`'s root answers `health`, return it."""
+    log = scratch / f"{name}.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    proc = Proc(name, process, base_url, log, headers or {})
+    root = base_url.removesuffix("/v1")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited {process.returncode}; see {log}")
+        request = urllib.request.Request(root + health, headers=proc.headers)
+        try:
+            with urllib.request.urlopen(request, timeout=2) as resp:
+                if resp.status == 200:
+                    return proc
+        except OSError:
+            pass
+        time.sleep(0.3)
+    proc.stop()
+    raise RuntimeError(f"{name} not healthy after {timeout:.0f} s; see {log}")
+
+
+def fake_upstream(scratch: Path) -> Proc:
+    """The fast fake OpenAI upstream (no request log)."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "gateway.fake_upstream",
+        "--no-record",
+        "--port",
+        str(port),
+        "--model",
+        MODEL,
+    ]
+    return launch("fake", argv, f"http://127.0.0.1:{port}/v1", scratch)
+
+
+def set_fake_default(fake: Proc, behaviour: dict) -> None:
+    """POST the fake's default behaviour (answer length, pacing) for the next scenario."""
+    request = urllib.request.Request(
+        fake.base_url.removesuffix("/v1") + "/_fake/default",
+        data=json.dumps(behaviour).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        resp.read()
+
+
+def plumbline(fake: Proc, scratch: Path, workers: int = 1) -> Proc:
+    """Our gateway: ``plumbline serve`` (or uvicorn with `workers`) on a generated config."""
+    port = free_port()
+    config = scratch / "plumbline.toml"
+    config.write_text(
+        f'[server]\nhost = "127.0.0.1"\nport = {port}\nhealth_interval_s = 5\n'
+        f"ttft_timeout_s = 120\n\n"
+        f'[store]\nurl = "sqlite:///{scratch}/plumbline.db"\n\n'
+        f'[[upstreams]]\nname = "fake"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
+        f'model = "{MODEL}"\n\n[models.{MODEL}]\nupstreams = ["fake"]\n'
+    )
+    if workers > 1:
+        argv = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "gateway.app:app_from_env",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ]
+        env = {"PLUMBLINE_CONFIG": str(config), "PROMETHEUS_MULTIPROC_DIR": str(scratch / "prom")}
+        (scratch / "prom").mkdir(exist_ok=True)
+    else:
+        argv = [
+            sys.executable,
+            "-c",
+            "from gateway.cli import app; app()",
+            "serve",
+            "--config",
+            str(config),
+        ]
+        env = {}
+    name = "plumbline" if workers == 1 else f"plumbline-w{workers}"
+    return launch(name, argv, f"http://127.0.0.1:{port}/v1", scratch, env=env)
+
+
+def litellm(fake: Proc, scratch: Path, venv: Path, workers: int = 1) -> Proc:
+    """LiteLLM's proxy from its own virtualenv, with its documented production settings."""
+    port = free_port()
+    config = scratch / "litellm.yaml"
+    config.write_text(
+        "model_list:\n"
+        f"  - model_name: {MODEL}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{MODEL}\n"
+        f"      api_base: {fake.base_url}\n"
+        "      api_key: fake-key\n"
+        "general_settings:\n"
+        f"  master_key: {LITELLM_KEY}\n"
+        "  disable_spend_logs: true\n"
+        "  disable_error_logs: true\n"
+        "litellm_settings:\n"
+        "  request_timeout: 600\n"
+        "  set_verbose: false\n"
+        "  json_logs: true\n"
+    )
+    argv = [
+        str(venv / "bin" / "litellm"),
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num_workers",
+        str(workers),
+    ]
+    env = {"LITELLM_LOG": "ERROR", "LITELLM_MODE": "PRODUCTION", "NO_DOCS": "True"}
+    headers = {"Authorization": f"Bearer {LITELLM_KEY}"}
+    return launch(
+        "litellm",
+        argv,
+        f"http://127.0.0.1:{port}/v1",
+        scratch,
+        env=env,
+        headers=headers,
+        health="/health/liveliness",
+        timeout=240,
+    )
+
+
+def vllm_router(fake: Proc, scratch: Path, venv: Path) -> Proc:
+    """vllm-router (the Rust router from PyPI) with the fake as its only worker."""
+    port = free_port()
+    argv = [
+        str(venv / "bin" / "vllm-router"),
+        "--worker-urls",
+        fake.base_url.removesuffix("/v1"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--policy",
+        "round_robin",
+    ]
+    return launch("vllm-router", argv, f"http://127.0.0.1:{port}/v1", scratch, timeout=120)
