@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import api
+from gateway import api, doors
 from gateway.config import Config, default_config_path, load_config, prometheus_multiproc_dir
 from gateway.cost import price_record
 from gateway.dispatch import Dispatcher
@@ -175,6 +175,7 @@ def create_app(
         redoc_url=None,
     )
     app.include_router(api.router)
+    app.include_router(doors.router)
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:

@@ -18,7 +18,7 @@ from starlette.responses import Response, StreamingResponse
 
 from gateway.dispatch import Call, Translator
 from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
-from gateway.tap import MalformedStream, StreamTap, tap_body
+from gateway.tap import MalformedStream, StreamTap, tap_body, tap_embeddings
 from gateway.upstream import Opened
 
 if TYPE_CHECKING:
@@ -71,9 +71,11 @@ def _whole(gw: Gateway, call: Call, opened: Opened) -> Response:
     record = call.record
     split, opened_in_prompt = _think_mode(gw, call, opened)
     try:
-        body = tap_body(
-            record, opened.first, split_think=split, opened_in_prompt=opened_in_prompt, chat=call.chat
-        ) if call.path != "/embeddings" else opened.first
+        if call.path == "/embeddings":
+            body = tap_embeddings(record, opened.first)
+        else:
+            body = tap_body(record, opened.first, split_think=split,
+                            opened_in_prompt=opened_in_prompt, chat=call.chat)
         record.status = 200
         record.ttft_s = record.ttfa_s = record.e2e_s
         headers = _headers(call, opened)

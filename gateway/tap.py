@@ -300,3 +300,18 @@ def tap_body(
     record.e2e_s = time.perf_counter() - record.t0
     record.check_invariants()
     return orjson.dumps(obj) if changed else raw
+
+
+def tap_embeddings(record: Record, raw: bytes) -> bytes:
+    """Embeddings carry only prompt tokens; the body passes through unchanged."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise MalformedStream("upstream sent a body that is not JSON") from None
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    if usage:
+        record.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    else:
+        record.usage_estimated = True
+    record.e2e_s = time.perf_counter() - record.t0
+    return raw

@@ -1,0 +1,52 @@
+"""HTTP handlers of the Responses and Messages front doors: read, translate, respond.
+
+Both doors turn their request into a chat-completions body and go through the same `_call`
+(profile, record) and `respond` (routing, dispatch, taps, record) as `/v1/chat/completions`; a
+translator on the call renders the answer back in the door's API. The Messages door answers every
+error in Anthropic's shape.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.api import _call, read_json
+from gateway.doors import messages, protocol_messages, protocol_responses, responses
+from gateway.doors.messages_stream import MessagesTranslator
+from gateway.doors.responses_stream import ResponsesTranslator
+from gateway.errors import GatewayError
+from gateway.relay import respond
+
+log = logging.getLogger("plumbline")
+router = APIRouter()
+
+
+@router.post("/v1/responses")
+async def create_response(request: Request) -> Response:
+    gw = request.app.state.gateway
+    body = await read_json(request, gw.config.server.max_body_bytes)
+    protocol_responses.check(body)
+    call = _call(request, "responses", "/chat/completions", responses.chat_request(body))
+    call.translator = ResponsesTranslator(body, call.body, call.record)
+    return await respond(gw, call)
+
+
+@router.post("/v1/messages")
+async def create_message(request: Request) -> Response:
+    gw = request.app.state.gateway
+    try:
+        body = await read_json(request, gw.config.server.max_body_bytes)
+        protocol_messages.check(body)
+        call = _call(request, "messages", "/chat/completions", messages.chat_request(body))
+        call.translator = MessagesTranslator(body, call.record)
+        return await respond(gw, call)
+    except GatewayError as e:
+        return messages.error_response(e)
+    except Exception:
+        log.exception("unhandled error on /v1/messages")
+        error = GatewayError("The gateway failed to handle this request; it has been logged.")
+        return messages.error_response(error)
