@@ -111,11 +111,13 @@ def test_unknown_engine_is_rejected() -> None:
         LaunchSpec(engine="sglang", model="m", served_model_name="m")  # type: ignore[arg-type]
 
 
-def test_vllm_environment_keeps_no_core_in_reserve_and_extra_env_wins() -> None:
-    env = environment(vllm(), {"PATH": "/bin"})
-    assert env == {"PATH": "/bin", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    env = environment(vllm(extra_env={"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}), {})
-    assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+def test_environment_is_base_with_extra_env_over_it() -> None:
+    spec = vllm(extra_env={"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "PATH": "/opt/bin"})
+    assert environment(spec, {"PATH": "/bin", "HOME": "/h"}) == {
+        "PATH": "/opt/bin",
+        "HOME": "/h",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    }
 
 
 def test_llamacpp_environment_is_base_plus_extra() -> None:
