@@ -159,6 +159,7 @@ def _family_section(arms: dict[str, list[ItemResult]]) -> Section:
                     f"{s.accuracy:.3f} [{s.ci[0]:.3f}, {s.ci[1]:.3f}]",
                     *(_pct(s.rates[c]) for c in RATE_COLUMNS),
                     _pct(s.length_stop_rate),
+                    _pct(s.reasoning_leak_rate),
                     tokens,
                 )
             )
@@ -169,6 +170,7 @@ def _family_section(arms: dict[str, list[ItemResult]]) -> Section:
         "accuracy [95% Wilson]",
         *RATE_COLUMNS,
         "length stops",
+        "reasoning leaks",
         "mean out tokens",
     )
     notes = ("Accuracy counts every item in the denominator; only `correct` is right.",)
@@ -344,8 +346,9 @@ def chart(report: Report, path: Path) -> Path:
                 s = fams[family]
                 xs.append(j + i * width)
                 ys.append(s.accuracy)
-                lo.append(s.accuracy - s.ci[0])
-                hi.append(s.ci[1] - s.accuracy)
+                # Clamp: at 0 or n correct, float rounding can put the bound a hair past it.
+                lo.append(max(0.0, s.accuracy - s.ci[0]))
+                hi.append(max(0.0, s.ci[1] - s.accuracy))
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label)
     ax.set_xticks([j + width * (len(summaries) - 1) / 2 for j in range(len(families))])
     ax.set_xticklabels(families, rotation=20, ha="right")

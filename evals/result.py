@@ -36,6 +36,8 @@ class ItemResult:
     params_hash: str = ""
     run: str = ""
     parts: dict[str, bool] = field(default_factory=dict)
+    # The gateway found reasoning in the answer channel (no or the wrong reasoning parser).
+    reasoning_leak: bool = False
 
     @property
     def correct(self) -> bool:

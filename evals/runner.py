@@ -176,6 +176,7 @@ class Runner:
             cost=float(cost) if cost else None,
             params_hash=headers.get("x-plumbline-params-hash", ""),
             parts=dict(verdict.parts),
+            reasoning_leak=headers.get("x-plumbline-reasoning-leak") == "true",
         )
 
     # -- the whole run -------------------------------------------------------------------

@@ -79,6 +79,7 @@ class Summary:
     rates: dict[str, float]
     length_stop_rate: float
     mean_output_tokens: float | None
+    reasoning_leak_rate: float = 0.0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -101,6 +102,7 @@ def summarise(results: Sequence[ItemResult]) -> Summary:
         rates=rates,
         length_stop_rate=length / n if n else 0.0,
         mean_output_tokens=sum(tokens) / len(tokens) if tokens else None,
+        reasoning_leak_rate=sum(r.reasoning_leak for r in results) / n if n else 0.0,
     )
 
 
