@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -19,11 +20,31 @@ from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
 from gateway.profile import apply_profile, params_hash
 from gateway.protocol import ChatRequest, CompletionRequest, EmbeddingRequest, validate
 from gateway.record import Record
+from gateway.gate import pinned_upstream
 from gateway.relay import respond
 
 router = APIRouter()
 
 JSON = "application/json"
+
+
+def _request_body(model: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra` documenting a body the handler parses itself: the model's JSON schema,
+    with its `$defs` inlined (the models are not recursive), so fuzzers can generate from it."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(defs[ref.rsplit("/", 1)[1]])
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    return {"requestBody": {"required": True, "content": {JSON: {"schema": inline(schema)}}}}
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -82,10 +103,11 @@ def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
         record=record,
         client_wants_usage=bool(options.get("include_usage")),
         session=request.headers.get(gw.config.server.session_header),
+        pin=pinned_upstream(request.headers, record.lane, gw.config.models[model].upstreams),
     )
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", openapi_extra=_request_body(ChatRequest))
 async def chat_completions(request: Request) -> Response:
     gw = request.app.state.gateway
     body = await read_json(request, gw.config.server.max_body_bytes)
@@ -93,7 +115,7 @@ async def chat_completions(request: Request) -> Response:
     return await respond(gw, _call(request, "chat", "/chat/completions", body))
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", openapi_extra=_request_body(CompletionRequest))
 async def completions(request: Request) -> Response:
     gw = request.app.state.gateway
     body = await read_json(request, gw.config.server.max_body_bytes)
@@ -101,7 +123,7 @@ async def completions(request: Request) -> Response:
     return await respond(gw, _call(request, "completions", "/completions", body))
 
 
-@router.post("/v1/embeddings")
+@router.post("/v1/embeddings", openapi_extra=_request_body(EmbeddingRequest))
 async def embeddings(request: Request) -> Response:
     gw = request.app.state.gateway
     body = await read_json(request, gw.config.server.max_body_bytes)
@@ -130,7 +152,11 @@ async def health(request: Request) -> Response:
         name: {"healthy": st.healthy, "inflight": st.inflight, "cooling": st.cooling_until > 0}
         for name, st in gw.pool.states.items()
     }
-    return Response(orjson.dumps({"status": "ok", "upstreams": upstreams}), media_type=JSON)
+    for name, st in gw.pool.states.items():
+        upstreams[name]["demoted"] = st.demoted
+    body = {"status": "ok", "upstreams": upstreams, "watchdog": gw.watchdog.snapshot(),
+            "gate": gw.gate_book.view()}
+    return Response(orjson.dumps(body), media_type=JSON)
 
 
 @router.get("/metrics")

@@ -36,6 +36,9 @@ from gateway.report import window_economics
 from gateway.store import RecordQueue, Store
 from gateway.schedule import EvalScheduler
 from gateway.upstream import new_session, probe
+from gateway.gate import GateBook
+from gateway.shadow import ShadowMirror
+from gateway.watchdog import TextSampler, Watchdog, annotate
 
 log = logging.getLogger("plumbline")
 
@@ -60,7 +63,13 @@ class Gateway:
         self.pool = Pool(config, on_inflight=self.metrics.inflight)
         self.store = store
         self.queue = RecordQueue.from_config(config, store) if store is not None else None
-        self.sinks: list[RecordSink] = [self.metrics, *(sinks or [])]
+        self.watchdog = Watchdog(config, config.watchdog, self.metrics.registry,
+                                 on_demote=self.pool.set_demoted)
+        self.sampler = TextSampler.from_config(config.watchdog)
+        self.shadow = ShadowMirror.from_config(config, lambda: self.session, self.finish,
+                                               registry=self.metrics.registry)
+        self.gate_book = GateBook(config.root / "var" / "gate" / "decisions.json")
+        self.sinks: list[RecordSink] = [self.metrics, self.watchdog, *(sinks or [])]
         if self.queue is not None:
             self.sinks.insert(0, self.queue)
         self._housekeeper: asyncio.Task[None] | None = None
@@ -80,6 +89,7 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.scheduler.stop()
+        await self.shadow.drain()
         for task in (self._prober, self._housekeeper):
             if task is not None:
                 task.cancel()
@@ -140,6 +150,7 @@ class Gateway:
                 state.truncations += record.truncated
                 state.reasoning_leaks += record.reasoning_leak
         price_record(record, self.config)
+        annotate(record, self.config)
         for sink in self.sinks:
             try:
                 sink.submit(record)

@@ -14,7 +14,7 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import uvicorn
@@ -34,6 +34,39 @@ def _subcommands() -> None:
     app.add_typer(eval_app, name="eval")
     app.add_typer(report_app, name="report")
     app.add_typer(deploy_app, name="deploy")
+
+
+@report_app.command("health")
+def report_health_cmd(
+    config: ConfigOption = None,
+    since: Annotated[str, typer.Option(help="Window, e.g. 30m, 24h, 7d")] = "24h",
+    format: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
+) -> None:
+    """Per upstream: watchdog rates (truncation, leaks, degenerate, tool calls, provider, drift)."""
+    from gateway.watchdog import report_health
+
+    _report(report_health, config, since, format)
+
+
+@report_app.command("shadow")
+def report_shadow_cmd(
+    config: ConfigOption = None,
+    since: Annotated[str, typer.Option(help="Window, e.g. 30m, 24h, 7d")] = "24h",
+    format: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
+) -> None:
+    """Shadow traffic: agreement with the primary, tokens, latency and cost of the shadow."""
+    from gateway.shadow import report_shadow
+
+    _report(report_shadow, config, since, format)
+
+
+def _report(fn: Any, config: Path | None, since: str, fmt: str) -> None:
+    cfg = _load(config)
+    try:
+        typer.echo(fn(cfg, since, fmt))
+    except ValueError as e:
+        typer.secho(str(e), fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
 
 
 @report_app.command("cost")

@@ -24,6 +24,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gateway.trust_config import GateConfig, ShadowConfig, WatchdogConfig
+from gateway.trust_config import cross_check as trust_cross_check
+
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
 
 
@@ -137,9 +140,15 @@ class RouteConfig(_Frozen):
 
     profile: Name | None = None
     upstreams: list[Name] = Field(min_length=1)
-    policy: Literal["least_outstanding", "prefix_affinity", "weighted"] = "least_outstanding"
+    policy: Literal[
+        "least_outstanding", "prefix_affinity", "weighted", "cheapest_within_floor"
+    ] = "least_outstanding"
     # Tried in order when every primary upstream is down, cooling down or saturated.
     fallback: list[Name] = Field(default_factory=list)
+    # Mirror a sampled share of live requests to another upstream (gateway/shadow.py).
+    shadow: ShadowConfig | None = None
+    # Evidence settings of the "cheapest_within_floor" policy (gateway/gate.py).
+    gate: GateConfig | None = None
 
 
 class Sampling(_Frozen):
@@ -254,6 +263,7 @@ class Config(_Frozen):
     nodes: dict[Name, Node] = Field(default_factory=dict)
     access: AccessConfig = AccessConfig()
     evals: EvalSchedule = EvalSchedule()
+    watchdog: WatchdogConfig = WatchdogConfig()
     # Folder of the config file, for relative paths. Not a TOML key.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
 
@@ -292,6 +302,7 @@ class Config(_Frozen):
             for m in key.models or []:
                 if m not in self.models:
                     problems.append(f"access.keys.{key.id}.models: unknown model {m!r}")
+        problems += trust_cross_check(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -30,6 +30,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.record import Attempt, Record
+from gateway.gate import gated_order
 from gateway.routing import Features, candidates
 from gateway.upstream import AttemptError, Opened, body_for, post
 
@@ -65,6 +66,8 @@ class Call:
     client_wants_usage: bool = False
     session: str | None = None
     translator: Translator | None = None
+    # Eval lane only: the upstream named by `x-plumbline-upstream` (gateway/gate.py).
+    pin: str | None = None
 
     @property
     def chat(self) -> bool:
@@ -105,6 +108,10 @@ class Dispatcher:
             time.monotonic(),
             gw.config.server.overload_margin,
         )
+        if call.pin is not None:
+            names = [call.pin]  # an eval of one upstream must measure that upstream
+        elif route.policy == "cheapest_within_floor":
+            names = gated_order(names, gw.gate_book.latest(call.model))
         if not names:
             raise UpstreamUnavailable(f"no upstream is configured for model {call.model!r}")
         call.record.queue_s = time.perf_counter() - call.record.t0

@@ -24,6 +24,7 @@ class UpstreamState:
     cooling_until: float = 0.0
     truncations: int = 0
     reasoning_leaks: int = 0
+    demoted: bool = False  # set by the watchdog (Watchdog.on_demote)
 
 
 class Pool:
@@ -44,6 +45,7 @@ class Pool:
                 cooling_until=st.cooling_until,
                 weight=st.weight,
                 max_inflight=self.max_inflight,
+                demoted=st.demoted,
             )
             for n, st in self.states.items()
         }
@@ -69,6 +71,10 @@ class Pool:
         st.failures += 1
         if st.failures >= self.cooldown_after:
             st.cooling_until = (now if now is not None else time.monotonic()) + self.cooldown_s
+
+    def set_demoted(self, name: str, demoted: bool) -> None:
+        if name in self.states:
+            self.states[name].demoted = demoted
 
     def set_health(self, name: str, ok: bool) -> None:
         st = self.states[name]

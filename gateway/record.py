@@ -60,6 +60,14 @@ class Record:
     charged_cost_usd: float | None = None  # what the provider said it charged (usage.cost)
     params_hash: str | None = None
     tool_calls: int = 0
+    # Trust flags (gateway/watchdog.py, gateway/shadow.py).
+    sampled: bool = False  # the answer text was captured and checked for degeneration
+    degenerate: bool = False  # the sampled answer tripped evals.tripwire.degeneration
+    tool_call_error: str | None = None  # invalid_json | unknown_tool | schema (first problem)
+    provider_mismatch: bool = False  # answered by a provider other than the pinned one
+    cost_drift: bool = False  # charged cost differs from the computed one beyond the threshold
+    shadow_of: str | None = None  # lane "shadow": the primary request's id
+    agreement: str | None = None  # lane "shadow": agreement with the primary (gateway/shadow.py)
     # Monotonic accept time, not stored.
     t0: float = field(default_factory=perf_counter, repr=False)
 

@@ -20,9 +20,11 @@ from gateway.dispatch import Call, Translator
 from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
 from gateway.tap import MalformedStream, StreamTap, tap_body, tap_embeddings
 from gateway.upstream import Opened
+from gateway.watchdog import Capture
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
+    from gateway.shadow import Pending
 
 
 def _think_mode(gw: Gateway, call: Call, opened: Opened) -> tuple[bool, bool]:
@@ -48,15 +50,20 @@ def _headers(call: Call, opened: Opened) -> dict[str, str]:
 
 async def respond(gw: Gateway, call: Call) -> Response:
     """Dispatch the call and answer the client. Errors before the first byte are raised."""
+    pending = gw.shadow.consider(call.model, call.path, call.body, call.record)
+    capture = None if call.path == "/embeddings" else gw.sampler.start(
+        call.record, call.body, always=pending is not None)
     try:
         opened = await gw.dispatcher.open(call)
     except GatewayError as e:
         call.record.status = e.status
         call.record.error_class = type(e).__name__
+        if pending is not None:
+            gw.shadow.primary_done(pending, call.record, None)
         gw.finish(call.record)
         raise
     if call.stream:
-        body = _stream(gw, call, opened)
+        body = _stream(gw, call, opened, capture, pending)
         if call.translator is not None:
             body = _translated(call.translator, body)
         return StreamingResponse(
@@ -64,10 +71,19 @@ async def respond(gw: Gateway, call: Call) -> Response:
             media_type="text/event-stream",
             headers={**_headers(call, opened), "cache-control": "no-cache"},
         )
-    return _whole(gw, call, opened)
+    return _whole(gw, call, opened, capture, pending)
 
 
-def _whole(gw: Gateway, call: Call, opened: Opened) -> Response:
+def _observed(gw: Gateway, call: Call, capture: Capture | None, pending: Pending | None) -> None:
+    """The answer is complete: set the capture's flags and hand it to the shadow pairing."""
+    if capture is not None:
+        capture.finish()
+    if pending is not None:
+        gw.shadow.primary_done(pending, call.record, capture)
+
+
+def _whole(gw: Gateway, call: Call, opened: Opened, capture: Capture | None = None,
+           pending: Pending | None = None) -> Response:
     record = call.record
     split, opened_in_prompt = _think_mode(gw, call, opened)
     try:
@@ -75,7 +91,7 @@ def _whole(gw: Gateway, call: Call, opened: Opened) -> Response:
             body = tap_embeddings(record, opened.first)
         else:
             body = tap_body(record, opened.first, split_think=split,
-                            opened_in_prompt=opened_in_prompt, chat=call.chat)
+                            opened_in_prompt=opened_in_prompt, chat=call.chat, capture=capture)
         record.status = 200
         record.ttft_s = record.ttfa_s = record.e2e_s
         headers = _headers(call, opened)
@@ -96,10 +112,12 @@ def _whole(gw: Gateway, call: Call, opened: Opened) -> Response:
     finally:
         opened.response.release()
         gw.pool.end(opened.upstream.name)
+        _observed(gw, call, capture, pending)
         gw.finish(record)
 
 
-async def _stream(gw: Gateway, call: Call, opened: Opened) -> AsyncIterator[bytes]:
+async def _stream(gw: Gateway, call: Call, opened: Opened, capture: Capture | None = None,
+                  pending: Pending | None = None) -> AsyncIterator[bytes]:
     record = call.record
     split, opened_in_prompt = _think_mode(gw, call, opened)
     tap = StreamTap(
@@ -108,6 +126,7 @@ async def _stream(gw: Gateway, call: Call, opened: Opened) -> AsyncIterator[byte
         split_think=split,
         opened_in_prompt=opened_in_prompt,
         chat=call.chat,
+        capture=capture,
     )
     record.status = 200
     try:
@@ -141,6 +160,7 @@ async def _stream(gw: Gateway, call: Call, opened: Opened) -> AsyncIterator[byte
             tap.abort()
         opened.response.release()
         gw.pool.end(opened.upstream.name)
+        _observed(gw, call, capture, pending)
         gw.finish(record)
 
 

@@ -6,6 +6,8 @@ policy is tested with plain values. The returned list is the order dispatch trie
 1. the primaries that are available (healthy, not cooling down, not saturated), ordered by the
    route's policy — or by the session's rendezvous hash when the request names a session;
 2. the route's fallback upstreams that are available, in configured order;
+   in 1 and 2 an upstream a watchdog demoted (gateway/watchdog.py) goes after every available
+   one that is not demoted, keeping its relative order;
 3. only when nothing at all is available: every upstream, least recently failed first, so a
    request is still tried rather than refused while all upstreams are marked down.
 """
@@ -29,6 +31,7 @@ class UpstreamView:
     cooling_until: float = 0.0
     weight: float = 1.0
     max_inflight: int = 0  # 0 = unlimited
+    demoted: bool = False  # a watchdog check is tripped: serve only when nothing better is up
 
     def available(self, now: float) -> bool:
         if not self.healthy or self.cooling_until > now:
@@ -107,6 +110,8 @@ def candidates(
     ordered = [v.name for v in order_primaries(route, up, features, overload_margin)]
     ordered += [v.name for v in fallbacks if v.available(now) and v.name not in ordered]
     if ordered:
-        return ordered
+        return [n for n in ordered if not state[n].demoted] + [
+            n for n in ordered if state[n].demoted
+        ]
     everyone = {v.name: v for v in [*primaries, *fallbacks]}
     return [v.name for v in sorted(everyone.values(), key=lambda v: v.cooling_until)]

@@ -70,6 +70,7 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
     __table_args__ = (
         sa.Index("ix_requests_model_time", "model", "time"),
         sa.Index("ix_requests_upstream_time", "upstream", "time"),
+        sa.Index("ix_requests_shadow_of", "shadow_of"),
         {"postgresql_partition_by": "RANGE (time)"},
     )
 
@@ -105,6 +106,13 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
     charged_cost_usd: float | None = None
     params_hash: str | None = Field(default=None, max_length=128)
     tool_calls: int
+    sampled: bool = False
+    degenerate: bool = False
+    tool_call_error: str | None = Field(default=None, max_length=32)
+    provider_mismatch: bool = False
+    cost_drift: bool = False
+    shadow_of: str | None = Field(default=None, max_length=128)
+    agreement: str | None = Field(default=None, max_length=32)
 
 
 class ContentRow(SQLModel, table=True, metadata=metadata):

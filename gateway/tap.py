@@ -20,6 +20,7 @@ import orjson
 
 from gateway.reasoning import ThinkSplitter, split_text
 from gateway.record import Record
+from gateway.watchdog import Capture
 
 DONE = b"[DONE]"
 
@@ -68,8 +69,10 @@ class StreamTap:
         split_think: bool,
         opened_in_prompt: bool = False,
         chat: bool = True,
+        capture: Capture | None = None,
     ):
         self.record = record
+        self.capture = capture
         self.client_wants_usage = client_wants_usage
         self.chat = chat
         self._split = split_think
@@ -193,11 +196,15 @@ class StreamTap:
                 delta["reasoning_content"] = delta["reasoning"] = reasoning
                 changed = True
             tools = delta.get("tool_calls")
+            if self.capture is not None:
+                self.capture.delta(index, delta)
             token = bool(reasoning or content or tools)
             if tools:
                 record.tool_calls = max(record.tool_calls, len(tools))
         else:
             content = choice.get("text")
+            if self.capture is not None:
+                self.capture.text(choice.get("index", 0), content)
             reasoning = None
             token = bool(content)
         if token:
@@ -224,6 +231,8 @@ class StreamTap:
                 delta["content"] = content
             if reasoning:
                 delta["reasoning_content"] = delta["reasoning"] = reasoning
+            if self.capture is not None:
+                self.capture.delta(index, delta)
             event = {"object": "chat.completion.chunk", "choices": [{"index": index, "delta": delta}]}
             out.append(b"data: " + orjson.dumps(event) + b"\n\n")
         return b"".join(out)
@@ -252,6 +261,7 @@ def tap_body(
     split_think: bool,
     opened_in_prompt: bool = False,
     chat: bool = True,
+    capture: Capture | None = None,
 ) -> bytes:
     """Account for a non-streamed response and return the bytes to send to the client."""
     try:
@@ -288,6 +298,8 @@ def tap_body(
         if reasoning and not (message.get("reasoning_content") and message.get("reasoning")):
             message["reasoning_content"] = message["reasoning"] = reasoning
             changed = True
+        if capture is not None:
+            capture.message(choice.get("index", 0), message)
         if message.get("tool_calls"):
             record.tool_calls = max(record.tool_calls, len(message["tool_calls"]))
         reasoning_chars += len(reasoning or "")

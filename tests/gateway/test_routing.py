@@ -96,3 +96,27 @@ def test_candidates_are_configured_unique_and_available_first(
     available = [n for n in out if state[n].available(NOW)]
     if available:
         assert out == available  # only available ones while any exist
+
+
+def test_demoted_upstreams_go_after_healthy_ones_primaries_and_fallbacks() -> None:
+    route = RouteConfig(upstreams=["a", "b"], fallback=["p", "q"])
+    state = {
+        "a": UpstreamView("a", inflight=0, demoted=True),
+        "b": UpstreamView("b", inflight=5),
+        "p": UpstreamView("p", demoted=True),
+        "q": UpstreamView("q"),
+    }
+    assert candidates(route, state, Features(), 0.0) == ["b", "q", "a", "p"]
+    # A demoted upstream is still used when it is all there is.
+    alone = {"a": UpstreamView("a", demoted=True), "b": UpstreamView("b", healthy=False)}
+    assert candidates(RouteConfig(upstreams=["a", "b"]), alone, Features(), 0.0)[0] == "a"
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=6))
+def test_demotion_only_reorders(flags: list[bool]) -> None:
+    names = [f"u{i}" for i in range(len(flags))]
+    state = {n: UpstreamView(n, demoted=d) for n, d in zip(names, flags, strict=True)}
+    got = candidates(RouteConfig(upstreams=names), state, Features(), 0.0)
+    assert sorted(got) == sorted(names)
+    first_demoted = next((i for i, n in enumerate(got) if state[n].demoted), len(got))
+    assert all(state[n].demoted for n in got[first_demoted:])

@@ -283,6 +283,6 @@ def test_workers_starting_together_all_migrate(tmp_path: Path) -> None:
     try:
         with store.engine.connect() as conn:
             version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
-        assert version == "0001"
+        assert version == "0002"
     finally:
         store.close()

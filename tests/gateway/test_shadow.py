@@ -1,0 +1,219 @@
+"""Shadow evaluation: agreement rules, budget, the mirror against real fake upstreams, report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.config import RouteConfig
+from gateway.fake_upstream import FakeHandle, running_fake
+from gateway.record import Record
+from gateway.shadow import (
+    Answer,
+    DailyBudget,
+    ShadowMirror,
+    agreement,
+    report_shadow,
+    text_agreement,
+    tool_agreement,
+)
+from gateway.store import Store, record_row
+from gateway.trust_config import ShadowConfig
+from gateway.upstream import new_session
+from gateway.watchdog import Capture, ToolCall
+from tests.harness import config_from, running_gateway, wait_for
+
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def test_text_agreement_exact_normalised_different() -> None:
+    assert text_agreement("The answer is 42.", "The answer is 42.") == "exact"
+    assert text_agreement("The answer is 42.", "the  answer is 42") == "normalised"
+    assert text_agreement("The answer is 42.", "The answer is 24.") == "different"
+
+
+def test_tool_agreement_compares_parsed_arguments_in_any_order() -> None:
+    a = [ToolCall("f", '{"x": 1, "y": [1, 2]}'), ToolCall("g", "{}")]
+    b = [ToolCall("g", ""), ToolCall("f", '{"y":[1,2],"x":1}')]
+    assert tool_agreement(a, b) == "tools_same"
+    assert tool_agreement(a, [ToolCall("f", '{"x": 2, "y": [1, 2]}'), ToolCall("g", "{}")]) \
+        == "tools_different"
+    assert tool_agreement([ToolCall("f", "{bad")], [ToolCall("f", "{bad")]) == "tools_same"
+    assert tool_agreement([ToolCall("f", "{bad")], [ToolCall("f", "{}")]) == "tools_different"
+
+
+def test_agreement_precedence() -> None:
+    ok = Answer(True, "x")
+    assert agreement(Answer(False), ok) == "primary_failed"
+    assert agreement(ok, Answer(False)) == "shadow_failed"
+    assert agreement(Answer(True, "x", verdict="correct"),
+                     Answer(True, "y", verdict="correct")) == "verdict_same"
+    assert agreement(Answer(True, "x", (ToolCall("f", "{}"),)), Answer(True, "x")) \
+        == "tools_different"
+    assert agreement(ok, Answer(True, "X!")) == "normalised"
+
+
+def test_daily_budget_resets_each_utc_day() -> None:
+    b = DailyBudget(usd=0.01, requests=2)
+    assert b.allows(86_400 * 5 + 10)
+    b.sent = 2
+    assert not b.allows(86_400 * 5 + 20)
+    assert b.allows(86_400 * 6 + 1)  # next day
+    b.spent_usd = 0.02
+    assert not b.allows(86_400 * 6 + 2)
+
+
+@pytest.fixture
+def shadow_fake() -> Iterator[FakeHandle]:
+    with running_fake() as handle:
+        yield handle
+
+
+def _config(primary: str, shadow: str) -> Any:
+    return config_from({
+        "server": {"health_interval_s": 0},
+        "upstreams": [
+            {"name": "main", "kind": "vllm", "base_url": primary, "model": "m"},
+            {"name": "shadow", "kind": "openai", "base_url": shadow, "model": "m"},
+        ],
+        "models": {"smol": {"upstreams": ["main"]}},
+        "prices": {"shadow": {"input": 1.0, "output": 2.0}},
+    })
+
+
+def _primary(text: str, status: int = 200) -> tuple[Record, Capture]:
+    r = Record(request_id="req-1", door="chat", model="smol", stream=True, status=status,
+               upstream="main", params_hash="abc")
+    cap = Capture(r, None, keep_text=True)
+    cap.message(0, {"content": text})
+    cap.finish()
+    return r, cap
+
+
+async def _mirror(cfg: Any, shadow: ShadowConfig, out: list[Record]) -> tuple[ShadowMirror, Any]:
+    session = new_session(5.0)
+    return ShadowMirror(cfg, {"smol": shadow}, lambda: session, out.append), session
+
+
+async def test_mirror_pairs_shadow_with_primary_and_records_agreement(
+    fake: FakeHandle, shadow_fake: FakeHandle
+) -> None:
+    shadow_fake.set_default(text="Hello there, friend!", provider="X")
+    cfg = _config(fake.base_url, shadow_fake.base_url)
+    out: list[Record] = []
+    mirror, session = await _mirror(
+        cfg, ShadowConfig(upstream="shadow", fraction=1.0, budget_requests_per_day=10), out)
+    try:
+        body = {"model": "smol", "messages": MESSAGES, "stream": True, "temperature": 0.3,
+                "stream_options": {"include_usage": True}}
+        record, capture = _primary("hello there friend")
+        pending = mirror.consider("smol", "/chat/completions", body, record)
+        assert pending is not None and pending.shadow is None  # launched, not awaited
+        mirror.primary_done(pending, record, capture)
+        await mirror.drain()
+    finally:
+        await session.close()
+    [shadow] = out
+    assert shadow.lane == "shadow" and shadow.shadow_of == "req-1" and shadow.time == record.time
+    assert shadow.upstream == "shadow" and shadow.params_hash == "abc" and shadow.status == 200
+    assert shadow.agreement == "normalised"
+    assert shadow.completion_tokens == 3 and shadow.cost_usd is not None
+    [sent] = shadow_fake.requests()
+    assert sent["body"]["stream"] is False and "stream_options" not in sent["body"]
+    assert sent["body"]["temperature"] == 0.3  # the same effective body
+
+
+async def test_mirror_skips_when_cap_is_full_or_budget_spent(
+    fake: FakeHandle, shadow_fake: FakeHandle
+) -> None:
+    shadow_fake.set_default(hang_before_first_byte=30)
+    cfg = _config(fake.base_url, shadow_fake.base_url)
+    out: list[Record] = []
+    mirror, session = await _mirror(cfg, ShadowConfig(
+        upstream="shadow", fraction=1.0, max_concurrency=1, budget_requests_per_day=2,
+        timeout_s=0.3), out)
+    body = {"model": "smol", "messages": MESSAGES}
+    try:
+        first = mirror.consider("smol", "/chat/completions", body, _primary("a")[0])
+        assert first is not None
+        assert mirror.consider("smol", "/chat/completions", body, _primary("a")[0]) is None
+        await mirror.drain()  # the shadow times out; the slot frees
+        second = mirror.consider("smol", "/chat/completions", body, _primary("a")[0])
+        assert second is not None
+        await mirror.drain()
+        assert mirror.consider("smol", "/chat/completions", body, _primary("a")[0]) is None
+        # Other lanes and unshadowed models are never mirrored.
+        eval_rec = _primary("a")[0]
+        eval_rec.lane = "eval"
+        assert mirror.consider("smol", "/chat/completions", body, eval_rec) is None
+        for p in (first, second):
+            r, c = _primary("a")
+            mirror.primary_done(p, r, c)
+    finally:
+        await session.close()
+    counts = {s.labels["outcome"]: s.value for m in mirror.requests.collect()
+              for s in m.samples if s.name.endswith("_total")}
+    assert counts == {"mirrored": 2, "skipped_cap": 1, "skipped_budget": 1, "failed": 2}
+    assert [r.agreement for r in out] == ["shadow_failed", "shadow_failed"]
+    assert out[0].error_class == "ShadowTimeout"
+
+
+def test_report_shadow_joins_pairs(tmp_path: Path) -> None:
+    cfg = _config("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1")
+    rows = []
+    for i, agree in enumerate(["exact", "normalised", "different", "tools_same"]):
+        p = Record(request_id=f"p{i}", door="chat", model="smol", stream=False, time=100.0 + i,
+                   upstream="main", status=200, e2e_s=1.0, completion_tokens=10)
+        s = Record(request_id=f"p{i}-shadow", door="chat", model="smol", stream=False,
+                   time=100.0 + i, upstream="shadow", lane="shadow", shadow_of=f"p{i}",
+                   agreement=agree, status=200, e2e_s=2.0, completion_tokens=12, cost_usd=0.01)
+        rows += [record_row(p), record_row(s)]
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    store.write(rows)
+    try:
+        doc = json.loads(report_shadow(cfg, "1h", "json", store=store, now=200.0))
+        table = report_shadow(cfg, "1h", "table", store=store, now=200.0)
+    finally:
+        store.close()
+    [row] = doc["rows"]
+    assert row["pairs"] == 4 and row["agree_rate"] == pytest.approx(0.75)
+    assert row["primary_e2e_s"] == pytest.approx(1.0) and row["shadow_e2e_s"] == pytest.approx(2.0)
+    assert row["shadow_tokens"] == 48 and row["shadow_cost_usd"] == pytest.approx(0.04)
+    assert "main → shadow" in table
+
+
+WIRED = "shadow" in RouteConfig.model_fields  # the lead wires config, app, relay together
+
+
+@pytest.mark.skipif(not WIRED, reason="needs the lead's wiring: RouteConfig.shadow + relay hooks")
+def test_wired_shadow_run_end_to_end(fake: FakeHandle, shadow_fake: FakeHandle,
+                                     tmp_path: Path) -> None:
+    """A live route with a shadow: the client sees the primary only; the store gets the pairs."""
+    fake.set_default(text="The capital is Paris.")
+    shadow_fake.set_default(text="the capital is paris", cost=0.0001)
+    data = _config(fake.base_url, shadow_fake.base_url).model_dump(exclude_none=True)
+    data["models"]["smol"]["shadow"] = {"upstream": "shadow", "fraction": 1.0,
+                                        "budget_requests_per_day": 100}
+    data["store"] = {"url": f"sqlite:///{tmp_path / 'w.db'}"}
+    cfg = config_from(data)
+    with running_gateway(cfg, record=True) as url:
+        c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+        for stream in (False, True):
+            resp = c.chat.completions.create(model="smol", messages=MESSAGES, stream=stream)
+            text = "".join(ch.choices[0].delta.content or "" for ch in resp if ch.choices) \
+                if stream else resp.choices[0].message.content
+            assert text.strip() == "The capital is Paris."
+        wait_for(lambda: len(shadow_fake.requests()) == 2)
+    # Gateway.stop drains the mirror before it closes the record queue.
+    store = Store(cfg.store.url)
+    try:
+        doc = json.loads(report_shadow(cfg, "1h", "json", store=store))
+    finally:
+        store.close()
+    [row] = doc["rows"]
+    assert row["pairs"] == 2 and row["agreements"] == {"normalised": 2}
