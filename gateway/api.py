@@ -12,15 +12,15 @@ from typing import Any
 import orjson
 from fastapi import APIRouter
 from pydantic import BaseModel
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from gateway.dispatch import Call
 from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
+from gateway.gate import pinned_upstream
 from gateway.profile import apply_profile, params_hash
 from gateway.protocol import ChatRequest, CompletionRequest, EmbeddingRequest, validate
 from gateway.record import Record
-from gateway.gate import pinned_upstream
 from gateway.relay import respond
 
 router = APIRouter()
@@ -58,18 +58,43 @@ async def read_json(request: Request, limit: int) -> Any:
             raise BodyTooLarge(f"The request body is {declared} bytes; the limit is {limit}.")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise BadRequest("The client closed the connection before the body was complete.") from None
     raw = b"".join(chunks)
     if not raw.strip():
         raise BadRequest("The request body is empty; expected a JSON object.")
     try:
-        return orjson.loads(raw)
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise BadRequest(f"The request body is not valid JSON: {e}") from None
+    # Bodies are re-serialised for the upstream (orjson stops at 255 levels): refuse deeper
+    # nesting here. Counting brackets first keeps the walk off every ordinary request.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
+        raise BadRequest(f"The request body is nested more than {MAX_DEPTH} levels deep.")
+    return body
+
+
+MAX_DEPTH = 64
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+    return deepest
 
 
 def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
@@ -84,7 +109,8 @@ def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
     if path != "/embeddings":
         apply_profile(body, gw.config.profile_for(model), chat=chat)
     stream = bool(body.get("stream"))
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    options = options if isinstance(options, dict) else {}
     record = Record(
         request_id="req-" + os.urandom(12).hex(),
         door=door,

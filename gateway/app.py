@@ -23,21 +23,22 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import api, doors
+from gateway import admin, api, doors
+from gateway.access import Access, AccessGuard
 from gateway.config import Config, default_config_path, load_config, prometheus_multiproc_dir
 from gateway.cost import price_record
 from gateway.dispatch import Dispatcher
 from gateway.errors import GatewayError
+from gateway.gate import GateBook
 from gateway.metrics import Metrics
 from gateway.pool import Pool
 from gateway.prefix import PrefixIndex
 from gateway.record import Record, RecordSink
 from gateway.report import window_economics
-from gateway.store import RecordQueue, Store
 from gateway.schedule import EvalScheduler
-from gateway.upstream import new_session, probe
-from gateway.gate import GateBook
 from gateway.shadow import ShadowMirror
+from gateway.store import RecordQueue, Store
+from gateway.upstream import new_session, probe
 from gateway.watchdog import TextSampler, Watchdog, annotate
 
 log = logging.getLogger("plumbline")
@@ -55,6 +56,7 @@ class Gateway:
         config: Config,
         sinks: list[RecordSink] | None = None,
         store: Store | None = None,
+        access: Access | None = None,
     ):
         self.config = config
         s = config.server
@@ -72,6 +74,12 @@ class Gateway:
         self.sinks: list[RecordSink] = [self.metrics, self.watchdog, *(sinks or [])]
         if self.queue is not None:
             self.sinks.insert(0, self.queue)
+        if access is not None:
+            # First: the key id and the budget settlement must be on the record before the
+            # store turns it into a row.
+            self.sinks.insert(0, access)
+            if store is not None:
+                access.attach(store.engine)
         self._housekeeper: asyncio.Task[None] | None = None
         self.dispatcher = Dispatcher(self)
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
@@ -163,14 +171,21 @@ def _error_response(error: GatewayError) -> Response:
 
 
 def create_app(
-    config: Config, sinks: list[RecordSink] | None = None, *, record: bool = True
+    config: Config,
+    sinks: list[RecordSink] | None = None,
+    *,
+    record: bool = True,
+    config_path: Path | None = None,
+    access: Access | None = None,
 ) -> FastAPI:
-    """The gateway app. `record=False` runs without the store (tests, benchmarks of the relay)."""
+    """The gateway app. `record=False` runs without the store (tests, benchmarks of the relay).
+    `config_path` is what `POST /admin/reload` re-reads."""
+    access = access or Access(config.access)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = await asyncio.to_thread(Store.from_config, config) if record else None
-        gateway = Gateway(config, sinks, store)
+        gateway = Gateway(config, sinks, store, access)
         await gateway.start()
         app.state.gateway = gateway
         try:
@@ -187,6 +202,12 @@ def create_app(
     )
     app.include_router(api.router)
     app.include_router(doors.router)
+    app.include_router(admin.router)
+    app.state.access = access
+    app.state.config_path = config_path
+    s = config.server
+    app.add_middleware(AccessGuard, access=access, max_body_bytes=s.max_body_bytes,
+                       max_header_bytes=s.max_header_bytes)
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
@@ -223,4 +244,5 @@ def create_app(
 def app_from_env() -> FastAPI:
     """Factory for `uvicorn --factory` with several workers: the config path comes from
     PLUMBLINE_CONFIG (set by `plumbline serve`)."""
-    return create_app(load_config(default_config_path()))
+    path = default_config_path()
+    return create_app(load_config(path), config_path=path)

@@ -103,11 +103,11 @@ def _load(path: Path | None) -> Config:
         raise typer.Exit(2) from None
 
 
-def _serve(config: Config, host: str | None, port: int | None) -> None:
+def _serve(config: Config, host: str | None, port: int | None, path: Path | None = None) -> None:
     from gateway.app import create_app
 
     uvicorn.run(
-        create_app(config),
+        create_app(config, config_path=path),
         host=host or config.server.host,
         port=port or config.server.port,
         loop="uvloop",
@@ -128,7 +128,7 @@ def serve(
     cfg = _load(config)
     typer.echo(f"plumbline: serving {len(cfg.models)} model(s) on "
                f"http://{host or cfg.server.host}:{port or cfg.server.port}/v1")
-    _serve(cfg, host, port)
+    _serve(cfg, host, port, config or default_config_path())
 
 
 @app.command()
@@ -147,7 +147,7 @@ def up(
         stack.enter_context(launch_local(cfg, echo=typer.echo))
         typer.echo(f"plumbline: gateway on http://{host or cfg.server.host}:"
                    f"{port or cfg.server.port}/v1")
-        _serve(cfg, host, port)
+        _serve(cfg, host, port, config or default_config_path())
 
 
 @app.command()

@@ -39,6 +39,8 @@ class ServerConfig(_Frozen):
     port: int = Field(8400, ge=0, le=65535)
     # Largest request body accepted (bytes); larger bodies get a 413 before they are read whole.
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # Largest request head (all header names and values); larger gets a 431.
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
     # Seconds to wait for an upstream's first byte before moving to the next candidate.
     ttft_timeout_s: float = Field(120.0, gt=0)
     # Whole-response budget for non-streamed requests (generous: the model's time is not capped).

@@ -197,14 +197,21 @@ class GateBook:
     def __init__(self, path: Path, history: int = 50):
         self.path = path
         self.history = history
+        self._cache: tuple[float, dict[str, Any]] | None = None
 
     def _read(self) -> dict[str, Any]:
-        if not self.path.exists():
+        """The file's content, re-read only when its mtime changed (routing calls this per
+        request; another worker may have recorded a decision)."""
+        try:
+            mtime = self.path.stat().st_mtime
+        except FileNotFoundError:
             return {"latest": {}, "history": []}
-        return json.loads(self.path.read_text(encoding="utf-8"))
+        if self._cache is None or self._cache[0] != mtime:
+            self._cache = (mtime, json.loads(self.path.read_text(encoding="utf-8")))
+        return self._cache[1]
 
     def record(self, decision: GateDecision) -> None:
-        data = self._read()
+        data = json.loads(json.dumps(self._read()))  # a copy: the cache stays as it was read
         data["latest"][decision.model] = decision.to_dict()
         data["history"] = [*data["history"], decision.to_dict()][-self.history :]
         self.path.parent.mkdir(parents=True, exist_ok=True)

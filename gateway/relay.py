@@ -138,7 +138,7 @@ async def _stream(gw: Gateway, call: Call, opened: Opened, capture: Capture | No
             if out:
                 yield out
         yield tap.finish()
-    except (MalformedStream, aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+    except (TimeoutError, MalformedStream, aiohttp.ClientError, OSError) as e:
         record.error_class = type(e).__name__
         record.status = 502
         if isinstance(e, asyncio.TimeoutError):
@@ -148,7 +148,8 @@ async def _stream(gw: Gateway, call: Call, opened: Opened, capture: Capture | No
         else:
             message = f"upstream {opened.upstream.name} broke the stream ({type(e).__name__})"
         gw.pool.failed(opened.upstream.name)
-        yield tap.abort() + sse_error_event(AllUpstreamsFailed(message))
+        partial = e.partial if isinstance(e, MalformedStream) else b""
+        yield partial + tap.abort() + sse_error_event(AllUpstreamsFailed(message))
     except asyncio.CancelledError:
         # The client went away.
         record.status = 499

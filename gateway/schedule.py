@@ -1,7 +1,10 @@
 """Scheduled evaluation: every N hours the gateway runs a suite against its own targets.
 
 The runner is the same client `plumbline eval run` uses, pointed at this gateway's own address,
-so it measures what users get. Its requests carry the eval lane header (routing keeps them off the
+so it measures what users get. Routes with the policy `cheapest_within_floor` are re-decided after
+each round: every upstream of the route is evaluated on identical items (pinned with the
+eval-lane-only `x-plumbline-upstream` header), the control upstream twice for the noise floor,
+and `gateway.gate.decide` picks the cheapest upstream not worse than the best beyond that floor. Its requests carry the eval lane header (routing keeps them off the
 prefix index) and its own concurrency cap, so production traffic never queues behind it. Runs are
 written to `[evals].runs_dir`, like manual runs; the latest result per target is kept in memory for
 quality-gated decisions and reports.
@@ -13,7 +16,14 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from evals.result import ItemResult
+from evals.runner import Runner, RunSpec, load_run
+from evals.stats import PairingError, pair
+from gateway.gate import PIN_HEADER, GateDecision, decide, gate_arms
+from gateway.report import window_economics
+from gateway.trust_config import GateConfig
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -31,7 +41,10 @@ class EvalScheduler:
     @property
     def enabled(self) -> bool:
         schedule = self.gw.config.evals
-        return schedule.every_hours > 0 and bool(schedule.targets)
+        return schedule.every_hours > 0 and (bool(schedule.targets) or bool(self.gated_models()))
+
+    def gated_models(self) -> list[str]:
+        return [m for m, r in self.gw.config.models.items() if r.policy == "cheapest_within_floor"]
 
     def start(self) -> None:
         if self.enabled:
@@ -43,21 +56,81 @@ class EvalScheduler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def run_once(self) -> Path:
-        from evals.runner import RunSpec, Runner
-
+    def _spec(self, targets: list[str], **kw: Any) -> RunSpec:
         schedule = self.gw.config.evals
         runs_dir = Path(schedule.runs_dir)
         if not runs_dir.is_absolute():
             runs_dir = self.gw.config.root / runs_dir
-        spec = RunSpec(
-            base_url=self.base_url, targets=list(schedule.targets), suite=schedule.suite,
-            seed=schedule.seed, concurrency=schedule.concurrency, timeout_s=schedule.timeout_s,
-            runs_dir=runs_dir,
+        return RunSpec(
+            base_url=self.base_url, targets=targets, suite=schedule.suite, seed=schedule.seed,
+            concurrency=schedule.concurrency, timeout_s=schedule.timeout_s, runs_dir=runs_dir,
+            **kw,
         )
-        self.last_run = await Runner(spec).run()
-        log.info("scheduled eval finished: %s", self.last_run)
+
+    async def run_once(self) -> Path | None:
+        """One scheduled round: the configured targets, then every quality-gated route."""
+        targets = list(self.gw.config.evals.targets)
+        if targets:
+            self.last_run = await Runner(self._spec(targets)).run()
+            log.info("scheduled eval finished: %s", self.last_run)
+        for model in self.gated_models():
+            await self.run_gate(model)
         return self.last_run
+
+    async def run_gate(self, model: str) -> GateDecision:
+        """Evaluate each upstream of a gated route (the control twice) and re-decide the route."""
+        route = self.gw.config.models[model]
+        gate_cfg = route.gate or GateConfig()
+        control = gate_cfg.control or route.upstreams[0]
+        arms = gate_arms(model, route.upstreams, control)
+        spec = self._spec(
+            [label for label, _ in arms],
+            target_models={label: model for label, _ in arms},
+            target_headers={label: {PIN_HEADER: pin} for label, pin in arms},
+        )
+        path = await Runner(spec).run()
+        _, results = load_run(path)
+        by_label: dict[str, list[ItemResult]] = {}
+        for r in results:
+            by_label.setdefault(r.target, []).append(r)
+        upstream_of = dict(arms)
+        primary = {upstream_of[label]: rs for label, rs in by_label.items()
+                   if not label.endswith("#control")}
+        control_label = f"{model}@{control}#control"
+        controls = []
+        try:
+            controls.append(pair(primary[control], by_label.get(control_label, []),
+                                 f"{control} run 1", f"{control} run 2"))
+        except (KeyError, PairingError) as e:
+            log.warning("gate %s: no usable control pair (%s)", model, e)
+        decision = decide(model, primary, controls or None, self.prices(model),
+                          alpha=gate_cfg.alpha, min_items=gate_cfg.min_items)
+        self.gw.gate_book.record(decision)
+        log.info("gate %s: %s", model, decision.reason)
+        return decision
+
+    def prices(self, model: str) -> dict[str, float | None]:
+        """USD per million tokens per upstream: the gate's own figures, else the price table
+        (input and output averaged), else the node's measured cost for this model."""
+        cfg = self.gw.config
+        route = cfg.models[model]
+        overrides = route.gate.prices if route.gate else {}
+        economics: dict[str, Any] = {}
+        if self.gw.store is not None:
+            economics = window_economics(cfg, self.gw.store, 86400.0)[2]
+        out: dict[str, float | None] = {}
+        for name in route.upstreams:
+            upstream = cfg.upstream(name)
+            price = cfg.prices.get(name)
+            if name in overrides:
+                out[name] = overrides[name]
+            elif price is not None:
+                out[name] = (price.input + price.output) / 2
+            elif upstream.node and model in economics:
+                out[name] = economics[model].node_usd_per_m_on(upstream.node)
+            else:
+                out[name] = None
+        return out
 
     async def _forever(self) -> None:
         interval = self.gw.config.evals.every_hours * 3600

@@ -26,7 +26,10 @@ DONE = b"[DONE]"
 
 
 class MalformedStream(Exception):
-    """The upstream sent an event that is not valid JSON."""
+    """The upstream sent an event that is not valid JSON. `partial` holds the output of the
+    events before it in the same block, which the client must still get."""
+
+    partial = b""
 
 
 def _apply_usage(record: Record, usage: dict[str, Any]) -> None:
@@ -98,10 +101,14 @@ class StreamTap:
         self._buffer = data[cut + 2 :]
         out: list[bytes] = []
         now = time.perf_counter()
-        for event in data[:cut].split(b"\n\n"):
-            rendered = self._event(event, now)
-            if rendered:
-                out.append(rendered)
+        try:
+            for event in data[:cut].split(b"\n\n"):
+                rendered = self._event(event, now)
+                if rendered:
+                    out.append(rendered)
+        except MalformedStream as e:
+            e.partial = b"".join(out)
+            raise
         return b"".join(out)
 
     def finish(self) -> bytes:
@@ -140,7 +147,7 @@ class StreamTap:
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            raise MalformedStream(f"upstream sent a malformed event: {payload[:80]!r}") from None
+            raise MalformedStream("upstream sent an event that is not valid JSON") from None
         if not isinstance(obj, dict):
             raise MalformedStream("upstream sent an event that is not a JSON object")
         if "error" in obj and "choices" not in obj:

@@ -7,7 +7,7 @@ turns HTTP failures into `AttemptError`s that carry just enough to decide retry 
 
 from __future__ import annotations
 
-import asyncio
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,19 +94,42 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def _error_message(raw: bytes) -> str:
+_SECRETS = re.compile(
+    r"(?i)\b(?:authorization|x-api-key|api[-_ ]?key)\s*[:=]\s*[\"']?"  # "api_key=xyz"
+    r"(?:(?:bearer|basic)\s+)?[^\s\"',;]+"
+    r"|(?i:\b(?:bearer|basic)\s+)[^\s\"',;]+"  # "Bearer xyz"
+    r"|\b(?:sk|pk|rk|pl)-[A-Za-z0-9_*.\-]{6,}"  # vendor-prefixed keys, masked ones too
+    r"|[A-Za-z0-9_\-+/=]{32,}"  # any long opaque token (keys, JWTs, hashes)
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def sanitise(text: str, upstream: Upstream, limit: int = 300) -> str:
+    """Upstream error text as it may be shown to clients and logs: the upstream's own key and
+    header values removed, anything shaped like a credential masked, control characters
+    (newlines: log and header injection) flattened, length bounded."""
+    for secret in (upstream.api_key(), *upstream.headers.values()):
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    text = _SECRETS.sub("[redacted]", text)
+    text = _CONTROL.sub(" ", text).strip()
+    return text[:limit] + ("…" if len(text) > limit else "")
+
+
+def _error_message(raw: bytes, upstream: Upstream) -> str:
+    text = raw[:2000].decode("utf-8", "replace")
     try:
         data = orjson.loads(raw)
         err = data.get("error") if isinstance(data, dict) else None
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"][:500]
-        if isinstance(err, str):
-            return err[:500]
-        if isinstance(data, dict) and isinstance(data.get("message"), str):
-            return data["message"][:500]
+            text = err["message"]
+        elif isinstance(err, str):
+            text = err
+        elif isinstance(data, dict) and isinstance(data.get("message"), str):
+            text = data["message"]
     except orjson.JSONDecodeError:
         pass
-    return raw[:200].decode("utf-8", "replace")
+    return sanitise(text, upstream)
 
 
 async def post(
@@ -121,18 +144,23 @@ async def post(
     timeout = aiohttp.ClientTimeout(total=None, sock_read=read_timeout)
     try:
         resp = await session.post(url, data=data, headers=headers_for(upstream), timeout=timeout)
+    except TimeoutError:
+        # aiohttp's read timeout is also a ClientConnectionError: catch it first. A server that
+        # says nothing for this long is not retried; dispatch moves to the next candidate.
+        raise AttemptError(
+            "ttft_timeout", f"{upstream.name} sent no first byte within {read_timeout:g}s",
+            retryable=False,
+        ) from None
     except (aiohttp.ClientConnectionError, OSError) as e:
         raise AttemptError("connect_error", f"cannot reach {upstream.name}: {type(e).__name__}") from None
-    except asyncio.TimeoutError:
-        raise AttemptError("timeout", f"{upstream.name} did not answer in time") from None
     if resp.status >= 400:
         try:
             raw = await resp.content.read(64 * 1024)
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             raw = b""
         resp.release()
         status = resp.status
-        message = _error_message(raw)
+        message = _error_message(raw, upstream)
         retryable = status in RETRYABLE_STATUS or status >= 500
         raise AttemptError(
             f"http_{status}",
@@ -157,7 +185,7 @@ async def probe(session: aiohttp.ClientSession, upstream: Upstream, timeout: flo
         ) as resp:
             await resp.read()
             return resp.status < 400
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError, OSError):
         return False
 
 

@@ -27,16 +27,18 @@ def config_from(data: dict[str, Any]) -> Config:
 
 
 @contextlib.contextmanager
-def running_gateway(
+def serving(
     config: Config, sinks: list[Any] | None = None, record: bool = False
-) -> Iterator[str]:
-    """Serve `create_app(config)` with uvicorn on a free loopback port; yield its /v1 URL.
+) -> Iterator[tuple[str, Any]]:
+    """Serve `create_app(config)` with uvicorn on loopback; yield (its /v1 URL, the app).
 
+    The port is `config.server.port` when set (so the gateway can call itself), else a free one.
     `record=True` also runs the record store from `config.store` (give it a temporary URL)."""
-    port = free_port()
+    port = config.server.port or free_port()
+    app = create_app(config, sinks=sinks, record=record)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config, sinks=sinks, record=record),
+            app,
             host="127.0.0.1",
             port=port,
             loop="asyncio",
@@ -53,10 +55,19 @@ def running_gateway(
             raise RuntimeError("gateway did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}/v1"
+        yield f"http://127.0.0.1:{port}/v1", app
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+
+
+@contextlib.contextmanager
+def running_gateway(
+    config: Config, sinks: list[Any] | None = None, record: bool = False
+) -> Iterator[str]:
+    """Serve the gateway (see `serving`) and yield its /v1 URL."""
+    with serving(config, sinks, record) as (url, _app):
+        yield url
 
 
 def wait_for(predicate: Any, timeout: float = 10.0) -> None:
