@@ -69,6 +69,10 @@ class RunSpec:
     max_tokens: int | None = None  # None = no cap (the default, and the honest one)
     token_counter: Callable[[str], int] | None = None
     sizes: dict[str, int | None] = field(default_factory=dict)
+    # A target label may stand for a model with extra headers (e.g. an eval-lane pin of one
+    # upstream: {"smollm2@smol-vllm": {"x-plumbline-upstream": "smol-vllm"}}).
+    target_models: dict[str, str] = field(default_factory=dict)
+    target_headers: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def build_items(suite: str, seed: int, window: int | None,
@@ -121,14 +125,18 @@ class Runner:
 
     # -- one item ------------------------------------------------------------------------
     async def _ask(self, target: str, item: Item) -> tuple[dict[str, Any], dict[str, str], float]:
-        body: dict[str, Any] = {"model": target, "messages": list(item.messages)}
+        body: dict[str, Any] = {
+            "model": self.spec.target_models.get(target, target),
+            "messages": list(item.messages),
+        }
         if item.tools:
             body["tools"] = list(item.tools)
         if self.spec.max_tokens:
             body["max_tokens"] = self.spec.max_tokens
         started = time.perf_counter()
         try:
-            raw = await self.client.chat.completions.with_raw_response.create(**body)
+            raw = await self.client.chat.completions.with_raw_response.create(
+                **body, extra_headers=self.spec.target_headers.get(target))
         except openai.APITimeoutError:
             raise
         except openai.APIConnectionError as e:
@@ -182,8 +190,9 @@ class Runner:
     # -- the whole run -------------------------------------------------------------------
     async def served_window(self, target: str) -> int | None:
         models = await self.client.models.list()
+        name = self.spec.target_models.get(target, target)
         for model in models.data:
-            if model.id == target:
+            if model.id == name:
                 return (model.model_extra or {}).get("max_model_len")
         raise ValueError(f"target {target!r} is not a model on the gateway at {self.spec.base_url}")
 

@@ -88,6 +88,7 @@ class Gateway:
         self._prober: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
         self.session = new_session(self.config.server.connect_timeout_s)
         if self.config.server.health_interval_s > 0:
             self._prober = asyncio.create_task(self._probe_forever())
