@@ -62,7 +62,7 @@ SCENARIOS = {
         Scenario("seed", 2048, True, 64, pace_tps=10.0, once=True, timeout_s=60.0),
     )
 }
-TARGETS = ("direct", "plumbline", "litellm", "vllm-router", "plumbline-w2")
+TARGETS = ("direct", "plumbline", "litellm", "vllm-router", "plumbline-w2", "plumbline-norecord")
 COLUMNS = (
     "timestamp",
     "load_avg_1m",
@@ -174,6 +174,8 @@ def markdown(rows: list[dict]) -> str:
 def starter(target: str, fake: Proc, scratch: Path, venvs: Path) -> Callable[[], Proc]:
     if target == "direct":
         return lambda: fake
+    if target == "plumbline-norecord":
+        return lambda: plumbline(fake, scratch, 1, record=False)
     if target.startswith("plumbline"):
         workers = int(target.partition("-w")[2] or 1)
         return lambda: plumbline(fake, scratch, workers)

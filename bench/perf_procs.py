@@ -165,14 +165,16 @@ def set_fake_default(fake: Proc, behaviour: dict) -> None:
         resp.read()
 
 
-def plumbline(fake: Proc, scratch: Path, workers: int = 1) -> Proc:
-    """Our gateway: ``plumbline serve`` (or uvicorn with `workers`) on a generated config."""
+def plumbline(fake: Proc, scratch: Path, workers: int = 1, record: bool = True) -> Proc:
+    """Our gateway: ``plumbline serve`` (or uvicorn with `workers`) on a generated config.
+    `record=False` turns the record store off (metrics stay on) to price recording."""
     port = free_port()
-    config = scratch / "plumbline.toml"
+    config = scratch / ("plumbline.toml" if record else "plumbline-norecord.toml")
     config.write_text(
         f'[server]\nhost = "127.0.0.1"\nport = {port}\nhealth_interval_s = 5\n'
         f"ttft_timeout_s = 120\n\n"
-        f'[store]\nurl = "sqlite:///{scratch}/plumbline.db"\n\n'
+        f'[store]\nurl = "sqlite:///{scratch}/plumbline.db"\n'
+        f"enabled = {'true' if record else 'false'}\n\n"
         f'[[upstreams]]\nname = "fake"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
         f'model = "{MODEL}"\n\n[models.{MODEL}]\nupstreams = ["fake"]\n'
     )
@@ -210,6 +212,7 @@ def plumbline(fake: Proc, scratch: Path, workers: int = 1) -> Proc:
         ]
         env = {}
     name = "plumbline" if workers == 1 else f"plumbline-w{workers}"
+    name = name if record else "plumbline-norecord"
     return launch(name, argv, f"http://127.0.0.1:{port}/v1", scratch, env=env)
 
 

@@ -185,7 +185,8 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = await asyncio.to_thread(Store.from_config, config) if record else None
+        keep = record and config.store.enabled
+        store = await asyncio.to_thread(Store.from_config, config) if keep else None
         gateway = Gateway(config, sinks, store, access)
         await gateway.start()
         app.state.gateway = gateway

@@ -68,6 +68,8 @@ class ServerConfig(_Frozen):
 
 
 class StoreConfig(_Frozen):
+    # Keep a record of every request in the store (metrics are kept either way).
+    enabled: bool = True
     # SQLAlchemy URL; relative sqlite paths are resolved against the config file's folder.
     url: str = "sqlite:///var/plumbline.db"
     retention_days: int = Field(30, ge=1)
