@@ -23,6 +23,7 @@ The denominator of accuracy is always every item: only `correct` counts as right
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -86,6 +87,18 @@ class Reply:
             return None
         text = text.strip()
         return text or None
+
+    def final_value(self, line: re.Pattern[str]) -> str | None:
+        """The `value` group of `line` matched against the answer's last line, or None.
+
+        Families ask for a strict final line (e.g. `ANSWER: 42`); anything else is unparsed."""
+        text = self.answer_text()
+        if text is None:
+            return None
+        match = line.match(text.splitlines()[-1].strip())
+        if match is None or not match["value"]:
+            return None
+        return match["value"]
 
 
 @dataclass(frozen=True, slots=True)

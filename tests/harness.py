@@ -27,38 +27,37 @@ def config_from(data: dict[str, Any]) -> Config:
 
 
 @contextlib.contextmanager
+def serving_app(app: Any, port: int | None = None, **server: Any) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on loopback (a free port unless given); yield its root."""
+    port = port or free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio",
+                                       log_level="warning", access_log=False, lifespan="on",
+                                       **server))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=15)
+
+
+@contextlib.contextmanager
 def serving(
     config: Config, sinks: list[Any] | None = None, record: bool = False
 ) -> Iterator[tuple[str, Any]]:
-    """Serve `create_app(config)` with uvicorn on loopback; yield (its /v1 URL, the app).
+    """Serve `create_app(config)`; yield (its /v1 URL, the app).
 
     The port is `config.server.port` when set (so the gateway can call itself), else a free one.
     `record=True` also runs the record store from `config.store` (give it a temporary URL)."""
-    port = config.server.port or free_port()
     app = create_app(config, sinks=sinks, record=record)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=port,
-            loop="asyncio",
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("gateway did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/v1", app
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
+    with serving_app(app, config.server.port or None) as root:
+        yield f"{root}/v1", app
 
 
 @contextlib.contextmanager

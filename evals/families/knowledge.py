@@ -274,13 +274,7 @@ def build(seed: int = 0, n: int = DEFAULT_N, **_: object) -> list[Item]:
 
 def final_value(reply: Reply) -> str | None:
     """The value of an `ANSWER:` last line of the answer, or None."""
-    text = reply.answer_text()
-    if text is None:
-        return None
-    match = ANSWER_LINE.match(text.splitlines()[-1].strip())
-    if match is None or not match["value"]:
-        return None
-    return match["value"]
+    return reply.final_value(ANSWER_LINE)
 
 
 def _precheck(reply: Reply) -> Verdict | str:

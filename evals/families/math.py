@@ -423,13 +423,7 @@ def build(seed: int = 0, n: int = DEFAULT_N, *, reasoning_gym: int = 0, **_: obj
 
 def final_answer(reply: Reply) -> str | None:
     """The value on the reply's last non-empty line if that line is `ANSWER: ...`, else None."""
-    text = reply.answer_text()
-    if text is None:
-        return None
-    match = ANSWER_LINE.match(text.splitlines()[-1].strip())
-    if match is None or not match["value"]:
-        return None
-    return match["value"]
+    return reply.final_value(ANSWER_LINE)
 
 
 def score_integer(item: Item, reply: Reply) -> Verdict:

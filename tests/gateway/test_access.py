@@ -4,7 +4,6 @@ and the budget statement racing itself on SQLite and on one PostgreSQL shared by
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-import uvicorn
 
 from gateway.access import Access, Key, hash_key
 from gateway.app import create_app
@@ -22,7 +20,8 @@ from gateway.config import Config
 from gateway.fake_upstream import FakeHandle
 from gateway.record import Record
 from tests.gateway import pg
-from tests.harness import config_from, free_port
+from tests.harness import config_from
+from tests.harness import serving_app as serving
 
 CLIENT, OTHER, ADMIN, SCRAPER = "pl-client-key-1", "pl-client-key-2", "pl-admin-key", "pl-scrape"
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -52,26 +51,6 @@ def key(id: str, plaintext: str, **kw: Any) -> dict[str, Any]:
 def guarded_app(config: Config, sinks: list[Any], access: Access | None = None) -> Any:
     """The app with a given Access (the factory wires guard, sink and admin routes)."""
     return create_app(config, sinks=sinks, record=False, access=access)
-
-
-@contextlib.contextmanager
-def serving(app: Any, **server: Any) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn on a free loopback port; yield its root URL."""
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio",
-                                       log_level="warning", access_log=False, **server))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=15)
 
 
 def chat(root: str, headers: dict[str, str] | None = None, model: str = "smol",
