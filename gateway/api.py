@@ -7,6 +7,7 @@ validate the parsed dict, which is then relayed as is.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -97,6 +98,16 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def watch(request: Request) -> Callable[[], Awaitable[None]]:
+    """Waits until the client disconnects (the body has been read, so nothing else arrives)."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    return disconnected
+
+
 def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
     gw = request.app.state.gateway
     model = body["model"]
@@ -138,7 +149,7 @@ async def chat_completions(request: Request) -> Response:
     gw = request.app.state.gateway
     body = await read_json(request, gw.config.server.max_body_bytes)
     validate(ChatRequest, body)
-    return await respond(gw, _call(request, "chat", "/chat/completions", body))
+    return await respond(gw, _call(request, "chat", "/chat/completions", body), watch(request))
 
 
 @router.post("/v1/completions", openapi_extra=_request_body(CompletionRequest))
@@ -146,7 +157,7 @@ async def completions(request: Request) -> Response:
     gw = request.app.state.gateway
     body = await read_json(request, gw.config.server.max_body_bytes)
     validate(CompletionRequest, body)
-    return await respond(gw, _call(request, "completions", "/completions", body))
+    return await respond(gw, _call(request, "completions", "/completions", body), watch(request))
 
 
 @router.post("/v1/embeddings", openapi_extra=_request_body(EmbeddingRequest))
@@ -155,7 +166,7 @@ async def embeddings(request: Request) -> Response:
     body = await read_json(request, gw.config.server.max_body_bytes)
     validate(EmbeddingRequest, body)
     body["stream"] = False
-    return await respond(gw, _call(request, "embeddings", "/embeddings", body))
+    return await respond(gw, _call(request, "embeddings", "/embeddings", body), watch(request))
 
 
 @router.get("/v1/models")

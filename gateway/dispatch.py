@@ -149,9 +149,12 @@ class Dispatcher:
         gw.pool.begin(upstream.name)
         data = body_for(upstream, call.body, call.stream)
         first_byte_budget = server.ttft_timeout_s if call.stream else server.request_timeout_s
+        # A non-streamed answer arrives whole at the end: its silence is the generation itself.
+        read_timeout = server.idle_timeout_s if call.stream else server.request_timeout_s
+        resp: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(first_byte_budget):
-                resp = await post(gw.session, upstream, call.path, data, server.idle_timeout_s)
+                resp = await post(gw.session, upstream, call.path, data, read_timeout)
                 first = b""
                 if call.stream:
                     first = await _first_block(resp)
@@ -167,8 +170,17 @@ class Dispatcher:
             ) from None
         except AttemptError as e:
             self._failed(call, upstream.name, e.outcome, e.status, started)
-            if e.outcome == "malformed":
+            if resp is not None:
                 resp.release()
+            raise
+        except asyncio.CancelledError:
+            # The client went away (or the server is stopping): close the upstream request so
+            # the engine stops generating, and keep the in-flight count right.
+            gw.pool.end(upstream.name)
+            call.record.attempts.append(
+                Attempt(upstream.name, "cancelled", None, time.perf_counter() - started))
+            if resp is not None:
+                resp.close()
             raise
         except (aiohttp.ClientError, OSError) as e:
             self._failed(call, upstream.name, "connect_error", None, started)

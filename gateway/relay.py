@@ -9,7 +9,8 @@ it ends, produces exactly one record, handed to the sinks in `finally`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -48,8 +49,35 @@ def _headers(call: Call, opened: Opened) -> dict[str, str]:
     return headers
 
 
-async def respond(gw: Gateway, call: Call) -> Response:
-    """Dispatch the call and answer the client. Errors before the first byte are raised."""
+async def respond(
+    gw: Gateway, call: Call, disconnected: Callable[[], Awaitable[None]] | None = None
+) -> Response:
+    """Answer the client; errors before the first byte are raised.
+
+    A non-streamed request is abandoned when `disconnected()` returns first (the client went
+    away): the upstream request is closed so the engine stops generating for nobody."""
+    if call.stream or disconnected is None:
+        return await _respond(gw, call)
+    work = asyncio.ensure_future(_respond(gw, call))
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError, GatewayError):
+        await work
+    record = call.record
+    if record.status == 0:
+        record.status = 499
+        record.error_class = "ClientDisconnected"
+        gw.finish(record)
+    return Response(status_code=499)
+
+
+async def _respond(gw: Gateway, call: Call) -> Response:
     pending = gw.shadow.consider(call.model, call.path, call.body, call.record)
     capture = None if call.path == "/embeddings" else gw.sampler.start(
         call.record, call.body, always=pending is not None)

@@ -14,7 +14,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.api import _call, read_json
+from gateway.api import _call, read_json, watch
 from gateway.doors import messages, protocol_messages, protocol_responses, responses
 from gateway.doors.messages_stream import MessagesTranslator
 from gateway.doors.responses_stream import ResponsesTranslator
@@ -32,7 +32,7 @@ async def create_response(request: Request) -> Response:
     protocol_responses.check(body)
     call = _call(request, "responses", "/chat/completions", responses.chat_request(body))
     call.translator = ResponsesTranslator(body, call.body, call.record)
-    return await respond(gw, call)
+    return await respond(gw, call, watch(request))
 
 
 @router.post("/v1/messages")
@@ -43,7 +43,7 @@ async def create_message(request: Request) -> Response:
         protocol_messages.check(body)
         call = _call(request, "messages", "/chat/completions", messages.chat_request(body))
         call.translator = MessagesTranslator(body, call.record)
-        return await respond(gw, call)
+        return await respond(gw, call, watch(request))
     except GatewayError as e:
         return messages.error_response(e)
     except Exception:

@@ -254,3 +254,31 @@ def test_unknown_path_and_method_are_openai_errors(fake: FakeHandle) -> None:
         m = httpx.get(f"{url}/chat/completions")
     assert r.status_code == 404 and "Unknown path" in r.json()["error"]["message"]
     assert m.status_code == 405 and "not allowed" in m.json()["error"]["message"]
+
+
+def test_client_gone_cancels_a_non_streamed_upstream_call(fake: FakeHandle) -> None:
+    """The upstream hangs; the client gives up. The gateway must drop the upstream request
+    (an engine would otherwise generate for nobody), record a 499 and free the slot."""
+    from gateway.record import Record
+
+    class Sink:
+        def __init__(self) -> None:
+            self.records: list[Record] = []
+
+        def submit(self, record: Record) -> None:
+            self.records.append(record)
+
+    sink = Sink()
+    fake.set_default(hang_before_first_byte=30)
+    with running_gateway(gateway_config(("a", fake.base_url)), sinks=[sink]) as url:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/chat/completions", timeout=0.5,
+                       json={"model": "smol", "messages": MESSAGES})
+        from tests.harness import wait_for
+
+        wait_for(lambda: len(sink.records) == 1)
+        health = httpx.get(f"{url.removesuffix('/v1')}/health").json()
+    [record] = sink.records
+    assert record.status == 499 and record.error_class == "ClientDisconnected"
+    assert [a.outcome for a in record.attempts] == ["cancelled"]
+    assert health["upstreams"]["a"]["inflight"] == 0

@@ -40,7 +40,8 @@ def config(primary: str, fallback: str | None = None, **server: Any) -> Config:
         ups.append({"name": "b", "kind": "vllm", "base_url": fallback, "model": "fake-model"})
     return config_from({
         "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 1,
-                   "ttft_timeout_s": 1.0, "idle_timeout_s": 1.0, **server},
+                   "ttft_timeout_s": 1.0, "idle_timeout_s": 1.0, "request_timeout_s": 1.0,
+                   **server},
         "upstreams": ups,
         "models": {"smol": {"upstreams": ["a"], "fallback": ["b"] if fallback else []}},
     })
