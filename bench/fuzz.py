@@ -125,11 +125,19 @@ def _with_raw_field(path: str, name: str, raw: bytes) -> bytes:
 def corpus(max_body_bytes: int) -> list[Probe]:
     probes: list[Probe] = []
     raw_bodies = {
-        "empty": b"", "spaces": b"   \n", "open_brace": b"{",
+        "empty": b"",
+        "spaces": b"   \n",
+        "open_brace": b"{",
         "truncated": b'{"model": "smol", "mes',
-        "trailing_comma": b'{"model": "smol",}', "single_quotes": b"{'model': 'smol'}",
-        "nan": b'{"model": "smol", "temperature": NaN}', "inf": b'{"model":"smol","n":1e999}',
-        "null": b"null", "array": b"[]", "string": b'"hello"', "number": b"42", "true": b"true",
+        "trailing_comma": b'{"model": "smol",}',
+        "single_quotes": b"{'model': 'smol'}",
+        "nan": b'{"model": "smol", "temperature": NaN}',
+        "inf": b'{"model":"smol","n":1e999}',
+        "null": b"null",
+        "array": b"[]",
+        "string": b'"hello"',
+        "number": b"42",
+        "true": b"true",
         "bom": b"\xef\xbb\xbf" + json.dumps(_chat()).encode(),
         "invalid_utf8": b'{"model": "smol", "messages": [{"role": "user", "content": "\xff\xfe"}]}',
         "lone_surrogate": b'{"model":"smol","messages":[{"role":"user","content":"\\ud800"}]}',
@@ -137,7 +145,8 @@ def corpus(max_body_bytes: int) -> list[Probe]:
         "deep_array": _nested(100_000).encode(),
         "deep_object": ('{"a":' * 5000 + "1" + "}" * 5000).encode(),
         "huge_body": b'{"model": "smol", "messages": [{"role": "user", "content": "'
-        + b"a" * (max_body_bytes + MB) + b'"}]}',
+        + b"a" * (max_body_bytes + MB)
+        + b'"}]}',
         "just_under_limit": b'{"model": "nope", "pad": "' + b"a" * (max_body_bytes - 100) + b'"}',
         "huge_key_count": json.dumps({f"k{i}": i for i in range(200_000)}).encode(),
     }
@@ -146,31 +155,59 @@ def corpus(max_body_bytes: int) -> list[Probe]:
             probes.append(Probe(f"{name}@{path}", path, raw))
     for path in POSTS:  # valid requests carrying a deeply nested extra field (relayed as is)
         for depth in (200, 300, 1000):
-            probes.append(Probe(f"deep_extra_{depth}@{path}", path,
-                                _with_raw_field(path, "x", _nested(depth).encode())))
+            probes.append(
+                Probe(
+                    f"deep_extra_{depth}@{path}",
+                    path,
+                    _with_raw_field(path, "x", _nested(depth).encode()),
+                )
+            )
     wrong: dict[str, dict[str, Any]] = {
-        "model_int": {"model": 5}, "model_null": {"model": None}, "model_list": {"model": ["a"]},
-        "model_empty": {"model": ""}, "model_long": {"model": "m" * 100_000},
-        "model_unknown": {"model": "nope"}, "messages_str": {"messages": "hi"},
-        "messages_obj": {"messages": {"role": "user"}}, "messages_ints": {"messages": [1, 2]},
-        "messages_empty": {"messages": []}, "role_bad": {"messages": [{"role": "god"}]},
+        "model_int": {"model": 5},
+        "model_null": {"model": None},
+        "model_list": {"model": ["a"]},
+        "model_empty": {"model": ""},
+        "model_long": {"model": "m" * 100_000},
+        "model_unknown": {"model": "nope"},
+        "messages_str": {"messages": "hi"},
+        "messages_obj": {"messages": {"role": "user"}},
+        "messages_ints": {"messages": [1, 2]},
+        "messages_empty": {"messages": []},
+        "role_bad": {"messages": [{"role": "god"}]},
         "content_int": {"messages": [{"role": "user", "content": 5}]},
-        "stream_str": {"stream": "yes"}, "n_str": {"n": "2"}, "n_huge": {"n": 10**6},
-        "n_enormous": {"n": 10**30}, "n_zero": {"n": 0}, "n_negative": {"n": -1},
-        "n_float": {"n": 1.5}, "max_tokens_negative": {"max_tokens": -1},
-        "max_tokens_zero": {"max_tokens": 0}, "max_tokens_min64": {"max_tokens": -(2**63)},
-        "max_tokens_huge": {"max_tokens": 10**40}, "max_tokens_str": {"max_tokens": "10"},
+        "stream_str": {"stream": "yes"},
+        "n_str": {"n": "2"},
+        "n_huge": {"n": 10**6},
+        "n_enormous": {"n": 10**30},
+        "n_zero": {"n": 0},
+        "n_negative": {"n": -1},
+        "n_float": {"n": 1.5},
+        "max_tokens_negative": {"max_tokens": -1},
+        "max_tokens_zero": {"max_tokens": 0},
+        "max_tokens_min64": {"max_tokens": -(2**63)},
+        "max_tokens_huge": {"max_tokens": 10**40},
+        "max_tokens_str": {"max_tokens": "10"},
         "max_completion_negative": {"max_completion_tokens": -5},
-        "temperature_huge": {"temperature": 1e308}, "temperature_str": {"temperature": "hot"},
-        "top_p_negative": {"top_p": -0.1}, "seed_huge": {"seed": 2**200},
-        "top_k_huge": {"top_k": 2**70}, "logprobs_huge": {"logprobs": 10**12},
-        "top_logprobs_huge": {"top_logprobs": 10**9}, "stop_int": {"stop": 5},
-        "stop_many": {"stop": ["x"] * 100_000}, "tools_str": {"tools": "x"},
-        "stream_options_list": {"stream_options": [1]}, "penalty_huge": {"presence_penalty": 1e9},
-        "prompt_empty": {"prompt": []}, "prompt_obj": {"prompt": {"a": 1}},
-        "input_empty": {"input": ""}, "dimensions_negative": {"dimensions": -3},
-        "best_of_huge": {"best_of": 10**9}, "encoding_bad": {"encoding_format": "hex"},
-        "extra_huge_int": {"x": 10**400}, "lane_header": {},
+        "temperature_huge": {"temperature": 1e308},
+        "temperature_str": {"temperature": "hot"},
+        "top_p_negative": {"top_p": -0.1},
+        "seed_huge": {"seed": 2**200},
+        "top_k_huge": {"top_k": 2**70},
+        "logprobs_huge": {"logprobs": 10**12},
+        "top_logprobs_huge": {"top_logprobs": 10**9},
+        "stop_int": {"stop": 5},
+        "stop_many": {"stop": ["x"] * 100_000},
+        "tools_str": {"tools": "x"},
+        "stream_options_list": {"stream_options": [1]},
+        "penalty_huge": {"presence_penalty": 1e9},
+        "prompt_empty": {"prompt": []},
+        "prompt_obj": {"prompt": {"a": 1}},
+        "input_empty": {"input": ""},
+        "dimensions_negative": {"dimensions": -3},
+        "best_of_huge": {"best_of": 10**9},
+        "encoding_bad": {"encoding_format": "hex"},
+        "extra_huge_int": {"x": 10**400},
+        "lane_header": {},
     }
     for name, patch in wrong.items():
         for path in POSTS:
@@ -186,16 +223,37 @@ def corpus(max_body_bytes: int) -> list[Probe]:
         Probe("unknown_path", "/v1/nope", b"{}"),
         Probe("traversal", "/v1/../../etc/passwd", None, "GET"),
         Probe("query_garbage", "/v1/models?x=%ff%fe&y=" + "z" * 4000, None, "GET"),
-        Probe("text_plain", "/v1/chat/completions", json.dumps(_chat()).encode(),
-              headers={"content-type": "text/plain"}),
-        Probe("length_not_number", "/v1/chat/completions", b"{}",
-              headers={"x-test-note": "content-length is set by the client"}),
-        Probe("session_huge", "/v1/chat/completions", json.dumps(_chat(stream=True)).encode(),
-              headers={"x-session-id": "s" * 7000}),
-        Probe("lane_weird", "/v1/chat/completions", json.dumps(_chat()).encode(),
-              headers={"x-plumbline-lane": "evalé".encode()}),
-        Probe("auth_garbage", "/v1/models", None, "GET",
-              headers={"authorization": b"Bearer " + b"\xff" * 100}),
+        Probe(
+            "text_plain",
+            "/v1/chat/completions",
+            json.dumps(_chat()).encode(),
+            headers={"content-type": "text/plain"},
+        ),
+        Probe(
+            "length_not_number",
+            "/v1/chat/completions",
+            b"{}",
+            headers={"x-test-note": "content-length is set by the client"},
+        ),
+        Probe(
+            "session_huge",
+            "/v1/chat/completions",
+            json.dumps(_chat(stream=True)).encode(),
+            headers={"x-session-id": "s" * 7000},
+        ),
+        Probe(
+            "lane_weird",
+            "/v1/chat/completions",
+            json.dumps(_chat()).encode(),
+            headers={"x-plumbline-lane": "evalé".encode()},
+        ),
+        Probe(
+            "auth_garbage",
+            "/v1/models",
+            None,
+            "GET",
+            headers={"authorization": b"Bearer " + b"\xff" * 100},
+        ),
     ]
     return probes
 
@@ -205,21 +263,46 @@ def raw_requests(port: int) -> list[tuple[str, bytes]]:
     body = json.dumps(_chat()).encode()
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
     return [
-        ("lf_in_header", head + b"X-Session-Id: a\nInjected: 1\r\nContent-Length: "
-         + str(len(body)).encode() + b"\r\n\r\n" + body),
-        ("cr_in_header", head + b"X-Session-Id: a\rInjected: 1\r\nContent-Length: "
-         + str(len(body)).encode() + b"\r\n\r\n" + body),
-        ("nul_in_header", head + b"X-Session-Id: a\x00b\r\nContent-Length: "
-         + str(len(body)).encode() + b"\r\n\r\n" + body),
+        (
+            "lf_in_header",
+            head
+            + b"X-Session-Id: a\nInjected: 1\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body,
+        ),
+        (
+            "cr_in_header",
+            head
+            + b"X-Session-Id: a\rInjected: 1\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body,
+        ),
+        (
+            "nul_in_header",
+            head
+            + b"X-Session-Id: a\x00b\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body,
+        ),
         ("header_no_colon", head + b"NoColonHere\r\n\r\n"),
         ("length_negative", head + b"Content-Length: -5\r\n\r\n" + body),
         ("length_garbage", head + b"Content-Length: abc\r\n\r\n" + body),
         ("length_twice", head + b"Content-Length: 3\r\nContent-Length: 5\r\n\r\n" + body),
-        ("length_and_chunked", head + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
-         + b"0\r\n\r\n"),
+        (
+            "length_and_chunked",
+            head + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + b"0\r\n\r\n",
+        ),
         ("bad_chunk_size", head + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"),
-        ("chunked_huge", head + b"Transfer-Encoding: chunked\r\n\r\n"
-         + b"".join(b"100000\r\n" + b"a" * 0x100000 + b"\r\n" for _ in range(10)) + b"0\r\n\r\n"),
+        (
+            "chunked_huge",
+            head
+            + b"Transfer-Encoding: chunked\r\n\r\n"
+            + b"".join(b"100000\r\n" + b"a" * 0x100000 + b"\r\n" for _ in range(10))
+            + b"0\r\n\r\n",
+        ),
         ("header_64k", head + b"X-Big: " + b"a" * 65_536 + b"\r\n\r\n"),
         ("header_1m", head + b"X-Big: " + b"a" * MB + b"\r\n\r\n"),
         ("headers_10k", head + b"".join(b"X-H%d: v\r\n" % i for i in range(10_000)) + b"\r\n"),
@@ -249,8 +332,13 @@ def send_raw(port: int, data: bytes, timeout: float = 10.0) -> tuple[int | None,
     return status, reply.partition(b"\r\n\r\n")[2]
 
 
-def run_corpus(root: str, port: int, counts: Counts, max_body_bytes: int,
-               only: Callable[[str], bool] = lambda name: True) -> None:
+def run_corpus(
+    root: str,
+    port: int,
+    counts: Counts,
+    max_body_bytes: int,
+    only: Callable[[str], bool] = lambda name: True,
+) -> None:
     client = httpx.Client(base_url=root, timeout=30)
     for probe in corpus(max_body_bytes):
         if not only(probe.name):
@@ -260,8 +348,9 @@ def run_corpus(root: str, port: int, counts: Counts, max_body_bytes: int,
                 client.close()
                 client = httpx.Client(base_url=root, timeout=30)
             try:
-                resp = client.request(probe.method, probe.path, content=probe.body,
-                                      headers=probe.headers)
+                resp = client.request(
+                    probe.method, probe.path, content=probe.body, headers=probe.headers
+                )
             except (httpx.ReadError, httpx.RemoteProtocolError) as e:
                 if fresh:
                     counts.add(probe.name, None, f"no reply ({type(e).__name__})")
@@ -269,8 +358,9 @@ def run_corpus(root: str, port: int, counts: Counts, max_body_bytes: int,
             except httpx.HTTPError as e:
                 counts.add(probe.name, None, f"no reply ({type(e).__name__})")
             else:
-                counts.add(probe.name, resp.status_code,
-                           problem_with(resp.status_code, resp.content))
+                counts.add(
+                    probe.name, resp.status_code, problem_with(resp.status_code, resp.content)
+                )
             break
         counts.corpus_cases += 1
     client.close()
@@ -308,7 +398,8 @@ def run_schema(root: str, cases: int, counts: Counts, seed: int = 0) -> None:
     posts = [op for op in operations if op.method.upper() == "POST"]
     others = [op for op in operations if op.method.upper() != "POST"]
     plan = [(op, mode) for op in posts for mode in GenerationMode] + [
-        (op, GenerationMode.POSITIVE) for op in others]
+        (op, GenerationMode.POSITIVE) for op in others
+    ]
     weights = [(1.0 if op.method.upper() == "POST" else 0.05) for op, _ in plan]
     session = requests.Session()
 
@@ -330,8 +421,13 @@ def run_schema(root: str, cases: int, counts: Counts, seed: int = 0) -> None:
 
     def runner(op: Any, mode: Any, budget: int) -> Callable[[], None]:
         @hypothesis_seed(seed)
-        @settings(max_examples=budget, database=None, deadline=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=budget,
+            database=None,
+            deadline=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
         @given(op.as_strategy(generation_mode=mode))
         def one(case: Any) -> None:
             call(case, mode == GenerationMode.POSITIVE)
@@ -353,8 +449,9 @@ def _guarded(app: Any, config: Any) -> Any:
     from gateway.access import Access, AccessGuard
 
     if not any(m.cls is AccessGuard for m in app.user_middleware):
-        app.add_middleware(AccessGuard, access=Access(config.access),
-                           max_body_bytes=config.server.max_body_bytes)
+        app.add_middleware(
+            AccessGuard, access=Access(config.access), max_body_bytes=config.server.max_body_bytes
+        )
     return app
 
 
@@ -370,17 +467,31 @@ def fuzz_target(max_body_bytes: int = 8 * MB) -> Iterator[tuple[str, int]]:
     from tests.harness import config_from, free_port, wait_for
 
     with running_fake(tokens=4, record=False) as fake:
-        config = config_from({
-            "server": {"health_interval_s": 0, "retry_backoff_s": 0,
-                       "max_body_bytes": max_body_bytes},
-            "upstreams": [{"name": "a", "kind": "vllm", "base_url": fake.base_url,
-                           "model": "fake-model"}],
-            "models": {MODEL: {"upstreams": ["a"]}},
-        })
+        config = config_from(
+            {
+                "server": {
+                    "health_interval_s": 0,
+                    "retry_backoff_s": 0,
+                    "max_body_bytes": max_body_bytes,
+                },
+                "upstreams": [
+                    {"name": "a", "kind": "vllm", "base_url": fake.base_url, "model": "fake-model"}
+                ],
+                "models": {MODEL: {"upstreams": ["a"]}},
+            }
+        )
         port = free_port()
         app = _guarded(create_app(config, record=False), config)
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio",
-                                               log_level="critical", access_log=False))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host="127.0.0.1",
+                port=port,
+                loop="asyncio",
+                log_level="critical",
+                access_log=False,
+            )
+        )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         wait_for(lambda: server.started or not thread.is_alive(), timeout=20)
@@ -391,8 +502,12 @@ def fuzz_target(max_body_bytes: int = 8 * MB) -> Iterator[tuple[str, int]]:
             thread.join(timeout=15)
 
 
-def fuzz(cases: int, seed: int = 0, only: Callable[[str], bool] = lambda name: True,
-         progress: Callable[[str], None] = lambda s: None) -> Counts:
+def fuzz(
+    cases: int,
+    seed: int = 0,
+    only: Callable[[str], bool] = lambda name: True,
+    progress: Callable[[str], None] = lambda s: None,
+) -> Counts:
     counts = Counts()
     started = time.monotonic()
     with fuzz_target() as (root, port):
@@ -412,19 +527,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=10_000, help="total cases (default 10,000)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(ROOT / "var" / "fuzz.json"),
-                        help="where the counts go ('-' for stdout)")
+    parser.add_argument(
+        "--out",
+        default=str(ROOT / "var" / "fuzz.json"),
+        help="where the counts go ('-' for stdout)",
+    )
     args = parser.parse_args(argv)
     counts = fuzz(args.cases, args.seed, progress=lambda s: print(s, file=sys.stderr))
-    text = json.dumps({"command": "python bench/fuzz.py " + " ".join(argv or sys.argv[1:]),
-                       **asdict(counts)}, indent=2)
+    text = json.dumps(
+        {"command": "python bench/fuzz.py " + " ".join(argv or sys.argv[1:]), **asdict(counts)},
+        indent=2,
+    )
     if args.out == "-":
         print(text)
     else:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
-        print(f"{counts.cases} cases, {counts.server_errors} 5xx, {counts.crashes} crashes, "
-              f"{counts.bad_envelopes} bad envelopes -> {args.out}", file=sys.stderr)
+        print(
+            f"{counts.cases} cases, {counts.server_errors} 5xx, {counts.crashes} crashes, "
+            f"{counts.bad_envelopes} bad envelopes -> {args.out}",
+            file=sys.stderr,
+        )
     return 1 if counts.failures else 0
 
 

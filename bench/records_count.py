@@ -34,7 +34,7 @@ def gateway(good: str, bad: str, scratch: Path) -> object:
     port = free_port()
     config = scratch / "records.toml"
     config.write_text(
-        f'[server]\nport = {port}\nhealth_interval_s = 0\nretries = 1\nretry_backoff_s = 0\n\n'
+        f"[server]\nport = {port}\nhealth_interval_s = 0\nretries = 1\nretry_backoff_s = 0\n\n"
         f'[store]\nurl = "sqlite:///{scratch}/records.db"\n\n'
         f'[[upstreams]]\nname = "good"\nkind = "vllm"\nbase_url = "{good}"\nmodel = "{MODEL}"\n\n'
         f'[[upstreams]]\nname = "bad"\nkind = "vllm"\nbase_url = "{bad}"\nmodel = "{MODEL}"\n\n'
@@ -61,8 +61,11 @@ async def drive(url: str, n: int, concurrency: int, fail_share: float, seed: int
         async def worker() -> None:
             while not queue.empty():
                 model, stream = queue.get_nowait()
-                body = {"model": model, "stream": stream,
-                        "messages": [{"role": "user", "content": "count me"}]}
+                body = {
+                    "model": model,
+                    "stream": stream,
+                    "messages": [{"role": "user", "content": "count me"}],
+                }
                 async with session.post(f"{url}/chat/completions", json=body) as resp:
                     await resp.read()
                     statuses[f"{'stream' if stream else 'whole'}:{resp.status}"] += 1
@@ -86,8 +89,9 @@ def main() -> None:
         set_fake_default(bad, {"status": 503})
         gw = gateway(good.base_url, bad.base_url, scratch)
         started = time.monotonic()
-        statuses = asyncio.run(drive(gw.base_url, args.requests, args.concurrency,
-                                     args.fail_share, args.seed))
+        statuses = asyncio.run(
+            drive(gw.base_url, args.requests, args.concurrency, args.fail_share, args.seed)
+        )
         wall = time.monotonic() - started
         gw.stop()  # SIGTERM: graceful shutdown flushes the record queue
     finally:
@@ -97,12 +101,19 @@ def main() -> None:
     db = sqlite3.connect(scratch / "records.db")
     rows = db.execute("SELECT count(*) FROM requests").fetchone()[0]
     by_status = dict(db.execute("SELECT status, count(*) FROM requests GROUP BY status"))
-    attempts = db.execute("SELECT count(*) FROM requests WHERE attempts LIKE '%http_503%'").fetchone()[0]
+    attempts = db.execute(
+        "SELECT count(*) FROM requests WHERE attempts LIKE '%http_503%'"
+    ).fetchone()[0]
     result = {
-        "requests": args.requests, "answered": sum(statuses.values()), "rows": rows,
-        "records_equal_requests": rows == args.requests, "client_statuses": dict(statuses),
-        "row_statuses": by_status, "rows_with_503_attempts": attempts,
-        "wall_s": round(wall, 1), "req_per_s": round(args.requests / wall, 1),
+        "requests": args.requests,
+        "answered": sum(statuses.values()),
+        "rows": rows,
+        "records_equal_requests": rows == args.requests,
+        "client_statuses": dict(statuses),
+        "row_statuses": by_status,
+        "rows_with_503_attempts": attempts,
+        "wall_s": round(wall, 1),
+        "req_per_s": round(args.requests / wall, 1),
         "load_avg_1m": os.getloadavg()[0],
     }
     print(json.dumps(result))

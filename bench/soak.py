@@ -73,7 +73,7 @@ health_interval_s = 10
 idle_timeout_s = 60
 
 [store]
-url = "sqlite:///{folder / 'soak.db'}"
+url = "sqlite:///{folder / "soak.db"}"
 
 [[upstreams]]
 name = "fake"
@@ -94,10 +94,27 @@ def gateway_process(fake_url: str, folder: Path) -> Iterator[tuple[str, subproce
     env = {**os.environ, "PLUMBLINE_CONFIG": str(config)}
     log = (folder / "gateway.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "gateway.app:app_from_env", "--host",
-         "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log",
-         "--timeout-graceful-shutdown", "30"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "gateway.app:app_from_env",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+            "--timeout-graceful-shutdown",
+            "30",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     root = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -109,8 +126,9 @@ def gateway_process(fake_url: str, folder: Path) -> Iterator[tuple[str, subproce
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("gateway did not start: " + (folder / "gateway.log")
-                                       .read_text()[-2000:]) from None
+                    raise RuntimeError(
+                        "gateway did not start: " + (folder / "gateway.log").read_text()[-2000:]
+                    ) from None
                 time.sleep(0.2)
         yield root, proc
     finally:
@@ -126,8 +144,9 @@ def gateway_process(fake_url: str, folder: Path) -> Iterator[tuple[str, subproce
 async def one_stream(session: aiohttp.ClientSession, url: str, body: bytes) -> str | None:
     """One streamed request read to the end; None when it ended well, else the error kind."""
     try:
-        async with session.post(url, data=body,
-                                headers={"content-type": "application/json"}) as resp:
+        async with session.post(
+            url, data=body, headers={"content-type": "application/json"}
+        ) as resp:
             if resp.status != 200:
                 return f"http_{resp.status}"
             tail = b""
@@ -142,8 +161,9 @@ async def one_stream(session: aiohttp.ClientSession, url: str, body: bytes) -> s
 
 async def drive(root: str, result: Result, proc: psutil.Process) -> None:
     url = root + "/v1/chat/completions"
-    body = json.dumps({"model": MODEL, "stream": True,
-                       "messages": [{"role": "user", "content": "soak " * 20}]}).encode()
+    body = json.dumps(
+        {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "soak " * 20}]}
+    ).encode()
     errors: Counter[str] = Counter()
     duration = result.minutes * 60
     started = time.monotonic()
@@ -186,8 +206,12 @@ def records_from_metrics(root: str) -> int:
     import urllib.request
 
     text = urllib.request.urlopen(root + "/metrics", timeout=10).read().decode()
-    return int(sum(float(m.group(1)) for m in
-                   re.finditer(r"^gateway_requests_total\{[^}]*\} ([0-9.e+]+)$", text, re.M)))
+    return int(
+        sum(
+            float(m.group(1))
+            for m in re.finditer(r"^gateway_requests_total\{[^}]*\} ([0-9.e+]+)$", text, re.M)
+        )
+    )
 
 
 def store_rows(folder: Path) -> int | None:
@@ -207,9 +231,11 @@ def soak(streams: int, minutes: float, tokens: int, pace_tps: float) -> Result:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     result = Result(streams, minutes, tokens, pace_tps)
-    with tempfile.TemporaryDirectory(prefix="plumbline-soak-") as tmp, \
-            running_fake(process=True, record=False, tokens=tokens, pace_tps=pace_tps) as fake, \
-            gateway_process(fake.base_url, Path(tmp)) as (root, popen):
+    with (
+        tempfile.TemporaryDirectory(prefix="plumbline-soak-") as tmp,
+        running_fake(process=True, record=False, tokens=tokens, pace_tps=pace_tps) as fake,
+        gateway_process(fake.base_url, Path(tmp)) as (root, popen),
+    ):
         proc = psutil.Process(popen.pid)
         asyncio.run(drive(root, result, proc))
         result.rss_end_mb = round(proc.memory_info().rss / 2**20, 1)
@@ -235,8 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "var" / "soak.json"))
     args = parser.parse_args(argv)
     result = soak(args.streams, args.minutes, args.tokens, args.pace_tps)
-    text = json.dumps({"command": "python bench/soak.py " + " ".join(argv or sys.argv[1:]),
-                       **asdict(result)}, indent=2)
+    text = json.dumps(
+        {"command": "python bench/soak.py " + " ".join(argv or sys.argv[1:]), **asdict(result)},
+        indent=2,
+    )
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text + "\n")

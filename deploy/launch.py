@@ -69,7 +69,9 @@ def run_dir(config: Config) -> Path:
 
 
 @contextlib.contextmanager
-def launch_local(config: Config, echo: Callable[[str], None] = print) -> Iterator[Sequence[Replica]]:
+def launch_local(
+    config: Config, echo: Callable[[str], None] = print
+) -> Iterator[Sequence[Replica]]:
     """Start every launchable upstream, wait until all are healthy, stop them all on exit."""
     upstreams = launched(config)
     if not upstreams:
@@ -79,8 +81,10 @@ def launch_local(config: Config, echo: Callable[[str], None] = print) -> Iterato
     specs = [spec_for(config, u) for u in upstreams]
     timeout = max(u.launch.startup_timeout_s for u in upstreams if u.launch)
     supervisor = Supervisor(specs, run_dir(config), timeout=timeout)
-    echo("plumbline: starting " + ", ".join(f"{s.engine} {s.served_model_name}@{s.port}"
-                                             for s in specs))
+    echo(
+        "plumbline: starting "
+        + ", ".join(f"{s.engine} {s.served_model_name}@{s.port}" for s in specs)
+    )
     with supervisor as replicas:
         for replica in replicas:
             seconds = supervisor.startup_seconds.get(replica.name, 0.0)

@@ -36,9 +36,16 @@ def run_cmd(
 ) -> None:
     """Run a suite against one or more targets; resumable with --resume."""
     spec = runner.RunSpec(
-        base_url=base_url, targets=list(target), suite=suite, seed=seed,
-        concurrency=concurrency, timeout_s=timeout, runs_dir=runs_dir, run_id=resume,
-        window=window, max_tokens=max_tokens,
+        base_url=base_url,
+        targets=list(target),
+        suite=suite,
+        seed=seed,
+        concurrency=concurrency,
+        timeout_s=timeout,
+        runs_dir=runs_dir,
+        run_id=resume,
+        window=window,
+        max_tokens=max_tokens,
     )
     path = runner.run(spec)
     meta, results = runner.load_run(path)
@@ -87,8 +94,9 @@ def tripwire_cmd(
     from evals.tripwire import run_tripwire
 
     async def go() -> None:
-        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused",
-                                    default_headers=runner.LANE_HEADER)
+        client = openai.AsyncOpenAI(
+            base_url=base_url, api_key="unused", default_headers=runner.LANE_HEADER
+        )
         for name in target:
             report = await run_tripwire(client, name, max_tokens=max_tokens, temperature=None)
             typer.echo(f"{name}: {report}")
@@ -111,12 +119,15 @@ def logits_cmd(
     prompts = [p.text for p in PROMPTS[:8]]
 
     async def go() -> None:
-        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused",
-                                    default_headers=runner.LANE_HEADER)
-        control = divergence(*await collect((client, a), (client, a), prompts,
-                                            max_tokens=max_tokens))
-        treated = divergence(*await collect((client, a), (client, b), prompts,
-                                            max_tokens=max_tokens))
+        client = openai.AsyncOpenAI(
+            base_url=base_url, api_key="unused", default_headers=runner.LANE_HEADER
+        )
+        control = divergence(
+            *await collect((client, a), (client, a), prompts, max_tokens=max_tokens)
+        )
+        treated = divergence(
+            *await collect((client, a), (client, b), prompts, max_tokens=max_tokens)
+        )
         typer.echo(f"control {a} vs {a}: {control}")
         typer.echo(f"pair    {a} vs {b}: {treated}")
         typer.echo(f"verdict: {against_control(treated, control)}")

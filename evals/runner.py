@@ -41,10 +41,19 @@ from evals.result import ItemResult, read_results
 
 # Items per family. "default" is the full suite; "smoke" is what CI can afford on 2 CPU cores.
 SUITES: dict[str, dict[str, int | None]] = {
-    "default": {name: None for name in
-                ("math", "code", "tools", "longctx", "knowledge", "ifeval", "editformat")},
-    "smoke": {"math": 3, "code": 2, "tools": 3, "longctx": 2, "knowledge": 3, "ifeval": 3,
-              "editformat": 2},
+    "default": {
+        name: None
+        for name in ("math", "code", "tools", "longctx", "knowledge", "ifeval", "editformat")
+    },
+    "smoke": {
+        "math": 3,
+        "code": 2,
+        "tools": 3,
+        "longctx": 2,
+        "knowledge": 3,
+        "ifeval": 3,
+        "editformat": 2,
+    },
 }
 
 LANE_HEADER = {"x-plumbline-lane": "eval"}
@@ -75,9 +84,13 @@ class RunSpec:
     target_headers: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def build_items(suite: str, seed: int, window: int | None,
-                token_counter: Callable[[str], int] | None = None,
-                sizes: dict[str, int | None] | None = None) -> list[Item]:
+def build_items(
+    suite: str,
+    seed: int,
+    window: int | None,
+    token_counter: Callable[[str], int] | None = None,
+    sizes: dict[str, int | None] | None = None,
+) -> list[Item]:
     spec = dict(SUITES[suite]) if suite in SUITES else {}
     if not spec:
         raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
@@ -116,8 +129,11 @@ class Runner:
         self.run_id = spec.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
         self.dir = spec.runs_dir / self.run_id
         self.client = openai.AsyncOpenAI(
-            base_url=spec.base_url, api_key=spec.api_key, max_retries=0,
-            timeout=httpx.Timeout(spec.timeout_s, connect=10.0), default_headers=LANE_HEADER,
+            base_url=spec.base_url,
+            api_key=spec.api_key,
+            max_retries=0,
+            timeout=httpx.Timeout(spec.timeout_s, connect=10.0),
+            default_headers=LANE_HEADER,
         )
         self.fingerprints: dict[str, dict[str, set[str]]] = {
             t: {"upstream": set(), "provider": set(), "params_hash": set()} for t in spec.targets
@@ -136,7 +152,8 @@ class Runner:
         started = time.perf_counter()
         try:
             raw = await self.client.chat.completions.with_raw_response.create(
-                **body, extra_headers=self.spec.target_headers.get(target))
+                **body, extra_headers=self.spec.target_headers.get(target)
+            )
         except openai.APITimeoutError:
             raise
         except openai.APIConnectionError as e:
@@ -149,12 +166,19 @@ class Runner:
         return orjson.loads(raw.content), dict(raw.headers), elapsed
 
     async def run_item(self, target: str, item: Item) -> ItemResult:
-        base = {"target": target, "item_id": item.id, "item_digest": item.digest(),
-                "family": item.family, "run": self.run_id}
+        base = {
+            "target": target,
+            "item_id": item.id,
+            "item_digest": item.digest(),
+            "family": item.family,
+            "run": self.run_id,
+        }
         try:
             async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(3), wait=wait_exponential(multiplier=1, max=20),
-                retry=retry_if_exception_type(InfraError), reraise=True,
+                stop=stop_after_attempt(3),
+                wait=wait_exponential(multiplier=1, max=20),
+                retry=retry_if_exception_type(InfraError),
+                reraise=True,
             ):
                 with attempt:
                     chat, headers, elapsed = await self._ask(target, item)
@@ -166,9 +190,11 @@ class Runner:
             # A 4xx for this item (e.g. the prompt exceeds the window): recorded, not dropped.
             return ItemResult(**base, outcome="error", finish_reason=f"HTTP {e.status_code}")
         fp = self.fingerprints[target]
-        for key, header in (("upstream", "x-plumbline-upstream"),
-                            ("provider", "x-plumbline-provider"),
-                            ("params_hash", "x-plumbline-params-hash")):
+        for key, header in (
+            ("upstream", "x-plumbline-upstream"),
+            ("provider", "x-plumbline-provider"),
+            ("params_hash", "x-plumbline-params-hash"),
+        ):
             if headers.get(header):
                 fp[key].add(headers[header])
         reply = reply_from(chat)
@@ -203,20 +229,35 @@ class Runner:
         items = build_items(spec.suite, spec.seed, window, spec.token_counter, spec.sizes)
         self.dir.mkdir(parents=True, exist_ok=True)
         results_path = self.dir / "results.jsonl"
-        done = {(r.target, r.item_id) for r in read_results(results_path)} \
-            if results_path.exists() else set()
+        done = (
+            {(r.target, r.item_id) for r in read_results(results_path)}
+            if results_path.exists()
+            else set()
+        )
         meta = {
-            "run": self.run_id, "targets": spec.targets, "suite": spec.suite, "seed": spec.seed,
-            "items": len(items), "items_digest": items_digest(items), "window": window,
-            "max_tokens": spec.max_tokens, "timeout_s": spec.timeout_s,
+            "run": self.run_id,
+            "targets": spec.targets,
+            "suite": spec.suite,
+            "seed": spec.seed,
+            "items": len(items),
+            "items_digest": items_digest(items),
+            "window": window,
+            "max_tokens": spec.max_tokens,
+            "timeout_s": spec.timeout_s,
             "started": time.time(),
         }
         self._write_meta(meta)
         todo = [(t, i) for t in spec.targets for i in items if (t, i.id) not in done]
         gate = asyncio.Semaphore(spec.concurrency)
-        task_id = progress.add_task(f"eval {self.run_id}", total=len(items) * len(spec.targets),
-                                    completed=len(done)) if progress else None
+        task_id = (
+            progress.add_task(
+                f"eval {self.run_id}", total=len(items) * len(spec.targets), completed=len(done)
+            )
+            if progress
+            else None
+        )
         with results_path.open("ab") as out:
+
             async def one(target: str, item: Item) -> None:
                 async with gate:
                     result = await self.run_item(target, item)
@@ -227,8 +268,9 @@ class Runner:
 
             await asyncio.gather(*(one(t, i) for t, i in todo))
         meta["finished"] = time.time()
-        meta["fingerprints"] = {t: {k: sorted(v) for k, v in fp.items()}
-                                for t, fp in self.fingerprints.items()}
+        meta["fingerprints"] = {
+            t: {k: sorted(v) for k, v in fp.items()} for t, fp in self.fingerprints.items()
+        }
         self._write_meta(meta)
         await self.client.close()
         return self.dir
@@ -246,8 +288,12 @@ class Runner:
 
 
 def run(spec: RunSpec, show_progress: bool = True) -> Path:
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     if not show_progress:
         return asyncio.run(Runner(spec).run())
     with Progress(*columns) as progress:

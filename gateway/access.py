@@ -149,8 +149,14 @@ class Key:
 
     @classmethod
     def from_config(cls, k: ApiKey) -> Key:
-        return cls(k.id, k.role, frozenset(k.models) if k.models is not None else None,
-                   k.requests_per_window, k.tokens_per_window, k.window_s)
+        return cls(
+            k.id,
+            k.role,
+            frozenset(k.models) if k.models is not None else None,
+            k.requests_per_window,
+            k.tokens_per_window,
+            k.window_s,
+        )
 
     @property
     def budgeted(self) -> bool:
@@ -167,8 +173,9 @@ class Ticket:
     settled: bool = False
 
 
-_TICKET: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("plumbline_ticket",
-                                                                        default=None)
+_TICKET: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
+    "plumbline_ticket", default=None
+)
 
 
 def reserve_estimate(body: dict[str, Any], raw_size: int, default_answer: int) -> int:
@@ -199,8 +206,9 @@ class Access:
         self._pending: set[asyncio.Future[Any]] = set()
         self._reserved = 0
         self._own_engine = engine is None
-        self.engine = engine or sa.create_engine("sqlite://", poolclass=StaticPool,
-                                                 connect_args={"check_same_thread": False})
+        self.engine = engine or sa.create_engine(
+            "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
+        )
         self.attach(self.engine, own=self._own_engine)
 
     def attach(self, engine: Engine, *, own: bool = False) -> None:
@@ -256,19 +264,30 @@ class Access:
 
     def _lookup(self, digest: str) -> Key | None:
         with self.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(KEYS).where(KEYS.c.sha256 == digest, KEYS.c.revoked.is_(None))
-            ).mappings().first()
+            row = (
+                conn.execute(
+                    sa.select(KEYS).where(KEYS.c.sha256 == digest, KEYS.c.revoked.is_(None))
+                )
+                .mappings()
+                .first()
+            )
         if row is None or not hmac.compare_digest(row["sha256"], digest):
             return None
         models = json.loads(row["models"]) if row["models"] is not None else None
-        return Key(row["id"], row["role"], frozenset(models) if models is not None else None,
-                   row["requests_per_window"], row["tokens_per_window"], row["window_s"])
+        return Key(
+            row["id"],
+            row["role"],
+            frozenset(models) if models is not None else None,
+            row["requests_per_window"],
+            row["tokens_per_window"],
+            row["window_s"],
+        )
 
     # -- budgets ----------------------------------------------------------------------------
 
-    async def admit(self, key: Key, model: str | None, body: dict[str, Any] | None,
-                    raw_size: int) -> Ticket:
+    async def admit(
+        self, key: Key, model: str | None, body: dict[str, Any] | None, raw_size: int
+    ) -> Ticket:
         """Check the allow-list and reserve budget; raises Forbidden or RateLimited."""
         if model is not None and key.models is not None and model not in key.models:
             raise Forbidden(f"This API key may not use the model {model!r}.", param="model")
@@ -284,12 +303,14 @@ class Access:
         ok = await self._db(lambda: self._reserve(key, window, tokens))
         if not ok:
             retry = max(1.0, math.ceil(window + key.window_s - now))
-            what = (f"{key.requests_per_window} requests" if key.requests_per_window else "")
+            what = f"{key.requests_per_window} requests" if key.requests_per_window else ""
             if key.tokens_per_window:
                 what += (" / " if what else "") + f"{key.tokens_per_window} tokens"
             raise RateLimited(
                 f"Rate limit reached for this API key: {what} per {key.window_s:g}s. "
-                f"Retry in {retry:g}s.", retry)
+                f"Retry in {retry:g}s.",
+                retry,
+            )
         ticket.window_start, ticket.reserved_tokens = window, tokens
         return ticket
 
@@ -300,25 +321,36 @@ class Access:
             conds.append(USAGE.c.requests + 1 <= key.requests_per_window)
         if key.tokens_per_window is not None:
             conds.append(USAGE.c.tokens + tokens <= key.tokens_per_window)
-        update = (USAGE.update().where(*conds)
-                  .values(requests=USAGE.c.requests + 1, tokens=USAGE.c.tokens + tokens)
-                  .returning(USAGE.c.requests))
+        update = (
+            USAGE.update()
+            .where(*conds)
+            .values(requests=USAGE.c.requests + 1, tokens=USAGE.c.tokens + tokens)
+            .returning(USAGE.c.requests)
+        )
         with self.engine.begin() as conn:
-            conn.execute(insert(USAGE).values(key_id=key.id, window_start=window, requests=0,
-                                              tokens=0).on_conflict_do_nothing())
+            conn.execute(
+                insert(USAGE)
+                .values(key_id=key.id, window_start=window, requests=0, tokens=0)
+                .on_conflict_do_nothing()
+            )
             granted = conn.execute(update).first() is not None
             self._reserved += 1
             if granted and self._reserved % 1000 == 0:  # now and then, forget past windows
-                conn.execute(USAGE.delete().where(USAGE.c.key_id == key.id,
-                                                  USAGE.c.window_start < window - 2 * key.window_s))
+                conn.execute(
+                    USAGE.delete().where(
+                        USAGE.c.key_id == key.id, USAGE.c.window_start < window - 2 * key.window_s
+                    )
+                )
         return granted
 
     def _settle(self, key_id: str, window: int, delta: int) -> None:
         total = USAGE.c.tokens + delta
         with self.engine.begin() as conn:
-            conn.execute(USAGE.update()
-                         .where(USAGE.c.key_id == key_id, USAGE.c.window_start == window)
-                         .values(tokens=sa.case((total < 0, 0), else_=total)))
+            conn.execute(
+                USAGE.update()
+                .where(USAGE.c.key_id == key_id, USAGE.c.window_start == window)
+                .values(tokens=sa.case((total < 0, 0), else_=total))
+            )
 
     def settle(self, ticket: Ticket, used_tokens: int) -> None:
         """Replace the reservation by what was used. Never blocks the event loop, never raises."""
@@ -350,8 +382,11 @@ class Access:
     def usage(self, key_id: str, window_start: int) -> tuple[int, int]:
         """(requests, tokens) counted for a key in one window (reports, tests)."""
         with self._lock, self.engine.connect() as conn:
-            row = conn.execute(sa.select(USAGE.c.requests, USAGE.c.tokens).where(
-                USAGE.c.key_id == key_id, USAGE.c.window_start == window_start)).first()
+            row = conn.execute(
+                sa.select(USAGE.c.requests, USAGE.c.tokens).where(
+                    USAGE.c.key_id == key_id, USAGE.c.window_start == window_start
+                )
+            ).first()
         return (row[0], row[1]) if row else (0, 0)
 
     # -- RecordSink -------------------------------------------------------------------------
@@ -366,41 +401,73 @@ class Access:
 
     # -- key management (admin API) -------------------------------------------------------
 
-    def create_key(self, key_id: str, *, role: str = "client", models: list[str] | None = None,
-                   requests_per_window: int | None = None, tokens_per_window: int | None = None,
-                   window_s: float = 60.0) -> str:
+    def create_key(
+        self,
+        key_id: str,
+        *,
+        role: str = "client",
+        models: list[str] | None = None,
+        requests_per_window: int | None = None,
+        tokens_per_window: int | None = None,
+        window_s: float = 60.0,
+    ) -> str:
         """Store a new key; returns its plaintext (the only time it exists outside the client)."""
         plaintext = new_key()
-        row = {"id": key_id, "sha256": hash_key(plaintext), "role": role,
-               "models": json.dumps(models) if models is not None else None,
-               "requests_per_window": requests_per_window, "tokens_per_window": tokens_per_window,
-               "window_s": window_s, "created": time.time(), "revoked": None}
+        row = {
+            "id": key_id,
+            "sha256": hash_key(plaintext),
+            "role": role,
+            "models": json.dumps(models) if models is not None else None,
+            "requests_per_window": requests_per_window,
+            "tokens_per_window": tokens_per_window,
+            "window_s": window_s,
+            "created": time.time(),
+            "revoked": None,
+        }
         with self._lock, self.engine.begin() as conn:
             conn.execute(KEYS.insert().values(**row))
         return plaintext
 
     def revoke_key(self, key_id: str) -> bool:
         with self._lock, self.engine.begin() as conn:
-            done = conn.execute(KEYS.update().where(KEYS.c.id == key_id, KEYS.c.revoked.is_(None))
-                                .values(revoked=time.time())).rowcount
+            done = conn.execute(
+                KEYS.update()
+                .where(KEYS.c.id == key_id, KEYS.c.revoked.is_(None))
+                .values(revoked=time.time())
+            ).rowcount
         self._cache.clear()
         return bool(done)
 
     def list_keys(self) -> list[dict[str, Any]]:
         """Every key without its hash: config keys and (if enabled) store keys."""
-        out = [{"id": k.id, "role": k.role, "source": "config",
+        out = [
+            {
+                "id": k.id,
+                "role": k.role,
+                "source": "config",
                 "models": sorted(k.models) if k.models is not None else None,
                 "requests_per_window": k.requests_per_window,
-                "tokens_per_window": k.tokens_per_window, "window_s": k.window_s}
-               for _, k in self._keys]
+                "tokens_per_window": k.tokens_per_window,
+                "window_s": k.window_s,
+            }
+            for _, k in self._keys
+        ]
         with self._lock, self.engine.connect() as conn:
             rows = conn.execute(sa.select(KEYS).order_by(KEYS.c.created)).mappings().all()
         for r in rows:
-            out.append({"id": r["id"], "role": r["role"], "source": "store",
-                        "models": json.loads(r["models"]) if r["models"] else None,
-                        "requests_per_window": r["requests_per_window"],
-                        "tokens_per_window": r["tokens_per_window"], "window_s": r["window_s"],
-                        "created": r["created"], "revoked": r["revoked"]})
+            out.append(
+                {
+                    "id": r["id"],
+                    "role": r["role"],
+                    "source": "store",
+                    "models": json.loads(r["models"]) if r["models"] else None,
+                    "requests_per_window": r["requests_per_window"],
+                    "tokens_per_window": r["tokens_per_window"],
+                    "window_s": r["window_s"],
+                    "created": r["created"],
+                    "revoked": r["revoked"],
+                }
+            )
         return out
 
 
@@ -426,9 +493,17 @@ def _role_needed(path: str, access: Access) -> tuple[str, ...] | None:
 
 async def _error(send: Send, error: GatewayError, headers: list[tuple[bytes, bytes]]) -> None:
     body = error.json()
-    await send({"type": "http.response.start", "status": error.status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        *headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -437,8 +512,9 @@ class AccessGuard:
     and the budget. (uvicorn's httptools parser has no header-size limit of its own; h11 has
     `h11_max_incomplete_event_size`.)"""
 
-    def __init__(self, app: ASGIApp, access: Access, max_body_bytes: int,
-                 max_header_bytes: int = 64 * 1024):
+    def __init__(
+        self, app: ASGIApp, access: Access, max_body_bytes: int, max_header_bytes: int = 64 * 1024
+    ):
         self.app = app
         self.access = access
         self.max_body_bytes = max_body_bytes
@@ -450,9 +526,13 @@ class AccessGuard:
             return
         size = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
         if size > self.max_header_bytes:
-            await _error(send, HeadersTooLarge(
-                f"The request headers are {size} bytes; the limit is {self.max_header_bytes}."),
-                [(b"connection", b"close")])
+            await _error(
+                send,
+                HeadersTooLarge(
+                    f"The request headers are {size} bytes; the limit is {self.max_header_bytes}."
+                ),
+                [(b"connection", b"close")],
+            )
             return
         path: str = scope["path"]
         roles = _role_needed(path, self.access)
@@ -463,14 +543,20 @@ class AccessGuard:
             await self._call(scope, receive, send, key if key and key.role == "client" else None)
             return
         if key is None:
-            message = ("Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'."
-                       if token is None else "Invalid API key.")
+            message = (
+                "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'."
+                if token is None
+                else "Invalid API key."
+            )
             await _error(send, Unauthorized(message), [(b"www-authenticate", b"Bearer")])
             return
         if key.role not in roles:
             needed = " or ".join(roles)
-            await _error(send, Forbidden(
-                f"A {key.role} key cannot be used for {path}; it needs a {needed} key."), [])
+            await _error(
+                send,
+                Forbidden(f"A {key.role} key cannot be used for {path}; it needs a {needed} key."),
+                [],
+            )
             return
         if key.role != "client" or scope["method"] != "POST" or path not in GENERATION_PATHS:
             await self._call(scope, receive, send, key if key.role == "client" else None)
@@ -493,8 +579,9 @@ class AccessGuard:
         body = body if isinstance(body, dict) else None
         model = body.get("model") if body is not None else None
         try:
-            ticket = await self.access.admit(key, model if isinstance(model, str) else None,
-                                             body, len(raw))
+            ticket = await self.access.admit(
+                key, model if isinstance(model, str) else None, body, len(raw)
+            )
         except RateLimited as e:
             await _error(send, e, [(b"retry-after", str(int(e.retry_after)).encode())])
             return
@@ -503,8 +590,14 @@ class AccessGuard:
             return
         await self._call(scope, receive, send, key, ticket)
 
-    async def _call(self, scope: Scope, receive: Receive, send: Send, key: Key | None,
-                    ticket: Ticket | None = None) -> None:
+    async def _call(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        key: Key | None,
+        ticket: Ticket | None = None,
+    ) -> None:
         if key is None:
             await self.app(scope, receive, send)
             return

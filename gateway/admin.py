@@ -69,8 +69,12 @@ async def list_keys(access: AdminAccess) -> Response:
     return _json({"object": "list", "data": access.list_keys()})
 
 
-@router.post("/keys", openapi_extra={"requestBody": {
-    "required": True, "content": {JSON: {"schema": NewKey.model_json_schema()}}}})
+@router.post(
+    "/keys",
+    openapi_extra={
+        "requestBody": {"required": True, "content": {JSON: {"schema": NewKey.model_json_schema()}}}
+    },
+)
 async def create_key(request: Request, access: AdminAccess) -> Response:
     try:
         body = orjson.loads(await request.body())
@@ -83,15 +87,24 @@ async def create_key(request: Request, access: AdminAccess) -> Response:
     if gw is not None and spec.models and (unknown := set(spec.models) - set(gw.config.models)):
         raise BadRequest(f"Unknown models: {', '.join(sorted(unknown))}", param="models")
     try:
-        plaintext = access.create_key(spec.id, role=spec.role, models=spec.models,
-                                      requests_per_window=spec.requests_per_window,
-                                      tokens_per_window=spec.tokens_per_window,
-                                      window_s=spec.window_s)
+        plaintext = access.create_key(
+            spec.id,
+            role=spec.role,
+            models=spec.models,
+            requests_per_window=spec.requests_per_window,
+            tokens_per_window=spec.tokens_per_window,
+            window_s=spec.window_s,
+        )
     except sa.exc.IntegrityError:
         raise Conflict(f"A key with id {spec.id!r} exists already.", param="id") from None
-    return _json({**spec.model_dump(), "key": plaintext,
-                  "note": "This is the only time the key is shown; the gateway keeps its hash."},
-                 status=201)
+    return _json(
+        {
+            **spec.model_dump(),
+            "key": plaintext,
+            "note": "This is the only time the key is shown; the gateway keeps its hash.",
+        },
+        status=201,
+    )
 
 
 @router.delete("/keys/{key_id}")

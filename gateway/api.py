@@ -175,7 +175,12 @@ async def models(request: Request) -> Response:
     data = []
     for name in gw.config.models:
         profile = gw.config.profile_for(name)
-        entry: dict[str, Any] = {"id": name, "object": "model", "created": 0, "owned_by": "plumbline"}
+        entry: dict[str, Any] = {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "plumbline",
+        }
         if profile is not None and profile.context_window:
             entry["max_model_len"] = profile.context_window
         data.append(entry)
@@ -191,8 +196,12 @@ async def health(request: Request) -> Response:
     }
     for name, st in gw.pool.states.items():
         upstreams[name]["demoted"] = st.demoted
-    body = {"status": "ok", "upstreams": upstreams, "watchdog": gw.watchdog.snapshot(),
-            "gate": gw.gate_book.view()}
+    body = {
+        "status": "ok",
+        "upstreams": upstreams,
+        "watchdog": gw.watchdog.snapshot(),
+        "gate": gw.gate_book.view(),
+    }
     return Response(orjson.dumps(body), media_type=JSON)
 
 

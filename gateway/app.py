@@ -19,9 +19,11 @@ from typing import Any
 import aiohttp
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from gateway import admin, api, doors
 from gateway.access import Access, AccessGuard
@@ -59,17 +61,22 @@ class Gateway:
         access: Access | None = None,
     ):
         self.config = config
+        self.upstreams = {u.name: u for u in config.upstreams}
         s = config.server
-        self.prefix = PrefixIndex(s.prefix_index_size, block=256, max_blocks=max(1, s.prefix_chars // 256))
+        self.prefix = PrefixIndex(
+            s.prefix_index_size, block=256, max_blocks=max(1, s.prefix_chars // 256)
+        )
         self.metrics = Metrics(config, multiproc_dir=_path(prometheus_multiproc_dir()))
         self.pool = Pool(config, on_inflight=self.metrics.inflight)
         self.store = store
         self.queue = RecordQueue.from_config(config, store) if store is not None else None
-        self.watchdog = Watchdog(config, config.watchdog, self.metrics.registry,
-                                 on_demote=self.pool.set_demoted)
+        self.watchdog = Watchdog(
+            config, config.watchdog, self.metrics.registry, on_demote=self.pool.set_demoted
+        )
         self.sampler = TextSampler.from_config(config.watchdog)
-        self.shadow = ShadowMirror.from_config(config, lambda: self.session, self.finish,
-                                               registry=self.metrics.registry)
+        self.shadow = ShadowMirror.from_config(
+            config, lambda: self.session, self.finish, registry=self.metrics.registry
+        )
         self.gate_book = GateBook(config.root / "var" / "gate" / "decisions.json")
         self.sinks: list[RecordSink] = [self.metrics, self.watchdog, *(sinks or [])]
         if self.queue is not None:
@@ -122,8 +129,11 @@ class Gateway:
                 economics = await asyncio.to_thread(window_economics, cfg, store, 86400.0)
                 self.metrics.set_economics(economics[2])
                 if ticks % 60 == 0:
-                    await asyncio.to_thread(store.apply_retention, cfg.store.retention_days,
-                                            cfg.store.content_retention_days)
+                    await asyncio.to_thread(
+                        store.apply_retention,
+                        cfg.store.retention_days,
+                        cfg.store.content_retention_days,
+                    )
             except Exception:
                 log.exception("store housekeeping failed")
             ticks += 1
@@ -205,11 +215,16 @@ def create_app(
     app.include_router(api.router)
     app.include_router(doors.router)
     app.include_router(admin.router)
+    _fast_routes(app)
     app.state.access = access
     app.state.config_path = config_path
     s = config.server
-    app.add_middleware(AccessGuard, access=access, max_body_bytes=s.max_body_bytes,
-                       max_header_bytes=s.max_header_bytes)
+    app.add_middleware(
+        AccessGuard,
+        access=access,
+        max_body_bytes=s.max_body_bytes,
+        max_header_bytes=s.max_header_bytes,
+    )
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
@@ -241,6 +256,29 @@ def create_app(
         return _error_response(error)
 
     return app
+
+
+HOT_PATHS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/messages",
+)
+
+
+def _fast_routes(app: FastAPI) -> None:
+    """Serve the hot endpoints through plain Starlette routes placed first.
+
+    The handlers take a `Request` and return a `Response`, so FastAPI's dependency solving,
+    query parsing and exit stack buy nothing on them; that machinery measured about a sixth of
+    the gateway's event-loop time per request. The FastAPI routes stay registered behind these
+    (never matched) so the OpenAPI schema still documents the request bodies."""
+    fast = []
+    for route in app.router.routes:
+        if isinstance(route, APIRoute) and route.path in HOT_PATHS:
+            fast.append(Route(route.path, route.endpoint, methods=list(route.methods)))
+    app.router.routes[:0] = fast
 
 
 def app_from_env() -> FastAPI:

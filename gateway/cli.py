@@ -1,11 +1,11 @@
 """The `plumbline` command line (typer).
 
-    plumbline serve --config FILE          the gateway alone
-    plumbline up --config FILE             start the local replicas, wait until healthy, serve
-    plumbline check --config FILE          validate a config and print its routes
-    plumbline eval run|report|tripwire|logits   the eval suite, through the gateway
-    plumbline report cost --since 24h      cost and token report from the record store
-    plumbline bench …                      load generator with the reference workload shapes
+plumbline serve --config FILE          the gateway alone
+plumbline up --config FILE             start the local replicas, wait until healthy, serve
+plumbline check --config FILE          validate a config and print its routes
+plumbline eval run|report|tripwire|logits   the eval suite, through the gateway
+plumbline report cost --since 24h      cost and token report from the record store
+plumbline bench …                      load generator with the reference workload shapes
 """
 
 from __future__ import annotations
@@ -91,7 +91,10 @@ def report_cost_cmd(
 _subcommands()
 
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Config file (default: $PLUMBLINE_CONFIG or ./config.toml)")
+    Path | None,
+    typer.Option(
+        "--config", "-c", help="Config file (default: $PLUMBLINE_CONFIG or ./config.toml)"
+    ),
 ]
 
 
@@ -126,8 +129,10 @@ def serve(
 ) -> None:
     """Serve the gateway (upstreams must already be running)."""
     cfg = _load(config)
-    typer.echo(f"plumbline: serving {len(cfg.models)} model(s) on "
-               f"http://{host or cfg.server.host}:{port or cfg.server.port}/v1")
+    typer.echo(
+        f"plumbline: serving {len(cfg.models)} model(s) on "
+        f"http://{host or cfg.server.host}:{port or cfg.server.port}/v1"
+    )
     _serve(cfg, host, port, config or default_config_path())
 
 
@@ -145,8 +150,9 @@ def up(
         # Turn SIGTERM into a clean exit so the replicas are stopped by the exit stack.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         stack.enter_context(launch_local(cfg, echo=typer.echo))
-        typer.echo(f"plumbline: gateway on http://{host or cfg.server.host}:"
-                   f"{port or cfg.server.port}/v1")
+        typer.echo(
+            f"plumbline: gateway on http://{host or cfg.server.host}:{port or cfg.server.port}/v1"
+        )
         _serve(cfg, host, port, config or default_config_path())
 
 
@@ -156,17 +162,23 @@ def check(config: ConfigOption = None) -> None:
     cfg = _load(config)
     for name, route in cfg.models.items():
         fallback = f" -> fallback {', '.join(route.fallback)}" if route.fallback else ""
-        typer.echo(f"{name}: {route.policy} over {', '.join(route.upstreams)}{fallback}"
-                   f" (profile {route.profile or 'none'})")
+        typer.echo(
+            f"{name}: {route.policy} over {', '.join(route.upstreams)}{fallback}"
+            f" (profile {route.profile or 'none'})"
+        )
 
 
 @app.command()
 def bench(
     target: Annotated[list[str], typer.Option("--target", help="[LABEL=]BASE_URL, repeatable")],
     model: Annotated[str, typer.Option(help="Model name at the target(s)")],
-    shape: Annotated[list[str], typer.Option(help="router|promptopt|judge|short|rollout|IN/OUT|PREFIX+IN/OUT")] = ["router"],  # noqa: B006
+    shape: Annotated[
+        list[str], typer.Option(help="router|promptopt|judge|short|rollout|IN/OUT|PREFIX+IN/OUT")
+    ] = ["router"],  # noqa: B006
     concurrency: Annotated[str, typer.Option(help="Comma-separated sweep")] = "1,8,32",
-    api_key_env: Annotated[str | None, typer.Option(help="Env var holding the target's key")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Env var holding the target's key")
+    ] = None,
     prompts_per_slot: int = 8,
     warmup: int | None = None,
     tsv: Annotated[str, typer.Option(help="TSV file rows are appended to")] = "bench.tsv",
@@ -181,11 +193,20 @@ def bench(
     from gateway.loadgen import bench_main
 
     bench_main(
-        target=target, model=model, shape=shape, concurrency=concurrency,
-        api_key_env=api_key_env, environ=environment(), prompts_per_slot=prompts_per_slot,
-        warmup=warmup, tsv=tsv, seed=seed, ignore_eos=ignore_eos,
+        target=target,
+        model=model,
+        shape=shape,
+        concurrency=concurrency,
+        api_key_env=api_key_env,
+        environ=environment(),
+        prompts_per_slot=prompts_per_slot,
+        warmup=warmup,
+        tsv=tsv,
+        seed=seed,
+        ignore_eos=ignore_eos,
         endpoint=endpoint,  # type: ignore[arg-type]
-        tokenizer_url=tokenizer_url, timeout_s=timeout_s,
+        tokenizer_url=tokenizer_url,
+        timeout_s=timeout_s,
     )
 
 
@@ -194,17 +215,22 @@ def deploy_vllm_cmd(
     profile: Annotated[str, typer.Option(help="Profile name (built-in or from the config)")],
     gpus: Annotated[str, typer.Option(help="GPU indices, e.g. 0,1,2,3")],
     config: ConfigOption = None,
-    model: Annotated[str | None, typer.Option(help="Weights for --model (default: profile.weights)")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Weights for --model (default: profile.weights)")
+    ] = None,
     served_model_name: str | None = None,
     tp: Annotated[int | None, typer.Option(help="GPUs per replica (default: profile)")] = None,
-    allow_power_capped: Annotated[bool, typer.Option(help="Start even if power.limit < max")] = False,
+    allow_power_capped: Annotated[
+        bool, typer.Option(help="Start even if power.limit < max")
+    ] = False,
     base_port: int = 8401,
     host: str = "127.0.0.1",
     node: str | None = None,
     register: Annotated[Path | None, typer.Option(help="Append [[upstreams]] entries here")] = None,
     timeout_s: float = 1800.0,
 ) -> None:
-    """One vLLM replica per GPU (or TP group) from a profile; health-wait, record kernels, register."""
+    """One vLLM replica per GPU (or TP group) from a profile; health-wait, record kernels,
+    register."""
     from deploy.gpu import GpuError
     from deploy.supervisor import EngineStartError
     from deploy.vllm import DeployError, deploy_vllm
@@ -212,9 +238,19 @@ def deploy_vllm_cmd(
     cfg = _load(config)
     try:
         deploy_vllm(
-            profile=profile, gpus=gpus, model=model, served_model_name=served_model_name, tp=tp,
-            allow_power_capped=allow_power_capped, base_port=base_port, host=host, node=node,
-            register=register, config=cfg, timeout_s=timeout_s, echo=typer.echo,
+            profile=profile,
+            gpus=gpus,
+            model=model,
+            served_model_name=served_model_name,
+            tp=tp,
+            allow_power_capped=allow_power_capped,
+            base_port=base_port,
+            host=host,
+            node=node,
+            register=register,
+            config=cfg,
+            timeout_s=timeout_s,
+            echo=typer.echo,
         )
     except (DeployError, GpuError, EngineStartError) as e:
         typer.secho(str(e), fg=typer.colors.RED, err=True)

@@ -2,12 +2,12 @@
 
     [server]            where the gateway listens and how it treats upstreams
     [store]             where records go
-    [[upstreams]]       one OpenAI-compatible endpoint serving one model (a vLLM replica, a provider)
+    [[upstreams]]       one OpenAI-compatible endpoint serving one model (vLLM replica, provider)
     [models.NAME]       a public model name: its route (upstreams + policy + fallback) and profile
     [profiles.NAME]     a model's vendor serving recipe (built-ins come from gateway/profiles.toml)
     [prices.UPSTREAM]   USD per million tokens for an upstream
     [nodes.NAME]        what a node costs per hour, on which basis, at which utilisation
-    [access]            client/admin/metrics keys (sha256 only), allow-lists, budgets (gateway/access.py)
+    [access]            client/admin/metrics keys (sha256 only), allow-lists, budgets
 
 Unknown keys are errors and every name is cross-checked, so a typo fails at start with a message
 naming it. Secrets are referenced by environment-variable name; this module is the only one that
@@ -79,7 +79,7 @@ class StoreConfig(_Frozen):
 
 
 class ProviderRouting(_Frozen):
-    """OpenRouter's `provider` object, sent as is (see openrouter.ai/docs/features/provider-routing)."""
+    """OpenRouter's `provider` object, sent as is (openrouter.ai/docs/features/provider-routing)."""
 
     order: list[str] | None = None
     only: list[str] | None = None
@@ -122,7 +122,7 @@ class Upstream(_Frozen):
     provider: ProviderRouting | None = None
     # The node this upstream runs on (for node cost); None for API providers.
     node: Name | None = None
-    # Does the server split reasoning itself ("parser"), or must the gateway split <think> ("gateway")?
+    # Does the server split reasoning ("parser"), or must the gateway split <think> ("gateway")?
     reasoning: Literal["parser", "gateway"] = "parser"
     # Does the server report usage in streams? llama.cpp does not; the gateway then counts.
     stream_usage: bool = True
@@ -144,15 +144,20 @@ class RouteConfig(_Frozen):
 
     profile: Name | None = None
     upstreams: list[Name] = Field(min_length=1)
-    policy: Literal[
-        "least_outstanding", "prefix_affinity", "weighted", "cheapest_within_floor"
-    ] = "least_outstanding"
+    policy: Literal["least_outstanding", "prefix_affinity", "weighted", "cheapest_within_floor"] = (
+        "least_outstanding"
+    )
     # Tried in order when every primary upstream is down, cooling down or saturated.
     fallback: list[Name] = Field(default_factory=list)
     # Mirror a sampled share of live requests to another upstream (gateway/shadow.py).
     shadow: ShadowConfig | None = None
     # Evidence settings of the "cheapest_within_floor" policy (gateway/gate.py).
     gate: GateConfig | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every upstream this route may use: primaries, then fallbacks."""
+        return (*self.upstreams, *self.fallback)
 
 
 class Sampling(_Frozen):
@@ -251,7 +256,7 @@ class EvalSchedule(_Frozen):
     suite: str = "smoke"
     targets: list[Name] = Field(default_factory=list)
     seed: int = 0
-    # Eval requests in flight at once (the eval lane's budget; production is never queued behind it).
+    # Eval requests in flight at once (the eval lane's budget; production never queues behind).
     concurrency: int = Field(2, ge=1)
     timeout_s: float = Field(1800.0, gt=0)
     runs_dir: str = "var/evals"

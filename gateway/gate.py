@@ -72,10 +72,15 @@ class GateDecision:
 def _floor_dict(floor: NoiseFloor | None) -> dict[str, Any]:
     if floor is None:
         return {}
-    return {"gap": floor.gap, "imbalance_rate": floor.imbalance_rate,
-            "discordance_rate": floor.discordance_rate,
-            "controls": [{"n": c.n, "only_a": c.only_a, "only_b": c.only_b,
-                          "p_value": c.p_value} for c in floor.controls]}
+    return {
+        "gap": floor.gap,
+        "imbalance_rate": floor.imbalance_rate,
+        "discordance_rate": floor.discordance_rate,
+        "controls": [
+            {"n": c.n, "only_a": c.only_a, "only_b": c.only_b, "p_value": c.p_value}
+            for c in floor.controls
+        ],
+    }
 
 
 def _price_key(price: float | None) -> float:
@@ -96,8 +101,11 @@ def decide(
     now = time.time() if now is None else now
     floor: NoiseFloor | None
     try:
-        floor = control if isinstance(control, NoiseFloor) or control is None else \
-            NoiseFloor.from_controls(control)
+        floor = (
+            control
+            if isinstance(control, NoiseFloor) or control is None
+            else NoiseFloor.from_controls(control)
+        )
     except ValueError:
         floor = None
     summaries = {u: summarise(rs) for u, rs in results.items() if rs}
@@ -117,45 +125,64 @@ def decide(
             why = "refused: item sets differ (only identical items pair)"
         if why is not None:
             s = summaries.pop(up)
-            refused.append(ArmEvidence(up, s.n, s.correct, s.accuracy, s.ci, prices.get(up),
-                                       why=why))
+            refused.append(
+                ArmEvidence(up, s.n, s.correct, s.accuracy, s.ci, prices.get(up), why=why)
+            )
     if not summaries:
-        return GateDecision(model, None, "every arm refused", None, _floor_dict(floor),
-                            tuple(refused), now)
+        return GateDecision(
+            model, None, "every arm refused", None, _floor_dict(floor), tuple(refused), now
+        )
     # Best = highest accuracy over all items (timeouts and errors stay in the denominator);
     # ties go to the cheaper.
     best = max(summaries, key=lambda u: (summaries[u].accuracy, -_price_key(prices.get(u))))
     arms: list[ArmEvidence] = []
     for up, s in summaries.items():
-        base: dict[str, Any] = dict(upstream=up, n=s.n, correct=s.correct,
-                                    accuracy=s.accuracy, ci=s.ci, price_per_m=prices.get(up))
+        base: dict[str, Any] = dict(
+            upstream=up,
+            n=s.n,
+            correct=s.correct,
+            accuracy=s.accuracy,
+            ci=s.ci,
+            price_per_m=prices.get(up),
+        )
         if up == best:
             arms.append(ArmEvidence(**base, eligible=True, why="best score"))
             continue
-        arms.append(ArmEvidence(**base, **_against_best(results[best], results[up], best, up,
-                                                        floor, alpha, min_items)))
+        arms.append(
+            ArmEvidence(
+                **base,
+                **_against_best(results[best], results[up], best, up, floor, alpha, min_items),
+            )
+        )
     arms += refused
-    ranked = sorted((a for a in arms if a.eligible),
-                    key=lambda a: (_price_key(a.price_per_m), -a.accuracy))
+    ranked = sorted(
+        (a for a in arms if a.eligible), key=lambda a: (_price_key(a.price_per_m), -a.accuracy)
+    )
     chosen = ranked[0]
     if chosen.upstream == best:
         reason = f"{best} is the best scorer and no cheaper upstream is proven within the floor"
     else:
-        reason = (f"{chosen.upstream} (${chosen.price_per_m}/M) is the cheapest within the noise "
-                  f"floor of {best} (${prices.get(best)}/M): {chosen.why}")
+        reason = (
+            f"{chosen.upstream} (${chosen.price_per_m}/M) is the cheapest within the noise "
+            f"floor of {best} (${prices.get(best)}/M): {chosen.why}"
+        )
     return GateDecision(model, chosen.upstream, reason, best, _floor_dict(floor), tuple(arms), now)
 
 
 def _against_best(
-    best_rs: Sequence[ItemResult], rs: Sequence[ItemResult], best: str, up: str,
-    floor: NoiseFloor | None, alpha: float, min_items: int,
+    best_rs: Sequence[ItemResult],
+    rs: Sequence[ItemResult],
+    best: str,
+    up: str,
+    floor: NoiseFloor | None,
+    alpha: float,
+    min_items: int,
 ) -> dict[str, Any]:
     try:
         p = pair(best_rs, rs, best, up)
     except PairingError as e:
         return {"why": f"refused: {e}"}
-    evidence = {"paired_n": p.n, "only_best": p.only_a, "only_this": p.only_b,
-                "p_value": p.p_value}
+    evidence = {"paired_n": p.n, "only_best": p.only_a, "only_this": p.only_b, "p_value": p.p_value}
     if floor is None:
         return {**evidence, "why": "no noise floor: a control pair is needed"}
     if p.n < min_items:

@@ -7,7 +7,7 @@ snapshot (`views`). One `Pool` per app, owned by the app state — no module glo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gateway.config import Config
@@ -36,18 +36,21 @@ class Pool:
         self.max_inflight = s.max_inflight_per_upstream
         self.states = {u.name: UpstreamState(u.name, u.weight) for u in config.upstreams}
 
-    def views(self) -> dict[str, UpstreamView]:
+    def views(self, names: Iterable[str] | None = None) -> dict[str, UpstreamView]:
+        """A snapshot for routing: of `names` (one route's upstreams), else of every upstream."""
+        states = self.states
+        chosen = states if names is None else [n for n in names if n in states]
         return {
             n: UpstreamView(
                 name=n,
-                inflight=st.inflight,
-                healthy=st.healthy,
-                cooling_until=st.cooling_until,
-                weight=st.weight,
+                inflight=states[n].inflight,
+                healthy=states[n].healthy,
+                cooling_until=states[n].cooling_until,
+                weight=states[n].weight,
                 max_inflight=self.max_inflight,
-                demoted=st.demoted,
+                demoted=states[n].demoted,
             )
-            for n, st in self.states.items()
+            for n in chosen
         }
 
     def begin(self, name: str) -> None:

@@ -9,7 +9,6 @@ it ends, produces exactly one record, handed to the sinks in `finally`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -41,7 +40,10 @@ def _think_mode(gw: Gateway, call: Call, opened: Opened) -> tuple[bool, bool]:
 
 def _headers(call: Call, opened: Opened) -> dict[str, str]:
     record = call.record
-    headers = {"x-plumbline-request-id": record.request_id, "x-plumbline-upstream": opened.upstream.name}
+    headers = {
+        "x-plumbline-request-id": record.request_id,
+        "x-plumbline-upstream": opened.upstream.name,
+    }
     if record.provider:
         headers["x-plumbline-provider"] = record.provider
     if record.params_hash:
@@ -55,20 +57,29 @@ async def respond(
     """Answer the client; errors before the first byte are raised.
 
     A non-streamed request is abandoned when `disconnected()` returns first (the client went
-    away): the upstream request is closed so the engine stops generating for nobody."""
+    away): the upstream request is closed so the engine stops generating for nobody. One
+    watcher task per request cancels this one; no extra task wraps the work itself."""
     if call.stream or disconnected is None:
         return await _respond(gw, call)
-    work = asyncio.ensure_future(_respond(gw, call))
-    watch = asyncio.ensure_future(disconnected())
+    me = asyncio.current_task()
+    assert me is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        await disconnected()
+        gone = True
+        me.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
     try:
-        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+        return await _respond(gw, call)
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        me.uncancel()
     finally:
-        watch.cancel()
-    if work.done():
-        return work.result()
-    work.cancel()
-    with contextlib.suppress(asyncio.CancelledError, GatewayError):
-        await work
+        watcher.cancel()
     record = call.record
     if record.status == 0:
         record.status = 499
@@ -79,8 +90,11 @@ async def respond(
 
 async def _respond(gw: Gateway, call: Call) -> Response:
     pending = gw.shadow.consider(call.model, call.path, call.body, call.record)
-    capture = None if call.path == "/embeddings" else gw.sampler.start(
-        call.record, call.body, always=pending is not None)
+    capture = (
+        None
+        if call.path == "/embeddings"
+        else gw.sampler.start(call.record, call.body, always=pending is not None)
+    )
     try:
         opened = await gw.dispatcher.open(call)
     except GatewayError as e:
@@ -110,16 +124,27 @@ def _observed(gw: Gateway, call: Call, capture: Capture | None, pending: Pending
         gw.shadow.primary_done(pending, call.record, capture)
 
 
-def _whole(gw: Gateway, call: Call, opened: Opened, capture: Capture | None = None,
-           pending: Pending | None = None) -> Response:
+def _whole(
+    gw: Gateway,
+    call: Call,
+    opened: Opened,
+    capture: Capture | None = None,
+    pending: Pending | None = None,
+) -> Response:
     record = call.record
     split, opened_in_prompt = _think_mode(gw, call, opened)
     try:
         if call.path == "/embeddings":
             body = tap_embeddings(record, opened.first)
         else:
-            body = tap_body(record, opened.first, split_think=split,
-                            opened_in_prompt=opened_in_prompt, chat=call.chat, capture=capture)
+            body = tap_body(
+                record,
+                opened.first,
+                split_think=split,
+                opened_in_prompt=opened_in_prompt,
+                chat=call.chat,
+                capture=capture,
+            )
         record.status = 200
         record.ttft_s = record.ttfa_s = record.e2e_s
         headers = _headers(call, opened)
@@ -144,8 +169,13 @@ def _whole(gw: Gateway, call: Call, opened: Opened, capture: Capture | None = No
         gw.finish(record)
 
 
-async def _stream(gw: Gateway, call: Call, opened: Opened, capture: Capture | None = None,
-                  pending: Pending | None = None) -> AsyncIterator[bytes]:
+async def _stream(
+    gw: Gateway,
+    call: Call,
+    opened: Opened,
+    capture: Capture | None = None,
+    pending: Pending | None = None,
+) -> AsyncIterator[bytes]:
     record = call.record
     split, opened_in_prompt = _think_mode(gw, call, opened)
     tap = StreamTap(

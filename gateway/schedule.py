@@ -4,10 +4,10 @@ The runner is the same client `plumbline eval run` uses, pointed at this gateway
 so it measures what users get. Routes with the policy `cheapest_within_floor` are re-decided after
 each round: every upstream of the route is evaluated on identical items (pinned with the
 eval-lane-only `x-plumbline-upstream` header), the control upstream twice for the noise floor,
-and `gateway.gate.decide` picks the cheapest upstream not worse than the best beyond that floor. Its requests carry the eval lane header (routing keeps them off the
-prefix index) and its own concurrency cap, so production traffic never queues behind it. Runs are
-written to `[evals].runs_dir`, like manual runs; the latest result per target is kept in memory for
-quality-gated decisions and reports.
+and `gateway.gate.decide` picks the cheapest upstream not worse than the best beyond that floor.
+Its requests carry the eval lane header (routing keeps them off the prefix index) and its own
+concurrency cap, so production traffic never queues behind it. Runs are written to
+`[evals].runs_dir`, like manual runs; gate decisions go to the gate book (shown in /health).
 """
 
 from __future__ import annotations
@@ -62,8 +62,13 @@ class EvalScheduler:
         if not runs_dir.is_absolute():
             runs_dir = self.gw.config.root / runs_dir
         return RunSpec(
-            base_url=self.base_url, targets=targets, suite=schedule.suite, seed=schedule.seed,
-            concurrency=schedule.concurrency, timeout_s=schedule.timeout_s, runs_dir=runs_dir,
+            base_url=self.base_url,
+            targets=targets,
+            suite=schedule.suite,
+            seed=schedule.seed,
+            concurrency=schedule.concurrency,
+            timeout_s=schedule.timeout_s,
+            runs_dir=runs_dir,
             **kw,
         )
 
@@ -94,17 +99,32 @@ class EvalScheduler:
         for r in results:
             by_label.setdefault(r.target, []).append(r)
         upstream_of = dict(arms)
-        primary = {upstream_of[label]: rs for label, rs in by_label.items()
-                   if not label.endswith("#control")}
+        primary = {
+            upstream_of[label]: rs
+            for label, rs in by_label.items()
+            if not label.endswith("#control")
+        }
         control_label = f"{model}@{control}#control"
         controls = []
         try:
-            controls.append(pair(primary[control], by_label.get(control_label, []),
-                                 f"{control} run 1", f"{control} run 2"))
+            controls.append(
+                pair(
+                    primary[control],
+                    by_label.get(control_label, []),
+                    f"{control} run 1",
+                    f"{control} run 2",
+                )
+            )
         except (KeyError, PairingError) as e:
             log.warning("gate %s: no usable control pair (%s)", model, e)
-        decision = decide(model, primary, controls or None, self.prices(model),
-                          alpha=gate_cfg.alpha, min_items=gate_cfg.min_items)
+        decision = decide(
+            model,
+            primary,
+            controls or None,
+            self.prices(model),
+            alpha=gate_cfg.alpha,
+            min_items=gate_cfg.min_items,
+        )
         self.gw.gate_book.record(decision)
         log.info("gate %s: %s", model, decision.reason)
         return decision

@@ -171,26 +171,46 @@ class ShadowMirror:
         self._rand = rand
         self._clock = clock
         self.inflight = {m: 0 for m in self.shadows}
-        self.budgets = {m: DailyBudget(s.budget_usd_per_day, s.budget_requests_per_day)
-                        for m, s in self.shadows.items()}
+        self.budgets = {
+            m: DailyBudget(s.budget_usd_per_day, s.budget_requests_per_day)
+            for m, s in self.shadows.items()
+        }
         self.tasks: set[asyncio.Task[None]] = set()
         r = registry if registry is not None else CollectorRegistry()
         self.requests = Counter(
-            "gateway_shadow_requests", "Shadow mirroring decisions and outcomes.",
-            ["model", "upstream", "outcome"], registry=r)
+            "gateway_shadow_requests",
+            "Shadow mirroring decisions and outcomes.",
+            ["model", "upstream", "outcome"],
+            registry=r,
+        )
         self.agreements = Counter(
-            "gateway_shadow_agreement", "Shadow answers by agreement with the primary.",
-            ["model", "upstream", "agreement"], registry=r)
+            "gateway_shadow_agreement",
+            "Shadow answers by agreement with the primary.",
+            ["model", "upstream", "agreement"],
+            registry=r,
+        )
 
     @classmethod
-    def from_config(cls, config: Config, session: Callable[[], aiohttp.ClientSession],
-                    finish: Callable[[Record], None], **kw: Any) -> ShadowMirror:
-        shadows = {m: s for m, r in config.models.items()
-                   if (s := getattr(r, "shadow", None)) is not None}
+    def from_config(
+        cls,
+        config: Config,
+        session: Callable[[], aiohttp.ClientSession],
+        finish: Callable[[Record], None],
+        **kw: Any,
+    ) -> ShadowMirror:
+        shadows = {
+            m: s for m, r in config.models.items() if (s := getattr(r, "shadow", None)) is not None
+        }
         return cls(config, shadows, session, finish, **kw)
 
-    def consider(self, model: str, path: str, body: dict[str, Any], record: Record,
-                 item_id: str | None = None) -> Pending | None:
+    def consider(
+        self,
+        model: str,
+        path: str,
+        body: dict[str, Any],
+        record: Record,
+        item_id: str | None = None,
+    ) -> Pending | None:
         """Mirror this request? Synchronous and cheap; the shadow runs as its own task."""
         cfg = self.shadows.get(model)
         if cfg is None or record.lane != "prod" or path != "/chat/completions":
@@ -210,10 +230,17 @@ class ShadowMirror:
         shadow_body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         shadow_body["stream"] = False
         shadow = Record(
-            request_id=record.request_id + "-shadow", door=record.door, model=model,
-            stream=False, time=record.time, key_id=record.key_id, lane="shadow",
-            upstream=cfg.upstream, max_tokens=record.max_tokens,
-            params_hash=record.params_hash, shadow_of=record.request_id,
+            request_id=record.request_id + "-shadow",
+            door=record.door,
+            model=model,
+            stream=False,
+            time=record.time,
+            key_id=record.key_id,
+            lane="shadow",
+            upstream=cfg.upstream,
+            max_tokens=record.max_tokens,
+            params_hash=record.params_hash,
+            shadow_of=record.request_id,
         )
         tools = body.get("tools") if isinstance(body.get("tools"), list) else None
         pending = Pending(model, shadow, item_id, tools=tools)
@@ -225,13 +252,15 @@ class ShadowMirror:
     def primary_done(self, pending: Pending, record: Record, capture: Capture | None) -> None:
         """The primary has finished (call after its capture's finish())."""
         ok = record.status == 200 and record.error_class is None and capture is not None
-        answer = Answer(ok, capture.answer if capture else "",
-                        tuple(capture.tool_calls()) if capture else ())
+        answer = Answer(
+            ok, capture.answer if capture else "", tuple(capture.tool_calls()) if capture else ()
+        )
         pending.primary = self._scored(pending, answer)
         self._maybe_resolve(pending)
 
-    async def _run(self, pending: Pending, cfg: ShadowConfig, path: str,
-                   body: dict[str, Any]) -> None:
+    async def _run(
+        self, pending: Pending, cfg: ShadowConfig, path: str, body: dict[str, Any]
+    ) -> None:
         record = pending.shadow_record
         upstream = self.config.upstream(cfg.upstream)
         capture = Capture(record, pending.tools, keep_text=True, max_chars=pending.capture_chars)
@@ -239,8 +268,9 @@ class ShadowMirror:
         outcome = "ok"
         try:
             async with asyncio.timeout(cfg.timeout_s):
-                resp = await post(self._session(), upstream, path,
-                                  body_for(upstream, body, False), cfg.timeout_s)
+                resp = await post(
+                    self._session(), upstream, path, body_for(upstream, body, False), cfg.timeout_s
+                )
                 try:
                     raw = await resp.read()
                 finally:
@@ -324,11 +354,19 @@ def _shadow_query(since: float, until: float) -> Any:
     s, p = REQUESTS.alias("s"), REQUESTS.alias("p")
     join = s.join(p, sa.and_(p.c.time == s.c.time, p.c.request_id == s.c.shadow_of))
     return (
-        sa.select(s.c.model, p.c.upstream, s.c.upstream, s.c.agreement, sa.func.count(),
-                  sa.func.avg(p.c.e2e_s), sa.func.avg(s.c.e2e_s),
-                  sa.func.sum(p.c.completion_tokens), sa.func.sum(s.c.completion_tokens),
-                  sa.func.sum(sa.func.coalesce(p.c.charged_cost_usd, p.c.cost_usd, 0.0)),
-                  sa.func.sum(sa.func.coalesce(s.c.charged_cost_usd, s.c.cost_usd, 0.0)))
+        sa.select(
+            s.c.model,
+            p.c.upstream,
+            s.c.upstream,
+            s.c.agreement,
+            sa.func.count(),
+            sa.func.avg(p.c.e2e_s),
+            sa.func.avg(s.c.e2e_s),
+            sa.func.sum(p.c.completion_tokens),
+            sa.func.sum(s.c.completion_tokens),
+            sa.func.sum(sa.func.coalesce(p.c.charged_cost_usd, p.c.cost_usd, 0.0)),
+            sa.func.sum(sa.func.coalesce(s.c.charged_cost_usd, s.c.cost_usd, 0.0)),
+        )
         .select_from(join)
         .where(s.c.lane == "shadow", s.c.time >= since, s.c.time < until)
         .group_by(s.c.model, p.c.upstream, s.c.upstream, s.c.agreement)
@@ -353,18 +391,34 @@ def shadow_rows(raw: Sequence[Sequence[Any]]) -> list[ShadowRow]:
 
         agree = sum(counts.get(a, 0) for a in AGREE)
         comparable = agree + sum(counts.get(d, 0) for d in DIFFER)
-        rows.append(ShadowRow(
-            model, primary, shadow, n, counts,
-            agree / comparable if comparable else None,
-            wilson(agree, comparable) if comparable else None,
-            mean(5), mean(6), sum(int(r[7] or 0) for r in parts),
-            sum(int(r[8] or 0) for r in parts), sum(float(r[9] or 0) for r in parts),
-            sum(float(r[10] or 0) for r in parts)))
+        rows.append(
+            ShadowRow(
+                model,
+                primary,
+                shadow,
+                n,
+                counts,
+                agree / comparable if comparable else None,
+                wilson(agree, comparable) if comparable else None,
+                mean(5),
+                mean(6),
+                sum(int(r[7] or 0) for r in parts),
+                sum(int(r[8] or 0) for r in parts),
+                sum(float(r[9] or 0) for r in parts),
+                sum(float(r[10] or 0) for r in parts),
+            )
+        )
     return rows
 
 
-def report_shadow(config: Config, since: str = "24h", fmt: Format = "table", *,
-                  store: Any = None, now: float | None = None) -> str:
+def report_shadow(
+    config: Config,
+    since: str = "24h",
+    fmt: Format = "table",
+    *,
+    store: Any = None,
+    now: float | None = None,
+) -> str:
     """Per (model, primary, shadow): pairs, agreement with its interval, latency, tokens, cost."""
     from gateway.report import parse_since
     from gateway.store import Store
@@ -380,33 +434,64 @@ def report_shadow(config: Config, since: str = "24h", fmt: Format = "table", *,
         if own:
             store.close()
     if fmt == "json":
-        return json.dumps({"since": now - window, "until": now,
-                           "rows": [asdict(r) for r in rows]}, indent=2)
+        return json.dumps(
+            {"since": now - window, "until": now, "rows": [asdict(r) for r in rows]}, indent=2
+        )
     if fmt == "csv":
-        lines = ["model,primary,shadow,pairs,agree_rate,agree_lo,agree_hi,primary_e2e_s,"
-                 "shadow_e2e_s,primary_tokens,shadow_tokens,primary_cost_usd,shadow_cost_usd"]
+        lines = [
+            "model,primary,shadow,pairs,agree_rate,agree_lo,agree_hi,primary_e2e_s,"
+            "shadow_e2e_s,primary_tokens,shadow_tokens,primary_cost_usd,shadow_cost_usd"
+        ]
         for r in rows:
             lo, hi = r.agree_ci or ("", "")
-            cells = [r.model, r.primary, r.shadow, r.pairs, r.agree_rate, lo, hi, r.primary_e2e_s,
-                     r.shadow_e2e_s, r.primary_tokens, r.shadow_tokens, r.primary_cost_usd,
-                     r.shadow_cost_usd]
+            cells = [
+                r.model,
+                r.primary,
+                r.shadow,
+                r.pairs,
+                r.agree_rate,
+                lo,
+                hi,
+                r.primary_e2e_s,
+                r.shadow_e2e_s,
+                r.primary_tokens,
+                r.shadow_tokens,
+                r.primary_cost_usd,
+                r.shadow_cost_usd,
+            ]
             lines.append(",".join("" if c is None else str(c) for c in cells))
         return "\n".join(lines) + "\n"
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}")
     table = Table(title=f"Shadow agreement, last {since}", title_justify="left")
-    for name in ("model", "primary → shadow", "pairs", "agree %", "95% CI", "e2e s p/s",
-                 "tokens p/s", "cost $ p/s", "breakdown"):
-        table.add_column(name, justify="left" if name in ("model", "primary → shadow",
-                                                          "breakdown") else "right")
+    for name in (
+        "model",
+        "primary → shadow",
+        "pairs",
+        "agree %",
+        "95% CI",
+        "e2e s p/s",
+        "tokens p/s",
+        "cost $ p/s",
+        "breakdown",
+    ):
+        table.add_column(
+            name, justify="left" if name in ("model", "primary → shadow", "breakdown") else "right"
+        )
     for r in rows:
         ci = "–" if r.agree_ci is None else f"{100 * r.agree_ci[0]:.0f}–{100 * r.agree_ci[1]:.0f}"
         e2e = "/".join("–" if v is None else f"{v:.2f}" for v in (r.primary_e2e_s, r.shadow_e2e_s))
-        table.add_row(r.model, f"{r.primary} → {r.shadow}", str(r.pairs),
-                      "–" if r.agree_rate is None else f"{100 * r.agree_rate:.1f}", ci, e2e,
-                      f"{r.primary_tokens}/{r.shadow_tokens}",
-                      f"{r.primary_cost_usd:.4f}/{r.shadow_cost_usd:.4f}",
-                      ", ".join(f"{k} {v}" for k, v in sorted(r.agreements.items())))
+        table.add_row(
+            r.model,
+            f"{r.primary} → {r.shadow}",
+            str(r.pairs),
+            "–" if r.agree_rate is None else f"{100 * r.agree_rate:.1f}",
+            ci,
+            e2e,
+            f"{r.primary_tokens}/{r.shadow_tokens}",
+            f"{r.primary_cost_usd:.4f}/{r.shadow_cost_usd:.4f}",
+            ", ".join(f"{k} {v}" for k, v in sorted(r.agreements.items())),
+        )
     console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
     console.print(table)
     return console.file.getvalue()  # type: ignore[attr-defined]

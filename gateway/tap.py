@@ -186,8 +186,10 @@ class StreamTap:
             content = delta.get("content")
             index = choice.get("index", 0)
             splitter = self._splitters.get(index)
-            if content and splitter is None and (
-                self._split or "<think>" in content or "</think>" in content
+            if (
+                content
+                and splitter is None
+                and (self._split or "<think>" in content or "</think>" in content)
             ):
                 splitter = self._splitters[index] = ThinkSplitter(self._opened)
             if content and splitter is not None:
@@ -240,7 +242,10 @@ class StreamTap:
                 delta["reasoning_content"] = delta["reasoning"] = reasoning
             if self.capture is not None:
                 self.capture.delta(index, delta)
-            event = {"object": "chat.completion.chunk", "choices": [{"index": index, "delta": delta}]}
+            event = {
+                "object": "chat.completion.chunk",
+                "choices": [{"index": index, "delta": delta}],
+            }
             out.append(b"data: " + orjson.dumps(event) + b"\n\n")
         return b"".join(out)
 

@@ -78,10 +78,9 @@ def body_for(upstream: Upstream, body: dict[str, Any], stream: bool) -> bytes:
         out["stream_options"] = options
     if upstream.provider is not None:
         out["provider"] = upstream.provider.body()
-    if upstream.kind == "llamacpp":
-        # llama-cpp-python names it repeat_penalty and ignores chat_template_kwargs.
-        if "repetition_penalty" in out:
-            out["repeat_penalty"] = out.pop("repetition_penalty")
+    # llama-cpp-python names it repeat_penalty and ignores chat_template_kwargs.
+    if upstream.kind == "llamacpp" and "repetition_penalty" in out:
+        out["repeat_penalty"] = out.pop("repetition_penalty")
     return orjson.dumps(out)
 
 
@@ -148,11 +147,14 @@ async def post(
         # aiohttp's read timeout is also a ClientConnectionError: catch it first. A server that
         # says nothing for this long is not retried; dispatch moves to the next candidate.
         raise AttemptError(
-            "ttft_timeout", f"{upstream.name} sent no first byte within {read_timeout:g}s",
+            "ttft_timeout",
+            f"{upstream.name} sent no first byte within {read_timeout:g}s",
             retryable=False,
         ) from None
     except (aiohttp.ClientConnectionError, OSError) as e:
-        raise AttemptError("connect_error", f"cannot reach {upstream.name}: {type(e).__name__}") from None
+        raise AttemptError(
+            "connect_error", f"cannot reach {upstream.name}: {type(e).__name__}"
+        ) from None
     if resp.status >= 400:
         try:
             raw = await resp.content.read(64 * 1024)

@@ -119,11 +119,24 @@ class Capture:
     `message(index, message)` per non-streamed choice and `text(index, piece)` for completions;
     the relay calls `finish()` once before the record is handed on."""
 
-    __slots__ = ("record", "tools", "keep_text", "max_chars", "_text", "_reasoning", "_size",
-                 "_calls")
+    __slots__ = (
+        "record",
+        "tools",
+        "keep_text",
+        "max_chars",
+        "_text",
+        "_reasoning",
+        "_size",
+        "_calls",
+    )
 
-    def __init__(self, record: Record, tools: list[dict[str, Any]] | None, keep_text: bool,
-                 max_chars: int = 8192):
+    def __init__(
+        self,
+        record: Record,
+        tools: list[dict[str, Any]] | None,
+        keep_text: bool,
+        max_chars: int = 8192,
+    ):
         self.record = record
         self.tools = tools
         self.keep_text = keep_text
@@ -193,8 +206,9 @@ class Capture:
 class TextSampler:
     """Decides per request whether to capture its answer. Cheap when not: one random draw."""
 
-    def __init__(self, rate: float, max_chars: int = 8192,
-                 rand: Callable[[], float] = random.random):
+    def __init__(
+        self, rate: float, max_chars: int = 8192, rand: Callable[[], float] = random.random
+    ):
         self.rate = rate
         self.max_chars = max_chars
         self._rand = rand
@@ -290,16 +304,24 @@ def config_findings(config: Config) -> list[Finding]:
     found: list[Finding] = []
     for u in config.upstreams:
         if u.kind == "openai" and u.provider is not None and not u.provider.require_parameters:
-            found.append(Finding(
-                "sampling_parity", u.name,
-                "provider routing without require_parameters=true: a provider may ignore "
-                "sampling parameters (top_k, min_p, repetition_penalty) silently"))
+            found.append(
+                Finding(
+                    "sampling_parity",
+                    u.name,
+                    "provider routing without require_parameters=true: a provider may ignore "
+                    "sampling parameters (top_k, min_p, repetition_penalty) silently",
+                )
+            )
     for a, pa, b, pb, up in compared_pairs(config):
         if thinking_of(pa) != thinking_of(pb):
-            found.append(Finding(
-                "thinking_mismatch", up,
-                f"{a} thinks {thinking_of(pa)} but {b} thinks {thinking_of(pb)} "
-                "(enable_thinking, reasoning_effort)"))
+            found.append(
+                Finding(
+                    "thinking_mismatch",
+                    up,
+                    f"{a} thinks {thinking_of(pa)} but {b} thinks {thinking_of(pb)} "
+                    "(enable_thinking, reasoning_effort)",
+                )
+            )
     return found
 
 
@@ -379,17 +401,31 @@ class Watchdog:
         self.demoted: set[str] = set()
         r = registry if registry is not None else CollectorRegistry()
         self.tripped_gauge = Gauge(
-            "gateway_watchdog_tripped", "1 while the watchdog check is tripped for the upstream.",
-            ["upstream", "check"], multiprocess_mode="livemax", registry=r)
+            "gateway_watchdog_tripped",
+            "1 while the watchdog check is tripped for the upstream.",
+            ["upstream", "check"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
         self.rate_gauge = Gauge(
-            "gateway_watchdog_rate", "Flagged share of the check's sliding window.",
-            ["upstream", "check"], multiprocess_mode="livemax", registry=r)
+            "gateway_watchdog_rate",
+            "Flagged share of the check's sliding window.",
+            ["upstream", "check"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
         self.trips = Counter(
-            "gateway_watchdog_trips", "Times a watchdog check tripped.",
-            ["upstream", "check"], registry=r)
+            "gateway_watchdog_trips",
+            "Times a watchdog check tripped.",
+            ["upstream", "check"],
+            registry=r,
+        )
         self.flagged = Counter(
-            "gateway_watchdog_flagged", "Responses a watchdog check flagged.",
-            ["upstream", "check"], registry=r)
+            "gateway_watchdog_flagged",
+            "Responses a watchdog check flagged.",
+            ["upstream", "check"],
+            registry=r,
+        )
         self.findings = config_findings(config)
         for f in self.findings:
             self.tripped_gauge.labels(f.upstream, f.check).set(1)
@@ -425,8 +461,9 @@ class Watchdog:
             state.trips += 1
             self.trips.labels(upstream, check).inc()
             self.tripped_gauge.labels(upstream, check).set(1)
-            log.warning("watchdog: %s tripped on %s (%d of the last %d)", check, upstream,
-                        w.hits, w.n)
+            log.warning(
+                "watchdog: %s tripped on %s (%d of the last %d)", check, upstream, w.hits, w.n
+            )
         elif state.tripped and w.rate < th.rate * self.cfg.recover_factor:
             state.tripped = False
             self.tripped_gauge.labels(upstream, check).set(0)
@@ -440,7 +477,8 @@ class Watchdog:
     def _demotion(self, upstream: str) -> None:
         demote = self.cfg.demote and any(
             s.tripped and self.cfg.threshold(c).demote
-            for (u, c), s in self.states.items() if u == upstream
+            for (u, c), s in self.states.items()
+            if u == upstream
         )
         if demote == (upstream in self.demoted):
             return
@@ -454,11 +492,15 @@ class Watchdog:
         out: dict[str, Any] = {}
         for (u, c), s in sorted(self.states.items()):
             entry = out.setdefault(u, {"demoted": u in self.demoted, "checks": {}})
-            entry["checks"][c] = {"rate": round(s.window.rate, 4), "n": s.window.n,
-                                  "tripped": s.tripped}
+            entry["checks"][c] = {
+                "rate": round(s.window.rate, 4),
+                "n": s.window.n,
+                "tripped": s.tripped,
+            }
         for f in self.findings:
-            entry = out.setdefault(f.upstream, {"demoted": f.upstream in self.demoted,
-                                                "checks": {}})
+            entry = out.setdefault(
+                f.upstream, {"demoted": f.upstream in self.demoted, "checks": {}}
+            )
             entry["checks"][f.check] = {"tripped": True, "detail": f.detail}
         return out
 
@@ -493,15 +535,20 @@ def _health_query(since: float, until: float) -> Any:
     ok = sa.and_(t.c.status == 200, t.c.error_class.is_(None), t.c.door != "embeddings")
     return (
         sa.select(
-            t.c.upstream, sa.func.count(), count_if(ok),
+            t.c.upstream,
+            sa.func.count(),
+            count_if(ok),
             count_if(sa.and_(ok, t.c.truncated == sa.true())),
             count_if(sa.and_(ok, t.c.truncated == sa.true(), t.c.max_tokens.is_not(None))),
             count_if(sa.and_(ok, t.c.reasoning_leak == sa.true())),
-            count_if(t.c.sampled == sa.true()), count_if(t.c.degenerate == sa.true()),
+            count_if(t.c.sampled == sa.true()),
+            count_if(t.c.degenerate == sa.true()),
             count_if(sa.or_(t.c.tool_calls > 0, t.c.tool_call_error.is_not(None))),
             count_if(t.c.tool_call_error.is_not(None)),
-            count_if(t.c.provider.is_not(None)), count_if(t.c.provider_mismatch == sa.true()),
-            count_if(t.c.charged_cost_usd.is_not(None)), count_if(t.c.cost_drift == sa.true()),
+            count_if(t.c.provider.is_not(None)),
+            count_if(t.c.provider_mismatch == sa.true()),
+            count_if(t.c.charged_cost_usd.is_not(None)),
+            count_if(t.c.cost_drift == sa.true()),
         )
         .where(t.c.time >= since, t.c.time < until, t.c.upstream.is_not(None))
         .group_by(t.c.upstream)
@@ -534,12 +581,16 @@ def health_rows(
         }
         rates = {c: (k / n if n else None) for c, (k, n) in pairs.items()}
         tripped = [
-            c for c, (k, n) in pairs.items()
+            c
+            for c, (k, n) in pairs.items()
             if n >= cfg.threshold(c).min_samples and k / n >= cfg.threshold(c).rate
         ]
         tripped += [f.check for f in findings if f.upstream == name]
-        rows.append(HealthRow(name, total, ok, rates, {c: n for c, (_, n) in pairs.items()},
-                              capped, tripped))
+        rows.append(
+            HealthRow(
+                name, total, ok, rates, {c: n for c, (_, n) in pairs.items()}, capped, tripped
+            )
+        )
     return rows
 
 
@@ -570,16 +621,39 @@ def report_health(
     rows = health_rows(config, raw, cfg or WatchdogConfig())
     findings = [asdict(f) for f in config_findings(config)]
     if fmt == "json":
-        return json.dumps({"since": now - window, "until": now,
-                           "rows": [asdict(r) for r in rows], "findings": findings}, indent=2)
+        return json.dumps(
+            {
+                "since": now - window,
+                "until": now,
+                "rows": [asdict(r) for r in rows],
+                "findings": findings,
+            },
+            indent=2,
+        )
     if fmt == "csv":
-        head = ["upstream", "requests", "completed", *(f"{c}_rate" for c in CHECKS),
-                "capped_truncations", "tripped"]
+        head = [
+            "upstream",
+            "requests",
+            "completed",
+            *(f"{c}_rate" for c in CHECKS),
+            "capped_truncations",
+            "tripped",
+        ]
         lines = [",".join(head)]
         for r in rows:
             rates = ["" if r.rates[c] is None else f"{r.rates[c]:.6f}" for c in CHECKS]
-            lines.append(",".join([r.upstream, str(r.requests), str(r.completed), *rates,
-                                   str(r.capped_truncations), ";".join(r.tripped)]))
+            lines.append(
+                ",".join(
+                    [
+                        r.upstream,
+                        str(r.requests),
+                        str(r.completed),
+                        *rates,
+                        str(r.capped_truncations),
+                        ";".join(r.tripped),
+                    ]
+                )
+            )
         return "\n".join(lines) + "\n"
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}")

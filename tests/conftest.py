@@ -28,7 +28,6 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
     """The repository's config.toml with its local replicas really running (on free ports)."""
     from deploy.launch import launch_local
 
-    config = _with_free_ports(load_config(ROOT / "config.toml"),
-                              tmp_path_factory.mktemp("stack"))
+    config = _with_free_ports(load_config(ROOT / "config.toml"), tmp_path_factory.mktemp("stack"))
     with launch_local(config, echo=lambda line: None):
         yield config

@@ -30,9 +30,18 @@ def config_from(data: dict[str, Any]) -> Config:
 def serving_app(app: Any, port: int | None = None, **server: Any) -> Iterator[str]:
     """Serve an ASGI app with uvicorn on loopback (a free port unless given); yield its root."""
     port = port or free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio",
-                                       log_level="warning", access_log=False, lifespan="on",
-                                       **server))
+    srv = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            loop="asyncio",
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            **server,
+        )
+    )
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

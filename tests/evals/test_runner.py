@@ -17,17 +17,34 @@ SMOKE_ITEMS = sum(n or 0 for n in runner.SUITES["smoke"].values())
 
 
 def gateway_for(**fakes: str) -> Any:
-    return config_from({
-        "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 0},
-        "upstreams": [{"name": name, "kind": "vllm", "base_url": url, "model": "fake-model",
-                       "profile": "smollm2"} for name, url in fakes.items()],
-        "models": {name: {"profile": "smollm2", "upstreams": [name]} for name in fakes},
-    })
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 0},
+            "upstreams": [
+                {
+                    "name": name,
+                    "kind": "vllm",
+                    "base_url": url,
+                    "model": "fake-model",
+                    "profile": "smollm2",
+                }
+                for name, url in fakes.items()
+            ],
+            "models": {name: {"profile": "smollm2", "upstreams": [name]} for name in fakes},
+        }
+    )
 
 
 def spec(url: str, targets: list[str], tmp_path: Path, **kw: Any) -> runner.RunSpec:
-    return runner.RunSpec(base_url=url, targets=targets, suite="smoke", runs_dir=tmp_path,
-                          concurrency=4, timeout_s=20, **kw)
+    return runner.RunSpec(
+        base_url=url,
+        targets=targets,
+        suite="smoke",
+        runs_dir=tmp_path,
+        concurrency=4,
+        timeout_s=20,
+        **kw,
+    )
 
 
 def test_smoke_run_scores_every_item_and_resumes(tmp_path: Path) -> None:
@@ -50,19 +67,24 @@ def test_smoke_run_scores_every_item_and_resumes(tmp_path: Path) -> None:
 
 
 def test_planted_faults_are_caught_by_the_report(tmp_path: Path) -> None:
-    with running_fake(tokens=4, finish_reason="length") as trunc, \
-            running_fake(tokens=4, leak_think=True) as leak, \
-            running_fake(degenerate=True, tokens=60) as degen, \
-            running_fake(hang_before_first_byte=5) as slow:
-        cfg = gateway_for(trunc=trunc.base_url, leak=leak.base_url, degen=degen.base_url,
-                          slow=slow.base_url)
+    with (
+        running_fake(tokens=4, finish_reason="length") as trunc,
+        running_fake(tokens=4, leak_think=True) as leak,
+        running_fake(degenerate=True, tokens=60) as degen,
+        running_fake(hang_before_first_byte=5) as slow,
+    ):
+        cfg = gateway_for(
+            trunc=trunc.base_url, leak=leak.base_url, degen=degen.base_url, slow=slow.base_url
+        )
         with running_gateway(cfg) as url:
             run = spec(url, ["trunc", "leak", "degen", "slow"], tmp_path, run_id="faults")
             run.timeout_s = 1.0
             path = runner.run(run, show_progress=False)
     _, results = runner.load_run(path)
-    arm = {t: summarise([r for r in results if r.target == t]) for t in
-           ("trunc", "leak", "degen", "slow")}
+    arm = {
+        t: summarise([r for r in results if r.target == t])
+        for t in ("trunc", "leak", "degen", "slow")
+    }
     assert all(s.n == SMOKE_ITEMS for s in arm.values())  # nothing dropped, timeouts included
     assert arm["trunc"].rates["truncated"] == 1.0
     assert arm["leak"].reasoning_leak_rate == 1.0
@@ -79,8 +101,7 @@ def test_smoke_suite_on_the_real_local_stack(local_stack: Any, tmp_path: Path) -
     """The whole suite, reduced, through the gateway against SmolLM2 on vLLM and llama.cpp.
     CI caps answers at 256 tokens to fit its budget; truncations are counted, not hidden."""
     with running_gateway(local_stack) as url:
-        run = spec(url, ["smollm2", "smollm2-llamacpp"], tmp_path, run_id="local",
-                   max_tokens=256)
+        run = spec(url, ["smollm2", "smollm2-llamacpp"], tmp_path, run_id="local", max_tokens=256)
         run.timeout_s = 600
         path = runner.run(run, show_progress=False)
     meta, results = runner.load_run(path)

@@ -36,12 +36,16 @@ class ListSink:
 
 
 def config_with(fake_url: str, keys: list[dict[str, Any]] | None = None, **access: Any) -> Config:
-    return config_from({
-        "server": {"health_interval_s": 0, "retry_backoff_s": 0},
-        "upstreams": [{"name": "a", "kind": "vllm", "base_url": fake_url, "model": "fake-model"}],
-        "models": {"smol": {"upstreams": ["a"]}, "big": {"upstreams": ["a"]}},
-        "access": {"keys": keys or [], **access},
-    })
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0},
+            "upstreams": [
+                {"name": "a", "kind": "vllm", "base_url": fake_url, "model": "fake-model"}
+            ],
+            "models": {"smol": {"upstreams": ["a"]}, "big": {"upstreams": ["a"]}},
+            "access": {"keys": keys or [], **access},
+        }
+    )
 
 
 def key(id: str, plaintext: str, **kw: Any) -> dict[str, Any]:
@@ -53,10 +57,15 @@ def guarded_app(config: Config, sinks: list[Any], access: Access | None = None) 
     return create_app(config, sinks=sinks, record=False, access=access)
 
 
-def chat(root: str, headers: dict[str, str] | None = None, model: str = "smol",
-         **body: Any) -> httpx.Response:
-    return httpx.post(f"{root}/v1/chat/completions", headers=headers or {}, timeout=10,
-                      json={"model": model, "messages": MESSAGES, **body})
+def chat(
+    root: str, headers: dict[str, str] | None = None, model: str = "smol", **body: Any
+) -> httpx.Response:
+    return httpx.post(
+        f"{root}/v1/chat/completions",
+        headers=headers or {},
+        timeout=10,
+        json={"model": model, "messages": MESSAGES, **body},
+    )
 
 
 def bearer(k: str) -> dict[str, str]:
@@ -93,8 +102,12 @@ def test_keys_roles_and_the_record_carries_only_the_key_id(fake: FakeHandle) -> 
         assert httpx.get(f"{root}/v1/models").status_code == 401
         assert httpx.get(f"{root}/health").status_code == 200
         assert_error(chat(root, bearer(ADMIN)), 403, "permission_error", "admin key")
-        assert_error(httpx.get(f"{root}/admin/keys", headers=bearer(CLIENT)), 403,
-                     "permission_error", "admin")
+        assert_error(
+            httpx.get(f"{root}/admin/keys", headers=bearer(CLIENT)),
+            403,
+            "permission_error",
+            "admin",
+        )
         listed = httpx.get(f"{root}/admin/keys", headers=bearer(ADMIN))
     assert listed.status_code == 200
     assert {k["id"] for k in listed.json()["data"]} == {"alice", "ops"}
@@ -114,14 +127,22 @@ def test_model_allow_list(fake: FakeHandle) -> None:
 
 def test_request_budget_holds_under_concurrency(fake: FakeHandle) -> None:
     fake.set_default(pace_tps=50, tokens=3)  # slow enough that all requests overlap
-    config = config_with(fake.base_url, [key("alice", CLIENT, requests_per_window=5,
-                                             window_s=3600)])
+    config = config_with(
+        fake.base_url, [key("alice", CLIENT, requests_per_window=5, window_s=3600)]
+    )
 
     async def burst(root: str) -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=20) as c:
-            return await asyncio.gather(*(
-                c.post(f"{root}/v1/chat/completions", headers=bearer(CLIENT),
-                       json={"model": "smol", "messages": MESSAGES}) for _ in range(20)))
+            return await asyncio.gather(
+                *(
+                    c.post(
+                        f"{root}/v1/chat/completions",
+                        headers=bearer(CLIENT),
+                        json={"model": "smol", "messages": MESSAGES},
+                    )
+                    for _ in range(20)
+                )
+            )
 
     with serving(guarded_app(config, [])) as root:
         replies = asyncio.run(burst(root))
@@ -135,8 +156,9 @@ def test_request_budget_holds_under_concurrency(fake: FakeHandle) -> None:
 
 def test_token_budget_reserves_then_settles_with_counted_tokens(fake: FakeHandle) -> None:
     fake.set_default(tokens=7)
-    config = config_with(fake.base_url, [key("alice", CLIENT, tokens_per_window=100,
-                                             window_s=3600)])
+    config = config_with(
+        fake.base_url, [key("alice", CLIENT, tokens_per_window=100, window_s=3600)]
+    )
     sink = ListSink()
     access = Access(config.access)
     with serving(guarded_app(config, [sink], access)) as root:
@@ -153,8 +175,11 @@ def test_token_budget_reserves_then_settles_with_counted_tokens(fake: FakeHandle
 def test_admin_creates_a_key_shown_once_and_revokes_it(fake: FakeHandle) -> None:
     config = config_with(fake.base_url, [key("ops", ADMIN, role="admin")], store_keys=True)
     with serving(guarded_app(config, [])) as root:
-        created = httpx.post(f"{root}/admin/keys", headers=bearer(ADMIN),
-                             json={"id": "bob", "models": ["smol"], "requests_per_window": 100})
+        created = httpx.post(
+            f"{root}/admin/keys",
+            headers=bearer(ADMIN),
+            json={"id": "bob", "models": ["smol"], "requests_per_window": 100},
+        )
         assert created.status_code == 201, created.text
         plaintext = created.json()["key"]
         assert chat(root, bearer(plaintext)).status_code == 200
@@ -245,16 +270,21 @@ def test_two_gateways_on_one_sqlite_file_never_overshoot(tmp_path: Any) -> None:
             a.close()
 
 
-def test_admin_reload_applies_new_keys_from_the_config_file(fake: FakeHandle,
-                                                            tmp_path: Any) -> None:
+def test_admin_reload_applies_new_keys_from_the_config_file(
+    fake: FakeHandle, tmp_path: Any
+) -> None:
     path = tmp_path / "config.toml"
 
     def write(*keys: tuple[str, str, str]) -> None:
-        lines = [f'[[upstreams]]\nname = "a"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
-                 'model = "fake-model"\n[models.smol]\nupstreams = ["a"]\n']
+        lines = [
+            f'[[upstreams]]\nname = "a"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
+            'model = "fake-model"\n[models.smol]\nupstreams = ["a"]\n'
+        ]
         for id_, plaintext, role in keys:
-            lines.append(f'[[access.keys]]\nid = "{id_}"\nsha256 = "{hash_key(plaintext)}"\n'
-                         f'role = "{role}"\n')
+            lines.append(
+                f'[[access.keys]]\nid = "{id_}"\nsha256 = "{hash_key(plaintext)}"\n'
+                f'role = "{role}"\n'
+            )
         path.write_text("".join(lines))
 
     write(("ops", ADMIN, "admin"), ("alice", CLIENT, "client"))

@@ -12,22 +12,30 @@ from gateway.fake_upstream import FakeHandle
 from tests.harness import config_from, free_port, running_gateway
 
 
-def gateway_config(*upstreams: tuple[str, str], policy: str = "least_outstanding",
-                   fallback: list[str] | None = None, **server: Any) -> Any:
+def gateway_config(
+    *upstreams: tuple[str, str],
+    policy: str = "least_outstanding",
+    fallback: list[str] | None = None,
+    **server: Any,
+) -> Any:
     ups = [
         {"name": name, "kind": "vllm", "base_url": url, "model": "fake-model", "profile": "smollm2"}
         for name, url in upstreams
     ]
-    return config_from({
-        "server": {"health_interval_s": 0, "retry_backoff_s": 0, **server},
-        "upstreams": ups,
-        "models": {"smol": {
-            "profile": "smollm2",
-            "upstreams": [n for n, _ in upstreams if n not in (fallback or [])],
-            "fallback": fallback or [],
-            "policy": policy,
-        }},
-    })
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0, **server},
+            "upstreams": ups,
+            "models": {
+                "smol": {
+                    "profile": "smollm2",
+                    "upstreams": [n for n, _ in upstreams if n not in (fallback or [])],
+                    "fallback": fallback or [],
+                    "policy": policy,
+                }
+            },
+        }
+    )
 
 
 def client(url: str) -> openai.OpenAI:
@@ -55,8 +63,11 @@ def test_streaming_chat_and_usage_only_when_asked(fake: FakeHandle) -> None:
     with running_gateway(gateway_config(("a", fake.base_url))) as url:
         c = client(url)
         chunks = list(c.chat.completions.create(model="smol", messages=MESSAGES, stream=True))
-        with_usage = list(c.chat.completions.create(
-            model="smol", messages=MESSAGES, stream=True, stream_options={"include_usage": True}))
+        with_usage = list(
+            c.chat.completions.create(
+                model="smol", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+            )
+        )
     # The gateway always asks the upstream for usage, and strips it when the client did not.
     assert all(ch.usage is None for ch in chunks)
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "stop"
@@ -101,11 +112,15 @@ def test_reasoning_leak_is_split_non_streaming(fake: FakeHandle, leak: Any) -> N
 def test_reasoning_leak_is_split_streaming(fake: FakeHandle) -> None:
     fake.set_default(leak_think=True, tokens=4)
     with running_gateway(gateway_config(("a", fake.base_url))) as url:
-        chunks = list(client(url).chat.completions.create(
-            model="smol", messages=MESSAGES, stream=True))
+        chunks = list(
+            client(url).chat.completions.create(model="smol", messages=MESSAGES, stream=True)
+        )
     content = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
-    reasoning = "".join((ch.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
-                        for ch in chunks if ch.choices)
+    reasoning = "".join(
+        (ch.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+        for ch in chunks
+        if ch.choices
+    )
     assert "think>" not in content and content.split() == [f"tok{i}" for i in range(4)]
     assert reasoning.strip()
 
@@ -114,10 +129,14 @@ def test_truncation_is_marked(fake: FakeHandle) -> None:
     fake.set_default(tokens=50)
     with running_gateway(gateway_config(("a", fake.base_url))) as url:
         raw = client(url).chat.completions.with_raw_response.create(
-            model="smol", messages=MESSAGES, max_tokens=3)
+            model="smol", messages=MESSAGES, max_tokens=3
+        )
         reply = raw.parse()
-        stream = httpx.post(f"{url}/chat/completions", json={
-            "model": "smol", "messages": MESSAGES, "max_tokens": 3, "stream": True}, timeout=10)
+        stream = httpx.post(
+            f"{url}/chat/completions",
+            json={"model": "smol", "messages": MESSAGES, "max_tokens": 3, "stream": True},
+            timeout=10,
+        )
     assert reply.choices[0].finish_reason == "length"
     assert raw.headers["x-plumbline-truncated"] == "length"
     assert ": plumbline truncated finish_reason=length max_tokens=3" in stream.text
@@ -140,7 +159,8 @@ def test_no_switch_after_first_byte(fake: FakeHandle, fake2: FakeHandle) -> None
         received = []
         with pytest.raises(openai.APIError) as info:
             for ch in client(url).chat.completions.create(
-                    model="smol", messages=MESSAGES, stream=True):
+                model="smol", messages=MESSAGES, stream=True
+            ):
                 received.append(ch)
     assert received  # the first bytes reached the client…
     assert "broke the stream" in str(info.value) or "malformed" in str(info.value)
@@ -157,11 +177,17 @@ def test_fallback_when_primary_is_down(fake: FakeHandle) -> None:
 
 def test_first_byte_timeout_moves_to_next_candidate(fake: FakeHandle, fake2: FakeHandle) -> None:
     fake.set_default(hang_before_first_byte=5)
-    cfg = gateway_config(("slow", fake.base_url), ("b", fake2.base_url), fallback=["b"],
-                         ttft_timeout_s=0.3, retries=3)
+    cfg = gateway_config(
+        ("slow", fake.base_url),
+        ("b", fake2.base_url),
+        fallback=["b"],
+        ttft_timeout_s=0.3,
+        retries=3,
+    )
     with running_gateway(cfg) as url:
         raw = client(url).chat.completions.with_raw_response.create(
-            model="smol", messages=MESSAGES, stream=True)
+            model="smol", messages=MESSAGES, stream=True
+        )
         list(raw.parse())
     assert raw.headers["x-plumbline-upstream"] == "b"
     assert len(fake.requests()) <= 1  # a first-byte timeout is not retried on the same upstream
@@ -183,10 +209,13 @@ def test_prefix_affinity_keeps_a_prefix_on_one_replica(fake: FakeHandle, fake2: 
         c = client(url)
         seen = set()
         for i in range(8):
-            raw = c.chat.completions.with_raw_response.create(model="smol", messages=[
-                {"role": "system", "content": shared},
-                {"role": "user", "content": f"question {i}"},
-            ])
+            raw = c.chat.completions.with_raw_response.create(
+                model="smol",
+                messages=[
+                    {"role": "system", "content": shared},
+                    {"role": "user", "content": f"question {i}"},
+                ],
+            )
             seen.add(raw.headers["x-plumbline-upstream"])
         # A different prefix is free to go anywhere; the shared one stayed put.
     assert len(seen) == 1
@@ -196,8 +225,11 @@ def test_session_header_pins_a_replica(fake: FakeHandle, fake2: FakeHandle) -> N
     cfg = gateway_config(("a", fake.base_url), ("b", fake2.base_url))
     with running_gateway(cfg) as url:
         ups = {
-            httpx.post(f"{url}/chat/completions", headers={"x-session-id": "conv-42"},
-                       json={"model": "smol", "messages": MESSAGES}).headers["x-plumbline-upstream"]
+            httpx.post(
+                f"{url}/chat/completions",
+                headers={"x-session-id": "conv-42"},
+                json={"model": "smol", "messages": MESSAGES},
+            ).headers["x-plumbline-upstream"]
             for _ in range(6)
         }
     assert len(ups) == 1
@@ -213,23 +245,35 @@ def test_completions_and_models(fake: FakeHandle) -> None:
     assert "fake-model" not in str(models.model_dump())
 
 
-@pytest.mark.parametrize("body, status, fragment", [
-    (b"{not json", 400, "not valid JSON"),
-    (b'{"model": "smol", "messages": "hi"}', 400, "messages"),
-    (b'{"model": "smol", "messages": []}', 400, "messages"),
-    (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "does not exist"),
-    (b'{"model": "smol", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}',
-     400, "max_tokens"),
-    (b'{"model": "smol", "messages": [{"role": "wizard", "content": "x"}]}', 400, "role"),
-    (b"[1, 2]", 400, "JSON object"),
-    (b"", 400, "empty"),
-    (b'{"model": "smol", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, "JSON"),
-])
-def test_bad_input_gets_a_clear_openai_error(fake: FakeHandle, body: bytes, status: int,
-                                             fragment: str) -> None:
+@pytest.mark.parametrize(
+    "body, status, fragment",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b'{"model": "smol", "messages": "hi"}', 400, "messages"),
+        (b'{"model": "smol", "messages": []}', 400, "messages"),
+        (
+            b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}',
+            404,
+            "does not exist",
+        ),
+        (
+            b'{"model": "smol", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}',
+            400,
+            "max_tokens",
+        ),
+        (b'{"model": "smol", "messages": [{"role": "wizard", "content": "x"}]}', 400, "role"),
+        (b"[1, 2]", 400, "JSON object"),
+        (b"", 400, "empty"),
+        (b'{"model": "smol", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, "JSON"),
+    ],
+)
+def test_bad_input_gets_a_clear_openai_error(
+    fake: FakeHandle, body: bytes, status: int, fragment: str
+) -> None:
     with running_gateway(gateway_config(("a", fake.base_url))) as url:
-        r = httpx.post(f"{url}/chat/completions", content=body,
-                       headers={"content-type": "application/json"})
+        r = httpx.post(
+            f"{url}/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
     assert r.status_code == status
     error = r.json()["error"]
     assert fragment in error["message"]
@@ -242,8 +286,10 @@ def test_body_over_the_limit_is_413(fake: FakeHandle) -> None:
     with running_gateway(cfg) as url:
         big = {"model": "smol", "messages": [{"role": "user", "content": "x" * 10000}]}
         r = httpx.post(f"{url}/chat/completions", json=big)
-        chunked = httpx.post(f"{url}/chat/completions",
-                             content=iter([b'{"model": "smol", "messages": "', b"x" * 8000, b'"}']))
+        chunked = httpx.post(
+            f"{url}/chat/completions",
+            content=iter([b'{"model": "smol", "messages": "', b"x" * 8000, b'"}']),
+        )
     assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
     assert chunked.status_code == 413
 
@@ -272,8 +318,9 @@ def test_client_gone_cancels_a_non_streamed_upstream_call(fake: FakeHandle) -> N
     fake.set_default(hang_before_first_byte=30)
     with running_gateway(gateway_config(("a", fake.base_url)), sinks=[sink]) as url:
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(f"{url}/chat/completions", timeout=0.5,
-                       json={"model": "smol", "messages": MESSAGES})
+            httpx.post(
+                f"{url}/chat/completions", timeout=0.5, json={"model": "smol", "messages": MESSAGES}
+            )
         from tests.harness import wait_for
 
         wait_for(lambda: len(sink.records) == 1)

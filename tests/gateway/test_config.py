@@ -18,8 +18,16 @@ def test_the_repository_config_loads() -> None:
 
 def test_builtin_profiles_cite_their_source() -> None:
     cfg = parse_config({})
-    assert {"qwen3-thinking", "gpt-oss", "gemma-4", "glm", "deepseek", "nemotron", "minimax",
-            "smollm2"} <= set(cfg.profiles)
+    assert {
+        "qwen3-thinking",
+        "gpt-oss",
+        "gemma-4",
+        "glm",
+        "deepseek",
+        "nemotron",
+        "minimax",
+        "smollm2",
+    } <= set(cfg.profiles)
     assert all(p.source for p in cfg.profiles.values())
 
 
@@ -30,8 +38,15 @@ def test_unknown_keys_are_named() -> None:
 
 def test_dangling_names_are_named() -> None:
     data = {
-        "upstreams": [{"name": "a", "kind": "vllm", "base_url": "http://127.0.0.1:1/v1",
-                       "model": "m", "profile": "nope"}],
+        "upstreams": [
+            {
+                "name": "a",
+                "kind": "vllm",
+                "base_url": "http://127.0.0.1:1/v1",
+                "model": "m",
+                "profile": "nope",
+            }
+        ],
         "models": {"x": {"upstreams": ["a", "ghost"], "fallback": ["phantom"]}},
         "prices": {"spectre": {"input": 1, "output": 2}},
     }
@@ -53,8 +68,18 @@ def test_missing_and_invalid_files(tmp_path: Path) -> None:
 
 def test_api_key_is_read_by_env_name_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLUMBLINE_TEST_KEY", "sk-planted-secret")
-    cfg = parse_config({"upstreams": [{"name": "p", "kind": "openai", "model": "m",
-                                       "base_url": "https://example.invalid/v1",
-                                       "api_key_env": "PLUMBLINE_TEST_KEY"}]})
+    cfg = parse_config(
+        {
+            "upstreams": [
+                {
+                    "name": "p",
+                    "kind": "openai",
+                    "model": "m",
+                    "base_url": "https://example.invalid/v1",
+                    "api_key_env": "PLUMBLINE_TEST_KEY",
+                }
+            ]
+        }
+    )
     assert cfg.upstream("p").api_key() == "sk-planted-secret"
     assert "sk-planted-secret" not in cfg.model_dump_json()

@@ -38,21 +38,38 @@ def config(primary: str, fallback: str | None = None, **server: Any) -> Config:
     ups = [{"name": "a", "kind": "vllm", "base_url": primary, "model": "fake-model"}]
     if fallback:
         ups.append({"name": "b", "kind": "vllm", "base_url": fallback, "model": "fake-model"})
-    return config_from({
-        "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 1,
-                   "ttft_timeout_s": 1.0, "idle_timeout_s": 1.0, "request_timeout_s": 1.0,
-                   **server},
-        "upstreams": ups,
-        "models": {"smol": {"upstreams": ["a"], "fallback": ["b"] if fallback else []}},
-    })
+    return config_from(
+        {
+            "server": {
+                "health_interval_s": 0,
+                "retry_backoff_s": 0,
+                "retries": 1,
+                "ttft_timeout_s": 1.0,
+                "idle_timeout_s": 1.0,
+                "request_timeout_s": 1.0,
+                **server,
+            },
+            "upstreams": ups,
+            "models": {"smol": {"upstreams": ["a"], "fallback": ["b"] if fallback else []}},
+        }
+    )
 
 
 @contextlib.contextmanager
 def served(cfg: Config, sinks: list[Any], **uv: Any) -> Iterator[tuple[str, uvicorn.Server]]:
     port = free_port()
     app = create_app(cfg, sinks=sinks, record=False)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio",
-                                           log_level="warning", access_log=False, **uv))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            loop="asyncio",
+            log_level="warning",
+            access_log=False,
+            **uv,
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started or not thread.is_alive(), timeout=20)
@@ -64,8 +81,9 @@ def served(cfg: Config, sinks: list[Any], **uv: Any) -> Iterator[tuple[str, uvic
 
 
 def chat(root: str, stream: bool = False, timeout: float = 20) -> httpx.Response:
-    return httpx.post(f"{root}/v1/chat/completions", json={**BODY, "stream": stream},
-                      timeout=timeout)
+    return httpx.post(
+        f"{root}/v1/chat/completions", json={**BODY, "stream": stream}, timeout=timeout
+    )
 
 
 def events(resp: httpx.Response) -> list[Any]:
@@ -95,10 +113,12 @@ PRE_FIRST_BYTE = {
 CASES = [(f, s) for f in PRE_FIRST_BYTE for s in (False, True) if not (f == "invalid_json" and s)]
 
 
-@pytest.mark.parametrize(("fault", "stream"), CASES,
-                         ids=[f"{f}-{'stream' if s else 'whole'}" for f, s in CASES])
-def test_pre_first_byte_faults_are_invisible(fake: FakeHandle, fake2: FakeHandle, fault: str,
-                                             stream: bool) -> None:
+@pytest.mark.parametrize(
+    ("fault", "stream"), CASES, ids=[f"{f}-{'stream' if s else 'whole'}" for f, s in CASES]
+)
+def test_pre_first_byte_faults_are_invisible(
+    fake: FakeHandle, fake2: FakeHandle, fault: str, stream: bool
+) -> None:
     behaviour, expected = PRE_FIRST_BYTE[fault]
     fake.script(behaviour)
     sink = ListSink()
@@ -125,7 +145,8 @@ def test_connection_refused_falls_back(fake: FakeHandle) -> None:
         assert chat(root).status_code == 200
         assert chat(root, stream=True).status_code == 200
     assert [trail(r) for r in sink.records] == [
-        [("a", "connect_error"), ("a", "connect_error"), ("b", "ok")]] * 2
+        [("a", "connect_error"), ("a", "connect_error"), ("b", "ok")]
+    ] * 2
 
 
 # ---- after the first byte: the stream ends with an error event ------------------------------
@@ -139,8 +160,9 @@ MID_STREAM = {
 
 
 @pytest.mark.parametrize("fault", list(MID_STREAM))
-def test_mid_stream_faults_end_with_an_error_event(fake: FakeHandle, fake2: FakeHandle,
-                                                   fault: str) -> None:
+def test_mid_stream_faults_end_with_an_error_event(
+    fake: FakeHandle, fake2: FakeHandle, fault: str
+) -> None:
     fake.script(MID_STREAM[fault])
     sink = ListSink()
     with served(config(fake.base_url, fake2.base_url), [sink]) as (root, _):
@@ -162,11 +184,18 @@ def test_mid_stream_faults_end_with_an_error_event(fake: FakeHandle, fake2: Fake
 # ---- cooldown and re-admission ----------------------------------------------------------------
 
 
-def test_failing_upstream_cools_down_and_health_probe_readmits_it(fake: FakeHandle,
-                                                                  fake2: FakeHandle) -> None:
+def test_failing_upstream_cools_down_and_health_probe_readmits_it(
+    fake: FakeHandle, fake2: FakeHandle
+) -> None:
     sink = ListSink()
-    cfg = config(fake.base_url, fake2.base_url, retries=0, cooldown_after=2, cooldown_s=600,
-                 health_interval_s=0.1)
+    cfg = config(
+        fake.base_url,
+        fake2.base_url,
+        retries=0,
+        cooldown_after=2,
+        cooldown_s=600,
+        health_interval_s=0.1,
+    )
     with served(cfg, [sink]) as (root, _):
         state = lambda: httpx.get(f"{root}/health").json()["upstreams"]["a"]  # noqa: E731
         fake.script({"status": 500}, {"status": 502})
@@ -179,24 +208,31 @@ def test_failing_upstream_cools_down_and_health_probe_readmits_it(fake: FakeHand
         wait_for(lambda: state()["healthy"] and not state()["cooling"])
         assert chat(root).status_code == 200
     assert [trail(r) for r in sink.records] == [
-        [("a", "http_500"), ("b", "ok")], [("a", "http_502"), ("b", "ok")],
-        [("b", "ok")], [("b", "ok")], [("a", "ok")]]
+        [("a", "http_500"), ("b", "ok")],
+        [("a", "http_502"), ("b", "ok")],
+        [("b", "ok")],
+        [("b", "ok")],
+        [("a", "ok")],
+    ]
     assert all(r.status == 200 for r in sink.records)
 
 
 # ---- graceful shutdown ------------------------------------------------------------------------
 
 
-def test_graceful_shutdown_drains_streams_and_keeps_every_record(fake: FakeHandle,
-                                                                 tmp_path: Path) -> None:
+def test_graceful_shutdown_drains_streams_and_keeps_every_record(
+    fake: FakeHandle, tmp_path: Path
+) -> None:
     fake.set_default(tokens=20, pace_tps=20)  # each stream takes about a second
     store = Store("sqlite:///records.db", root=tmp_path)
     queue = RecordQueue(store, tmp_path / "spool", flush_interval_s=0.05)
     sink = ListSink()
     replies: list[httpx.Response] = []
     with served(config(fake.base_url), [sink, queue], timeout_graceful_shutdown=15) as (root, srv):
-        threads = [threading.Thread(target=lambda: replies.append(chat(root, stream=True)))
-                   for _ in range(8)]
+        threads = [
+            threading.Thread(target=lambda: replies.append(chat(root, stream=True)))
+            for _ in range(8)
+        ]
         for t in threads:
             t.start()
         wait_for(lambda: len(fake.requests()) == 8)
@@ -215,8 +251,9 @@ def test_graceful_shutdown_drains_streams_and_keeps_every_record(fake: FakeHandl
 # ---- the store unavailable ------------------------------------------------------------------
 
 
-def test_store_locked_no_request_fails_records_spooled_and_replayed(fake: FakeHandle,
-                                                                   tmp_path: Path) -> None:
+def test_store_locked_no_request_fails_records_spooled_and_replayed(
+    fake: FakeHandle, tmp_path: Path
+) -> None:
     store = Store("sqlite:///records.db", root=tmp_path, busy_timeout_s=0.05)
     queue = RecordQueue(store, tmp_path / "spool", flush_interval_s=0.01, retry_interval_s=0.1)
     locker = sqlite3.connect(tmp_path / "records.db", isolation_level=None)

@@ -17,14 +17,28 @@ from gateway.gate import (
 )
 
 
-def arm(target: str, correct: list[bool], *, params: str = "h", run: str = "",
-        outcomes: dict[int, str] | None = None) -> list[ItemResult]:
+def arm(
+    target: str,
+    correct: list[bool],
+    *,
+    params: str = "h",
+    run: str = "",
+    outcomes: dict[int, str] | None = None,
+) -> list[ItemResult]:
     out = []
     for i, ok in enumerate(correct):
         outcome = (outcomes or {}).get(i, "correct" if ok else "wrong")
-        out.append(ItemResult(target=target, item_id=f"i{i}", item_digest=f"d{i}",
-                              family="math", outcome=outcome, params_hash=params,
-                              run=run or target))
+        out.append(
+            ItemResult(
+                target=target,
+                item_id=f"i{i}",
+                item_digest=f"d{i}",
+                family="math",
+                outcome=outcome,
+                params_hash=params,
+                run=run or target,
+            )
+        )
     return out
 
 
@@ -34,8 +48,10 @@ def flips(n: int, wrong: set[int]) -> list[bool]:
 
 N = 200
 # Control: the same configuration twice differs on 12 items, 6 each way.
-CONTROL = pair(arm("c1", flips(N, set(range(0, 40, 2)) | {100, 101, 102, 103, 104, 105})),
-               arm("c2", flips(N, set(range(0, 40, 2)) | {110, 111, 112, 113, 114, 115})))
+CONTROL = pair(
+    arm("c1", flips(N, set(range(0, 40, 2)) | {100, 101, 102, 103, 104, 105})),
+    arm("c2", flips(N, set(range(0, 40, 2)) | {110, 111, 112, 113, 114, 115})),
+)
 BEST = flips(N, set(range(0, 40)))  # 160 / 200
 
 
@@ -43,8 +59,14 @@ def test_cheaper_upstream_within_the_floor_wins() -> None:
     # The cheap one loses 4 items and wins 1: a gap of 1.5 points, inside the noise.
     cheap = flips(N, set(range(0, 40)) | {150, 151, 152, 153} - {0})
     cheap[0] = True
-    decision = decide("m", {"api": arm("api", BEST), "node": arm("node", cheap)}, [CONTROL],
-                      {"api": 0.60, "node": 0.12}, min_items=50, now=1.0)
+    decision = decide(
+        "m",
+        {"api": arm("api", BEST), "node": arm("node", cheap)},
+        [CONTROL],
+        {"api": 0.60, "node": 0.12},
+        min_items=50,
+        now=1.0,
+    )
     assert decision.best == "api" and decision.chosen == "node"
     node = next(a for a in decision.arms if a.upstream == "node")
     assert node.eligible and node.only_best == 4 and node.only_this == 1
@@ -54,8 +76,13 @@ def test_cheaper_upstream_within_the_floor_wins() -> None:
 
 def test_cheaper_upstream_worse_beyond_the_floor_loses() -> None:
     worse = flips(N, set(range(0, 80)))  # 40 more wrong, none better
-    decision = decide("m", {"api": arm("api", BEST), "node": arm("node", worse)}, [CONTROL],
-                      {"api": 0.60, "node": 0.12}, min_items=50)
+    decision = decide(
+        "m",
+        {"api": arm("api", BEST), "node": arm("node", worse)},
+        [CONTROL],
+        {"api": 0.60, "node": 0.12},
+        min_items=50,
+    )
     assert decision.chosen == "api"
     node = next(a for a in decision.arms if a.upstream == "node")
     assert not node.eligible and node.why.startswith("worse beyond the floor")
@@ -63,8 +90,13 @@ def test_cheaper_upstream_worse_beyond_the_floor_loses() -> None:
 
 def test_refusals_keep_traffic_on_the_best() -> None:
     cheap = arm("node", BEST, params="greedy")
-    d = decide("m", {"api": arm("api", BEST), "node": cheap}, [CONTROL],
-               {"api": 0.6, "node": 0.1}, min_items=50)
+    d = decide(
+        "m",
+        {"api": arm("api", BEST), "node": cheap},
+        [CONTROL],
+        {"api": 0.6, "node": 0.1},
+        min_items=50,
+    )
     why = next(a.why for a in d.arms if a.upstream == "node")
     assert d.chosen == "api" and "params_hash" in why
     fewer = arm("node", BEST[:150])
@@ -73,8 +105,13 @@ def test_refusals_keep_traffic_on_the_best() -> None:
     one_less = arm("node", flips(N, set(range(0, 41))))
     d = decide("m", {"api": arm("api", BEST), "node": one_less}, None, {"api": 0.6, "node": 0.1})
     assert d.chosen == "api" and "control pair" in d.arms[1].why
-    d = decide("m", {"api": arm("api", BEST), "node": one_less}, [CONTROL],
-               {"api": 0.6, "node": 0.1}, min_items=500)
+    d = decide(
+        "m",
+        {"api": arm("api", BEST), "node": one_less},
+        [CONTROL],
+        {"api": 0.6, "node": 0.1},
+        min_items=500,
+    )
     assert d.chosen == "api" and "paired items" in d.arms[1].why
     assert decide("m", {}, None, {}).chosen is None
 
@@ -83,15 +120,25 @@ def test_timeouts_stay_in_the_denominator_of_the_gate() -> None:
     # 20 timeouts on the cheap arm: they are not "dropped", they count as not correct.
     timeouts = {i: "timeout" for i in range(100, 120)}
     cheap = arm("node", BEST, outcomes=timeouts)
-    d = decide("m", {"api": arm("api", BEST), "node": cheap}, [CONTROL],
-               {"api": 0.6, "node": 0.1}, min_items=50)
+    d = decide(
+        "m",
+        {"api": arm("api", BEST), "node": cheap},
+        [CONTROL],
+        {"api": 0.6, "node": 0.1},
+        min_items=50,
+    )
     node = next(a for a in d.arms if a.upstream == "node")
     assert node.n == N and node.correct == 140 and not node.eligible and d.chosen == "api"
 
 
 def test_unpriced_upstreams_never_win_on_price() -> None:
-    d = decide("m", {"api": arm("api", BEST), "node": arm("node", BEST)}, [CONTROL],
-               {"api": 0.6, "node": None}, min_items=50)
+    d = decide(
+        "m",
+        {"api": arm("api", BEST), "node": arm("node", BEST)},
+        [CONTROL],
+        {"api": 0.6, "node": None},
+        min_items=50,
+    )
     assert d.chosen == "api"
 
 
@@ -107,15 +154,23 @@ def test_book_persists_latest_and_history(tmp_path: Path) -> None:
 
 
 def test_order_pin_and_arms() -> None:
-    d = decide("m", {"api": arm("api", BEST), "node": arm("node", BEST)}, [CONTROL],
-               {"api": 0.6, "node": 0.1}, min_items=50)
+    d = decide(
+        "m",
+        {"api": arm("api", BEST), "node": arm("node", BEST)},
+        [CONTROL],
+        {"api": 0.6, "node": 0.1},
+        min_items=50,
+    )
     assert gated_order(["api", "node", "x"], d) == ["node", "api", "x"]
     assert gated_order(["api"], None) == ["api"]
     assert pinned_upstream({"x-plumbline-upstream": "node"}, "eval", ["api", "node"]) == "node"
     assert pinned_upstream({"x-plumbline-upstream": "node"}, "prod", ["api", "node"]) is None
     assert pinned_upstream({"x-plumbline-upstream": "evil"}, "eval", ["api", "node"]) is None
     assert gate_arms("m", ["api", "node"], "api") == [
-        ("m@api", "api"), ("m@node", "node"), ("m@api#control", "api")]
+        ("m@api", "api"),
+        ("m@node", "node"),
+        ("m@api#control", "api"),
+    ]
 
 
 def test_a_gap_inside_the_floor_is_not_presented_as_real() -> None:

@@ -13,20 +13,35 @@ from tests.harness import config_from, free_port, serving
 
 
 def gated_config(a: str, b: str, root: Path) -> object:
-    return config_from({
-        "server": {"health_interval_s": 0, "retry_backoff_s": 0, "port": free_port()},
-        "upstreams": [
-            {"name": "dear", "kind": "vllm", "base_url": a, "model": "m", "profile": "smollm2"},
-            {"name": "cheap", "kind": "vllm", "base_url": b, "model": "m", "profile": "smollm2"},
-        ],
-        "models": {"smol": {
-            "profile": "smollm2", "upstreams": ["dear", "cheap"],
-            "policy": "cheapest_within_floor",
-            "gate": {"min_items": 5, "prices": {"dear": 10.0, "cheap": 1.0}},
-        }},
-        "evals": {"suite": "smoke", "concurrency": 4, "timeout_s": 30,
-                  "runs_dir": str(root / "runs")},
-    })
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0, "port": free_port()},
+            "upstreams": [
+                {"name": "dear", "kind": "vllm", "base_url": a, "model": "m", "profile": "smollm2"},
+                {
+                    "name": "cheap",
+                    "kind": "vllm",
+                    "base_url": b,
+                    "model": "m",
+                    "profile": "smollm2",
+                },
+            ],
+            "models": {
+                "smol": {
+                    "profile": "smollm2",
+                    "upstreams": ["dear", "cheap"],
+                    "policy": "cheapest_within_floor",
+                    "gate": {"min_items": 5, "prices": {"dear": 10.0, "cheap": 1.0}},
+                }
+            },
+            "evals": {
+                "suite": "smoke",
+                "concurrency": 4,
+                "timeout_s": 30,
+                "runs_dir": str(root / "runs"),
+            },
+        }
+    )
 
 
 def test_gate_switches_to_the_cheapest_upstream_within_the_floor(tmp_path: Path) -> None:
@@ -36,15 +51,22 @@ def test_gate_switches_to_the_cheapest_upstream_within_the_floor(tmp_path: Path)
         cfg = gated_config(dear.base_url, cheap.base_url, tmp_path)
         with serving(cfg) as (url, app):
             gw = app.state.gateway
-            before = {httpx.post(f"{url}/chat/completions", json={
-                "model": "smol", "messages": [{"role": "user", "content": "hi"}]},
-            ).headers["x-plumbline-upstream"] for _ in range(4)}
-            future = asyncio.run_coroutine_threadsafe(gw.scheduler.run_gate("smol"),
-                                                      gw_loop(app))
+            before = {
+                httpx.post(
+                    f"{url}/chat/completions",
+                    json={"model": "smol", "messages": [{"role": "user", "content": "hi"}]},
+                ).headers["x-plumbline-upstream"]
+                for _ in range(4)
+            }
+            future = asyncio.run_coroutine_threadsafe(gw.scheduler.run_gate("smol"), gw_loop(app))
             decision = future.result(timeout=120)
-            after = {httpx.post(f"{url}/chat/completions", json={
-                "model": "smol", "messages": [{"role": "user", "content": "hi"}]},
-            ).headers["x-plumbline-upstream"] for _ in range(4)}
+            after = {
+                httpx.post(
+                    f"{url}/chat/completions",
+                    json={"model": "smol", "messages": [{"role": "user", "content": "hi"}]},
+                ).headers["x-plumbline-upstream"]
+                for _ in range(4)
+            }
             view = httpx.get(f"{url.removesuffix('/v1')}/health").json()
             sent = {"dear": len(dear.requests()), "cheap": len(cheap.requests())}
     assert before <= {"dear", "cheap"}

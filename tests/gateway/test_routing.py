@@ -56,8 +56,10 @@ def test_everything_down_still_tries_least_recently_failed_first() -> None:
 def test_prefix_owner_first_unless_overloaded() -> None:
     f = Features(prefix_owner="c")
     assert candidates(route("prefix_affinity"), views(a=0, b=1, c=2), f, NOW)[0] == "c"
-    assert candidates(route("prefix_affinity"), views(a=0, b=1, c=20), f, NOW,
-                      overload_margin=8)[0] == "a"
+    assert (
+        candidates(route("prefix_affinity"), views(a=0, b=1, c=20), f, NOW, overload_margin=8)[0]
+        == "a"
+    )
 
 
 def test_session_is_sticky_and_spreads() -> None:
@@ -65,29 +67,47 @@ def test_session_is_sticky_and_spreads() -> None:
     firsts = {candidates(route(), state, Features(session=f"s{i}"), NOW)[0] for i in range(30)}
     assert firsts == {"a", "b", "c"}
     busy = views(a=9, b=0, c=4)
-    assert candidates(route(), state, Features(session="s1"), NOW)[0] == candidates(
-        route(), busy, Features(session="s1"), NOW)[0]
+    assert (
+        candidates(route(), state, Features(session="s1"), NOW)[0]
+        == candidates(route(), busy, Features(session="s1"), NOW)[0]
+    )
 
 
 def test_weighted_split_follows_weights() -> None:
-    state = {"a": UpstreamView("a", weight=9), "b": UpstreamView("b", weight=1),
-             "c": UpstreamView("c", weight=0)}
-    picks = [candidates(route("weighted"), state, Features(rand=i / 100), NOW)[0]
-             for i in range(100)]
+    state = {
+        "a": UpstreamView("a", weight=9),
+        "b": UpstreamView("b", weight=1),
+        "c": UpstreamView("c", weight=0),
+    }
+    picks = [
+        candidates(route("weighted"), state, Features(rand=i / 100), NOW)[0] for i in range(100)
+    ]
     assert picks.count("a") == 90 and picks.count("b") == 10
 
 
 names = st.sampled_from(["a", "b", "c", "d", "e"])
-view = st.builds(UpstreamView, name=names, inflight=st.integers(0, 50), healthy=st.booleans(),
-                 cooling_until=st.floats(0, 2 * NOW), max_inflight=st.integers(0, 10))
+view = st.builds(
+    UpstreamView,
+    name=names,
+    inflight=st.integers(0, 50),
+    healthy=st.booleans(),
+    cooling_until=st.floats(0, 2 * NOW),
+    max_inflight=st.integers(0, 10),
+)
 
 
-@given(st.lists(view, max_size=6), st.lists(names, min_size=1, max_size=4, unique=True),
-       st.lists(names, max_size=3, unique=True),
-       st.sampled_from(["least_outstanding", "prefix_affinity", "weighted"]),
-       st.floats(0, 0.999), st.none() | st.text(max_size=5), st.none() | names)
+@given(
+    st.lists(view, max_size=6),
+    st.lists(names, min_size=1, max_size=4, unique=True),
+    st.lists(names, max_size=3, unique=True),
+    st.sampled_from(["least_outstanding", "prefix_affinity", "weighted"]),
+    st.floats(0, 0.999),
+    st.none() | st.text(max_size=5),
+    st.none() | names,
+)
 def test_candidates_are_configured_unique_and_available_first(
-        vs, primaries, fallback, policy, rand, session, owner) -> None:
+    vs, primaries, fallback, policy, rand, session, owner
+) -> None:
     state = {v.name: v for v in vs}
     r = RouteConfig(upstreams=primaries, fallback=fallback, policy=policy)
     out = candidates(r, state, Features(session=session, prefix_owner=owner, rand=rand), NOW)

@@ -21,7 +21,9 @@ ENV = "PLUMBLINE_TEST_PROVIDER_KEY"
 
 
 def test_planted_keys_appear_in_no_output(
-    fake: FakeHandle, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    fake: FakeHandle,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     provider_key = "sk-PLANTEDPROV-" + os.urandom(12).hex()
@@ -29,14 +31,27 @@ def test_planted_keys_appear_in_no_output(
     admin_key = "pl-PLANTEDADMIN-" + os.urandom(12).hex()
     monkeypatch.setenv(ENV, provider_key)
     caplog.set_level(logging.DEBUG)
-    config = config_from({
-        "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 1},
-        "upstreams": [{"name": "prov", "kind": "openai", "base_url": fake.base_url,
-                       "model": "fake-model", "api_key_env": ENV}],
-        "models": {"smol": {"upstreams": ["prov"]}},
-        "access": {"keys": [{"id": "alice", "sha256": hash_key(client_key)},
-                            {"id": "ops", "sha256": hash_key(admin_key), "role": "admin"}]},
-    })
+    config = config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 1},
+            "upstreams": [
+                {
+                    "name": "prov",
+                    "kind": "openai",
+                    "base_url": fake.base_url,
+                    "model": "fake-model",
+                    "api_key_env": ENV,
+                }
+            ],
+            "models": {"smol": {"upstreams": ["prov"]}},
+            "access": {
+                "keys": [
+                    {"id": "alice", "sha256": hash_key(client_key)},
+                    {"id": "ops", "sha256": hash_key(admin_key), "role": "admin"},
+                ]
+            },
+        }
+    )
     echo = f"Incorrect API key provided. Your header was: Authorization: Bearer {provider_key}"
     sink = ListSink()
     outputs: list[str] = []
@@ -56,8 +71,9 @@ def test_planted_keys_appear_in_no_output(
         assert keep(post("/v1/chat/completions", json=body)).status_code == 502
         fake.script({"status": 400, "message": echo})
         assert keep(post("/v1/chat/completions", json=body)).status_code == 400
-        fake.script({"status": 500, "body": echo},
-                    {"status": 503, "body": f"x-api-key={provider_key}"})
+        fake.script(
+            {"status": 500, "body": echo}, {"status": 503, "body": f"x-api-key={provider_key}"}
+        )
         assert keep(post("/v1/chat/completions", json=body)).status_code == 502
         fake.script({"disconnect_after_chunks": 2})
         broken = keep(post("/v1/chat/completions", json={**body, "stream": True}))
@@ -76,8 +92,13 @@ def test_planted_keys_appear_in_no_output(
     records = [orjson.dumps(r.as_row()).decode() for r in sink.records]
     assert {r.key_id for r in sink.records} == {"alice"}
     out, err = capfd.readouterr()
-    haystacks = {"responses": "\n".join(outputs), "records": "\n".join(records),
-                 "logs": caplog.text, "stdout": out, "stderr": err}
+    haystacks = {
+        "responses": "\n".join(outputs),
+        "records": "\n".join(records),
+        "logs": caplog.text,
+        "stdout": out,
+        "stderr": err,
+    }
     assert "answered 401" in haystacks["responses"]  # the sanitised upstream error is there
     for where, text in haystacks.items():
         for secret in (provider_key, client_key, admin_key):

@@ -41,8 +41,10 @@ def test_tool_agreement_compares_parsed_arguments_in_any_order() -> None:
     a = [ToolCall("f", '{"x": 1, "y": [1, 2]}'), ToolCall("g", "{}")]
     b = [ToolCall("g", ""), ToolCall("f", '{"y":[1,2],"x":1}')]
     assert tool_agreement(a, b) == "tools_same"
-    assert tool_agreement(a, [ToolCall("f", '{"x": 2, "y": [1, 2]}'), ToolCall("g", "{}")]) \
+    assert (
+        tool_agreement(a, [ToolCall("f", '{"x": 2, "y": [1, 2]}'), ToolCall("g", "{}")])
         == "tools_different"
+    )
     assert tool_agreement([ToolCall("f", "{bad")], [ToolCall("f", "{bad")]) == "tools_same"
     assert tool_agreement([ToolCall("f", "{bad")], [ToolCall("f", "{}")]) == "tools_different"
 
@@ -51,10 +53,13 @@ def test_agreement_precedence() -> None:
     ok = Answer(True, "x")
     assert agreement(Answer(False), ok) == "primary_failed"
     assert agreement(ok, Answer(False)) == "shadow_failed"
-    assert agreement(Answer(True, "x", verdict="correct"),
-                     Answer(True, "y", verdict="correct")) == "verdict_same"
-    assert agreement(Answer(True, "x", (ToolCall("f", "{}"),)), Answer(True, "x")) \
-        == "tools_different"
+    assert (
+        agreement(Answer(True, "x", verdict="correct"), Answer(True, "y", verdict="correct"))
+        == "verdict_same"
+    )
+    assert (
+        agreement(Answer(True, "x", (ToolCall("f", "{}"),)), Answer(True, "x")) == "tools_different"
+    )
     assert agreement(ok, Answer(True, "X!")) == "normalised"
 
 
@@ -75,20 +80,29 @@ def shadow_fake() -> Iterator[FakeHandle]:
 
 
 def _config(primary: str, shadow: str) -> Any:
-    return config_from({
-        "server": {"health_interval_s": 0},
-        "upstreams": [
-            {"name": "main", "kind": "vllm", "base_url": primary, "model": "m"},
-            {"name": "shadow", "kind": "openai", "base_url": shadow, "model": "m"},
-        ],
-        "models": {"smol": {"upstreams": ["main"]}},
-        "prices": {"shadow": {"input": 1.0, "output": 2.0}},
-    })
+    return config_from(
+        {
+            "server": {"health_interval_s": 0},
+            "upstreams": [
+                {"name": "main", "kind": "vllm", "base_url": primary, "model": "m"},
+                {"name": "shadow", "kind": "openai", "base_url": shadow, "model": "m"},
+            ],
+            "models": {"smol": {"upstreams": ["main"]}},
+            "prices": {"shadow": {"input": 1.0, "output": 2.0}},
+        }
+    )
 
 
 def _primary(text: str, status: int = 200) -> tuple[Record, Capture]:
-    r = Record(request_id="req-1", door="chat", model="smol", stream=True, status=status,
-               upstream="main", params_hash="abc")
+    r = Record(
+        request_id="req-1",
+        door="chat",
+        model="smol",
+        stream=True,
+        status=status,
+        upstream="main",
+        params_hash="abc",
+    )
     cap = Capture(r, None, keep_text=True)
     cap.message(0, {"content": text})
     cap.finish()
@@ -107,10 +121,16 @@ async def test_mirror_pairs_shadow_with_primary_and_records_agreement(
     cfg = _config(fake.base_url, shadow_fake.base_url)
     out: list[Record] = []
     mirror, session = await _mirror(
-        cfg, ShadowConfig(upstream="shadow", fraction=1.0, budget_requests_per_day=10), out)
+        cfg, ShadowConfig(upstream="shadow", fraction=1.0, budget_requests_per_day=10), out
+    )
     try:
-        body = {"model": "smol", "messages": MESSAGES, "stream": True, "temperature": 0.3,
-                "stream_options": {"include_usage": True}}
+        body = {
+            "model": "smol",
+            "messages": MESSAGES,
+            "stream": True,
+            "temperature": 0.3,
+            "stream_options": {"include_usage": True},
+        }
         record, capture = _primary("hello there friend")
         pending = mirror.consider("smol", "/chat/completions", body, record)
         assert pending is not None and pending.shadow is None  # launched, not awaited
@@ -134,9 +154,17 @@ async def test_mirror_skips_when_cap_is_full_or_budget_spent(
     shadow_fake.set_default(hang_before_first_byte=30)
     cfg = _config(fake.base_url, shadow_fake.base_url)
     out: list[Record] = []
-    mirror, session = await _mirror(cfg, ShadowConfig(
-        upstream="shadow", fraction=1.0, max_concurrency=1, budget_requests_per_day=2,
-        timeout_s=0.3), out)
+    mirror, session = await _mirror(
+        cfg,
+        ShadowConfig(
+            upstream="shadow",
+            fraction=1.0,
+            max_concurrency=1,
+            budget_requests_per_day=2,
+            timeout_s=0.3,
+        ),
+        out,
+    )
     body = {"model": "smol", "messages": MESSAGES}
     try:
         first = mirror.consider("smol", "/chat/completions", body, _primary("a")[0])
@@ -156,8 +184,12 @@ async def test_mirror_skips_when_cap_is_full_or_budget_spent(
             mirror.primary_done(p, r, c)
     finally:
         await session.close()
-    counts = {s.labels["outcome"]: s.value for m in mirror.requests.collect()
-              for s in m.samples if s.name.endswith("_total")}
+    counts = {
+        s.labels["outcome"]: s.value
+        for m in mirror.requests.collect()
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
     assert counts == {"mirrored": 2, "skipped_cap": 1, "skipped_budget": 1, "failed": 2}
     assert [r.agreement for r in out] == ["shadow_failed", "shadow_failed"]
     assert out[0].error_class == "ShadowTimeout"
@@ -167,11 +199,32 @@ def test_report_shadow_joins_pairs(tmp_path: Path) -> None:
     cfg = _config("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1")
     rows = []
     for i, agree in enumerate(["exact", "normalised", "different", "tools_same"]):
-        p = Record(request_id=f"p{i}", door="chat", model="smol", stream=False, time=100.0 + i,
-                   upstream="main", status=200, e2e_s=1.0, completion_tokens=10)
-        s = Record(request_id=f"p{i}-shadow", door="chat", model="smol", stream=False,
-                   time=100.0 + i, upstream="shadow", lane="shadow", shadow_of=f"p{i}",
-                   agreement=agree, status=200, e2e_s=2.0, completion_tokens=12, cost_usd=0.01)
+        p = Record(
+            request_id=f"p{i}",
+            door="chat",
+            model="smol",
+            stream=False,
+            time=100.0 + i,
+            upstream="main",
+            status=200,
+            e2e_s=1.0,
+            completion_tokens=10,
+        )
+        s = Record(
+            request_id=f"p{i}-shadow",
+            door="chat",
+            model="smol",
+            stream=False,
+            time=100.0 + i,
+            upstream="shadow",
+            lane="shadow",
+            shadow_of=f"p{i}",
+            agreement=agree,
+            status=200,
+            e2e_s=2.0,
+            completion_tokens=12,
+            cost_usd=0.01,
+        )
         rows += [record_row(p), record_row(s)]
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
     store.write(rows)
@@ -191,22 +244,29 @@ WIRED = "shadow" in RouteConfig.model_fields  # the lead wires config, app, rela
 
 
 @pytest.mark.skipif(not WIRED, reason="needs the lead's wiring: RouteConfig.shadow + relay hooks")
-def test_wired_shadow_run_end_to_end(fake: FakeHandle, shadow_fake: FakeHandle,
-                                     tmp_path: Path) -> None:
+def test_wired_shadow_run_end_to_end(
+    fake: FakeHandle, shadow_fake: FakeHandle, tmp_path: Path
+) -> None:
     """A live route with a shadow: the client sees the primary only; the store gets the pairs."""
     fake.set_default(text="The capital is Paris.")
     shadow_fake.set_default(text="the capital is paris", cost=0.0001)
     data = _config(fake.base_url, shadow_fake.base_url).model_dump(exclude_none=True)
-    data["models"]["smol"]["shadow"] = {"upstream": "shadow", "fraction": 1.0,
-                                        "budget_requests_per_day": 100}
+    data["models"]["smol"]["shadow"] = {
+        "upstream": "shadow",
+        "fraction": 1.0,
+        "budget_requests_per_day": 100,
+    }
     data["store"] = {"url": f"sqlite:///{tmp_path / 'w.db'}"}
     cfg = config_from(data)
     with running_gateway(cfg, record=True) as url:
         c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
         for stream in (False, True):
             resp = c.chat.completions.create(model="smol", messages=MESSAGES, stream=stream)
-            text = "".join(ch.choices[0].delta.content or "" for ch in resp if ch.choices) \
-                if stream else resp.choices[0].message.content
+            text = (
+                "".join(ch.choices[0].delta.content or "" for ch in resp if ch.choices)
+                if stream
+                else resp.choices[0].message.content
+            )
             assert text.strip() == "The capital is Paris."
         wait_for(lambda: len(shadow_fake.requests()) == 2)
     # Gateway.stop drains the mirror before it closes the record queue.

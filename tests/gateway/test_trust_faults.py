@@ -30,8 +30,17 @@ from tests.harness import config_from, running_gateway
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 LONG = [{"role": "user", "content": " ".join(f"w{i}" for i in range(100))}]
-ADD = {"type": "function", "function": {"name": "add", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "required": ["a"],
+        },
+    },
+}
 LOW = Threshold(rate=0.5, min_samples=3)
 
 
@@ -46,35 +55,60 @@ class Collect:
 
 
 def gateway_config(url: str, **kw: Any) -> Any:
-    upstream: dict[str, Any] = {"name": "up", "kind": kw.pop("kind", "vllm"), "base_url": url,
-                                "model": "m", **kw.pop("upstream", {})}
-    return config_from({
-        "server": {"health_interval_s": 0, "retry_backoff_s": 0},
-        "upstreams": [upstream],
-        "models": {"smol": {"upstreams": ["up"], "profile": "smollm2"}},
-        **kw,
-    })
+    upstream: dict[str, Any] = {
+        "name": "up",
+        "kind": kw.pop("kind", "vllm"),
+        "base_url": url,
+        "model": "m",
+        **kw.pop("upstream", {}),
+    }
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0},
+            "upstreams": [upstream],
+            "models": {"smol": {"upstreams": ["up"], "profile": "smollm2"}},
+            **kw,
+        }
+    )
 
 
 def serve(cfg: Any, n: int, **request: Any) -> tuple[Watchdog, Collect, list[Any]]:
-    wd = Watchdog(cfg, WatchdogConfig(window=50, **{c: LOW for c in (
-        "truncation", "reasoning_leak", "degenerate", "tool_call", "provider_mismatch",
-        "cost_drift")}))
+    wd = Watchdog(
+        cfg,
+        WatchdogConfig(
+            window=50,
+            **{
+                c: LOW
+                for c in (
+                    "truncation",
+                    "reasoning_leak",
+                    "degenerate",
+                    "tool_call",
+                    "provider_mismatch",
+                    "cost_drift",
+                )
+            },
+        ),
+    )
     sink = Collect()
     replies = []
     with running_gateway(cfg, sinks=[sink, wd]) as url:
         c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
         for _ in range(n):
-            replies.append(c.chat.completions.with_raw_response.create(
-                model="smol", **{"messages": MESSAGES, **request}))
+            replies.append(
+                c.chat.completions.with_raw_response.create(
+                    model="smol", **{"messages": MESSAGES, **request}
+                )
+            )
     return wd, sink, replies
 
 
 def test_fault_1_answers_cut_by_a_small_max_tokens(fake: FakeHandle) -> None:
     fake.set_default(tokens=64)
     wd, sink, _ = serve(gateway_config(fake.base_url), 3, max_tokens=5)
-    assert all(r.truncated and r.finish_reason == "length" and r.max_tokens == 5
-               for r in sink.records)
+    assert all(
+        r.truncated and r.finish_reason == "length" and r.max_tokens == 5 for r in sink.records
+    )
     assert wd.tripped("up") == ["truncation"]
 
 
@@ -94,29 +128,42 @@ def test_fault_3_greedy_arm_against_the_vendor_recipe(fake: FakeHandle) -> None:
     assert recipe_hash != greedy_hash
 
     def arm(target: str, h: str) -> list[ItemResult]:
-        return [ItemResult(target, f"i{i}", f"d{i}", "math", "correct", params_hash=h)
-                for i in range(40)]
+        return [
+            ItemResult(target, f"i{i}", f"d{i}", "math", "correct", params_hash=h)
+            for i in range(40)
+        ]
 
     with pytest.raises(ParamsMismatch):
         pair(arm("recipe", recipe_hash), arm("greedy", greedy_hash))
     controls = [pair(arm("c1", recipe_hash), arm("c2", recipe_hash))]
-    d = decide("smol", {"recipe": arm("recipe", recipe_hash), "greedy": arm("greedy", greedy_hash)},
-               controls, {"recipe": 1.0, "greedy": 0.1}, min_items=10)
+    d = decide(
+        "smol",
+        {"recipe": arm("recipe", recipe_hash), "greedy": arm("greedy", greedy_hash)},
+        controls,
+        {"recipe": 1.0, "greedy": 0.1},
+        min_items=10,
+    )
     assert d.chosen == "recipe"
     assert "refused: params_hash" in next(a.why for a in d.arms if a.upstream == "greedy")
 
 
 def test_fault_4_provider_ignores_top_k(fake: FakeHandle) -> None:
     fake.set_default(provider="Together", ignore_params=["top_k"])
-    cfg = gateway_config(fake.base_url, kind="openai", upstream={
-        "provider": {"order": ["DeepInfra"], "allow_fallbacks": False}})
+    cfg = gateway_config(
+        fake.base_url,
+        kind="openai",
+        upstream={"provider": {"order": ["DeepInfra"], "allow_fallbacks": False}},
+    )
     wd, sink, _ = serve(cfg, 3, extra_body={"top_k": 20})
     assert ("sampling_parity", "up") in {(f.check, f.upstream) for f in wd.findings}
     assert all(r.provider_mismatch for r in sink.records)
     assert set(wd.tripped("up")) == {"provider_mismatch", "sampling_parity"}
     assert fake.requests()[0]["ignored_params"] == ["top_k"]  # what the flags stand for
-    pinned = gateway_config(fake.base_url, kind="openai", upstream={"provider": {
-        "only": ["Together"], "require_parameters": True}})
+    pinned = gateway_config(
+        fake.base_url,
+        kind="openai",
+        upstream={"provider": {"only": ["Together"], "require_parameters": True}},
+    )
     assert config_findings(pinned) == []
 
 
@@ -126,11 +173,16 @@ def test_fault_5_degenerate_output(fake: FakeHandle) -> None:
     wd = Watchdog(cfg, WatchdogConfig(degenerate=LOW))
     with running_gateway(cfg) as url:
         for _ in range(3):
-            record = Record(request_id="r", door="chat", model="smol", stream=True,
-                            upstream="up", status=200)
+            record = Record(
+                request_id="r", door="chat", model="smol", stream=True, upstream="up", status=200
+            )
             capture = Capture(record, None, keep_text=True)  # what the stream tap will feed
-            with httpx.stream("POST", url + "/chat/completions", timeout=30, json={
-                    "model": "smol", "messages": MESSAGES, "stream": True}) as resp:
+            with httpx.stream(
+                "POST",
+                url + "/chat/completions",
+                timeout=30,
+                json={"model": "smol", "messages": MESSAGES, "stream": True},
+            ) as resp:
                 for line in resp.iter_lines():
                     if line.startswith("data: {"):
                         for ch in json.loads(line[6:]).get("choices") or ():
@@ -142,25 +194,39 @@ def test_fault_5_degenerate_output(fake: FakeHandle) -> None:
 
 
 def test_fault_6_thinking_on_for_one_arm_off_for_the_other(fake: FakeHandle) -> None:
-    cfg = config_from({
-        "server": {"health_interval_s": 0},
-        "upstreams": [{"name": "x", "kind": "vllm", "base_url": fake.base_url, "model": "m"},
-                      {"name": "y", "kind": "vllm", "base_url": fake.base_url, "model": "m"}],
-        "profiles": {"on": {"chat_template_kwargs": {"enable_thinking": True}},
-                     "off": {"chat_template_kwargs": {"enable_thinking": False}}},
-        "models": {"thinks": {"upstreams": ["x"], "profile": "on"},
-                   "quick": {"upstreams": ["y"], "profile": "off"}},
-        "evals": {"targets": ["thinks", "quick"]},
-    })
+    cfg = config_from(
+        {
+            "server": {"health_interval_s": 0},
+            "upstreams": [
+                {"name": "x", "kind": "vllm", "base_url": fake.base_url, "model": "m"},
+                {"name": "y", "kind": "vllm", "base_url": fake.base_url, "model": "m"},
+            ],
+            "profiles": {
+                "on": {"chat_template_kwargs": {"enable_thinking": True}},
+                "off": {"chat_template_kwargs": {"enable_thinking": False}},
+            },
+            "models": {
+                "thinks": {"upstreams": ["x"], "profile": "on"},
+                "quick": {"upstreams": ["y"], "profile": "off"},
+            },
+            "evals": {"targets": ["thinks", "quick"]},
+        }
+    )
     assert [(f.check, f.upstream) for f in config_findings(cfg)] == [("thinking_mismatch", "y")]
     with running_gateway(cfg) as url:
         c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
-        hashes = [c.chat.completions.with_raw_response.create(model=m, messages=MESSAGES)
-                  .headers["x-plumbline-params-hash"] for m in ("thinks", "quick")]
+        hashes = [
+            c.chat.completions.with_raw_response.create(model=m, messages=MESSAGES).headers[
+                "x-plumbline-params-hash"
+            ]
+            for m in ("thinks", "quick")
+        ]
     assert hashes[0] != hashes[1]  # so no eval pair of the two is ever formed
     with pytest.raises(ParamsMismatch):
-        pair([ItemResult("thinks", "i", "d", "math", "correct", params_hash=hashes[0])],
-             [ItemResult("quick", "i", "d", "math", "correct", params_hash=hashes[1])])
+        pair(
+            [ItemResult("thinks", "i", "d", "math", "correct", params_hash=hashes[0])],
+            [ItemResult("quick", "i", "d", "math", "correct", params_hash=hashes[1])],
+        )
 
 
 def test_fault_7_cached_input_billed_at_the_full_rate(fake: FakeHandle) -> None:
@@ -183,8 +249,9 @@ def test_fault_7_cached_input_billed_at_the_full_rate(fake: FakeHandle) -> None:
 
 async def test_fault_8_timed_out_items_stay_in_the_denominator(fake: FakeHandle, tmp_path) -> None:
     item = Item("q1", "math", ({"role": "user", "content": "1+1?"},), "2", "math_integer")
-    runner = Runner(RunSpec(base_url=fake.base_url, targets=["m"], timeout_s=0.5,
-                            runs_dir=tmp_path))
+    runner = Runner(
+        RunSpec(base_url=fake.base_url, targets=["m"], timeout_s=0.5, runs_dir=tmp_path)
+    )
     fake.script({"hang_before_first_byte": 3})
     timed_out = await runner.run_item("m", item)
     fake.set_default(text="Final answer: 2")
@@ -199,11 +266,14 @@ async def test_fault_8_timed_out_items_stay_in_the_denominator(fake: FakeHandle,
 
 def test_fault_9_a_difference_inside_the_noise_floor_is_not_real() -> None:
     def arm(t: str, wrong: set[int]) -> list[ItemResult]:
-        return [ItemResult(t, f"i{i}", f"d{i}", "math", "wrong" if i in wrong else "correct")
-                for i in range(100)]
+        return [
+            ItemResult(t, f"i{i}", f"d{i}", "math", "wrong" if i in wrong else "correct")
+            for i in range(100)
+        ]
 
-    control = pair(arm("c1", set(range(20)) | {50, 51, 52}),
-                   arm("c2", set(range(20)) | {60, 61, 62}))
+    control = pair(
+        arm("c1", set(range(20)) | {50, 51, 52}), arm("c2", set(range(20)) | {60, 61, 62})
+    )
     a, b = arm("api", set(range(20))), arm("node", set(range(20)) | {70, 71, 72, 73})
     p = pair(a, b)
     assert p.gap == pytest.approx(-0.04)
@@ -214,9 +284,14 @@ def test_fault_9_a_difference_inside_the_noise_floor_is_not_real() -> None:
 
 def test_fault_10_malformed_edit_blocks_and_tool_calls_counted_apart(fake: FakeHandle) -> None:
     edit = families.build("editformat", 0, 1)[0]
-    tool_item = Item("t1", "tools", ({"role": "user", "content": "add 2"},),
-                     {"calls": [{"name": "add", "arguments": {"a": [2]}}]}, "bfcl_ast",
-                     tools=(ADD,))
+    tool_item = Item(
+        "t1",
+        "tools",
+        ({"role": "user", "content": "add 2"},),
+        {"calls": [{"name": "add", "arguments": {"a": [2]}}]},
+        "bfcl_ast",
+        tools=(ADD,),
+    )
     bad_call = {"id": "c", "type": "function", "function": {"name": "add", "arguments": "{a:"}}
     outcomes = [
         families.score(edit, Reply(content="I would rewrite the loop.")).outcome,
@@ -224,8 +299,9 @@ def test_fault_10_malformed_edit_blocks_and_tool_calls_counted_apart(fake: FakeH
         families.score(tool_item, Reply(content="The answer is 2.")).outcome,
     ]
     assert outcomes == ["malformed", "malformed", "wrong"]
-    rates = summarise([ItemResult("x", f"i{i}", f"d{i}", "f", o)
-                       for i, o in enumerate(outcomes)]).rates
+    rates = summarise(
+        [ItemResult("x", f"i{i}", f"d{i}", "f", o) for i, o in enumerate(outcomes)]
+    ).rates
     assert rates["malformed"] == pytest.approx(2 / 3) and rates["wrong"] == pytest.approx(1 / 3)
     # Live: the gateway-side check flags the same malformed call on the record.
     fake.set_default(tool_call={"name": "add", "arguments": "{a:"})

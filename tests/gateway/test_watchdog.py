@@ -29,9 +29,18 @@ from gateway.watchdog import (
 )
 from tests.harness import config_from, running_gateway
 
-ADD = {"type": "function", "function": {"name": "add", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-    "required": ["a", "b"], "additionalProperties": False}}}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+            "additionalProperties": False,
+        },
+    },
+}
 MESSAGES = [{"role": "user", "content": "hello"}]
 
 
@@ -39,22 +48,38 @@ def config(fake_url: str = "http://127.0.0.1:9/v1", **extra: Any) -> Any:
     upstreams = [
         {"name": "a", "kind": "vllm", "base_url": fake_url, "model": "m"},
         {"name": "b", "kind": "vllm", "base_url": fake_url, "model": "m"},
-        {"name": "or", "kind": "openai", "base_url": fake_url, "model": "m",
-         "provider": {"only": ["DeepInfra"], "require_parameters": True}},
+        {
+            "name": "or",
+            "kind": "openai",
+            "base_url": fake_url,
+            "model": "m",
+            "provider": {"only": ["DeepInfra"], "require_parameters": True},
+        },
     ]
-    return config_from({
-        "server": {"health_interval_s": 0, "retry_backoff_s": 0},
-        "upstreams": upstreams,
-        "models": {"smol": {"upstreams": ["a"]}, "api": {"upstreams": ["or"]},
-                   "other": {"upstreams": ["b"]}},
-        "prices": {"or": {"input": 1.0, "cached_input": 0.1, "output": 2.0}},
-        **extra,
-    })
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0},
+            "upstreams": upstreams,
+            "models": {
+                "smol": {"upstreams": ["a"]},
+                "api": {"upstreams": ["or"]},
+                "other": {"upstreams": ["b"]},
+            },
+            "prices": {"or": {"input": 1.0, "cached_input": 0.1, "output": 2.0}},
+            **extra,
+        }
+    )
 
 
 def record(upstream: str = "a", **fields: Any) -> Record:
-    r = Record(request_id=f"req-{id(fields)}-{len(fields)}", door="chat", model="smol",
-               stream=False, upstream=upstream, status=200)
+    r = Record(
+        request_id=f"req-{id(fields)}-{len(fields)}",
+        door="chat",
+        model="smol",
+        stream=False,
+        upstream=upstream,
+        status=200,
+    )
     for k, v in fields.items():
         setattr(r, k, v)
     return r
@@ -63,16 +88,19 @@ def record(upstream: str = "a", **fields: Any) -> Record:
 # ---- tool calls ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("call", "kind"), [
-    (ToolCall("add", '{"a": 1, "b": 2}'), None),
-    (ToolCall("add", '{"a": 1, "b": '), "invalid_json"),
-    (ToolCall("add", "[1, 2]"), "invalid_json"),
-    (ToolCall("mul", '{"a": 1, "b": 2}'), "unknown_tool"),
-    (ToolCall("add", '{"a": "1", "b": 2}'), "schema"),
-    (ToolCall("add", '{"a": 1}'), "schema"),
-    (ToolCall("add", '{"a": 1, "b": 2, "c": 3}'), "schema"),
-    (ToolCall(None, "{}"), "unknown_tool"),
-])
+@pytest.mark.parametrize(
+    ("call", "kind"),
+    [
+        (ToolCall("add", '{"a": 1, "b": 2}'), None),
+        (ToolCall("add", '{"a": 1, "b": '), "invalid_json"),
+        (ToolCall("add", "[1, 2]"), "invalid_json"),
+        (ToolCall("mul", '{"a": 1, "b": 2}'), "unknown_tool"),
+        (ToolCall("add", '{"a": "1", "b": 2}'), "schema"),
+        (ToolCall("add", '{"a": 1}'), "schema"),
+        (ToolCall("add", '{"a": 1, "b": 2, "c": 3}'), "schema"),
+        (ToolCall(None, "{}"), "unknown_tool"),
+    ],
+)
 def test_check_tool_calls_names_the_problem(call: ToolCall, kind: str | None) -> None:
     problems = check_tool_calls([ADD], [call])
     assert [p.split(":")[0] for p in problems] == ([kind] if kind else [])
@@ -197,29 +225,52 @@ def test_only_relevant_records_count_and_gateway_split_upstreams_do_not_leak() -
 
 def test_annotate_flags_provider_mismatch_and_cost_drift() -> None:
     cfg = config()
-    r = record("or", provider="Together", prompt_tokens=1000, cached_tokens=800,
-               completion_tokens=10, charged_cost_usd=0.00102)  # cached billed at full rate
+    r = record(
+        "or",
+        provider="Together",
+        prompt_tokens=1000,
+        cached_tokens=800,
+        completion_tokens=10,
+        charged_cost_usd=0.00102,
+    )  # cached billed at full rate
     annotate(r, cfg)
     assert r.provider_mismatch and r.cost_drift
-    fine = record("or", provider="deepinfra", prompt_tokens=1000, cached_tokens=800,
-                  completion_tokens=10, charged_cost_usd=(200 * 1.0 + 800 * 0.1 + 20) / 1e6)
+    fine = record(
+        "or",
+        provider="deepinfra",
+        prompt_tokens=1000,
+        cached_tokens=800,
+        completion_tokens=10,
+        charged_cost_usd=(200 * 1.0 + 800 * 0.1 + 20) / 1e6,
+    )
     annotate(fine, cfg)
     assert not fine.provider_mismatch and not fine.cost_drift
 
 
 def test_config_findings_parity_and_thinking() -> None:
-    cfg = config_from({
-        "upstreams": [
-            {"name": "p", "kind": "openai", "base_url": "http://x/v1", "model": "m",
-             "provider": {"order": ["A"], "allow_fallbacks": False}},
-            {"name": "n", "kind": "vllm", "base_url": "http://x/v1", "model": "m"},
-        ],
-        "profiles": {"on": {"chat_template_kwargs": {"enable_thinking": True}},
-                     "off": {"chat_template_kwargs": {"enable_thinking": False}}},
-        "models": {"api": {"upstreams": ["p"], "profile": "on"},
-                   "node": {"upstreams": ["n"], "profile": "off"}},
-        "evals": {"targets": ["api", "node"]},
-    })
+    cfg = config_from(
+        {
+            "upstreams": [
+                {
+                    "name": "p",
+                    "kind": "openai",
+                    "base_url": "http://x/v1",
+                    "model": "m",
+                    "provider": {"order": ["A"], "allow_fallbacks": False},
+                },
+                {"name": "n", "kind": "vllm", "base_url": "http://x/v1", "model": "m"},
+            ],
+            "profiles": {
+                "on": {"chat_template_kwargs": {"enable_thinking": True}},
+                "off": {"chat_template_kwargs": {"enable_thinking": False}},
+            },
+            "models": {
+                "api": {"upstreams": ["p"], "profile": "on"},
+                "node": {"upstreams": ["n"], "profile": "off"},
+            },
+            "evals": {"targets": ["api", "node"]},
+        }
+    )
     found = {(f.check, f.upstream) for f in config_findings(cfg)}
     assert found == {("sampling_parity", "p"), ("thinking_mismatch", "n")}
     assert config_findings(config()) == []  # require_parameters set, nothing compared
@@ -238,8 +289,13 @@ def test_report_health_reads_flags_back_from_the_store(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'r.db'}")
     rows = []
     for i in range(30):
-        r = record("a", truncated=i < 12, max_tokens=16 if i < 6 else None,
-                   sampled=i < 10, degenerate=i < 3)
+        r = record(
+            "a",
+            truncated=i < 12,
+            max_tokens=16 if i < 6 else None,
+            sampled=i < 10,
+            degenerate=i < 3,
+        )
         r.request_id, r.time = f"req-{i}", 1000.0 + i
         rows.append(record_row(r))
     for i in range(10):
@@ -286,8 +342,11 @@ def test_wired_gateway_samples_text_flags_degenerate_and_serves_health(fake: Fak
     """End to end once wired: [watchdog] config, the taps' TextSampler, /health snapshot."""
     fake.set_default(degenerate=True, tokens=24)
     data = config(fake.base_url).model_dump(exclude_none=True)
-    data["watchdog"] = {"sample_rate": 1.0, "demote": True,
-                        "degenerate": {"rate": 0.5, "min_samples": 3}}
+    data["watchdog"] = {
+        "sample_rate": 1.0,
+        "demote": True,
+        "degenerate": {"rate": 0.5, "min_samples": 3},
+    }
     cfg = config_from(data)
     with running_gateway(cfg) as url:
         c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)

@@ -26,9 +26,7 @@ FLAGS = ("sampled", "degenerate", "provider_mismatch", "cost_drift")
 def upgrade() -> None:
     with op.batch_alter_table("requests") as batch:
         for name in FLAGS:
-            batch.add_column(
-                sa.Column(name, sa.Boolean, nullable=False, server_default=sa.false())
-            )
+            batch.add_column(sa.Column(name, sa.Boolean, nullable=False, server_default=sa.false()))
         batch.add_column(sa.Column("tool_call_error", sa.String(32)))
         batch.add_column(sa.Column("shadow_of", sa.String(128)))
         batch.add_column(sa.Column("agreement", sa.String(32)))
