@@ -33,8 +33,21 @@ def run_cmd(
     resume: Annotated[str | None, typer.Option(help="Run id to resume")] = None,
     window: Annotated[int | None, typer.Option(help="Long-context window in tokens")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Cap per answer (default: none)")] = None,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option(help="FILE.jsonl:SCORER, repeatable (scorers: see evals/dataset.py)"),
+    ] = None,
 ) -> None:
-    """Run a suite against one or more targets; resumable with --resume."""
+    """Run a suite (default | smoke | none) and/or user datasets; resumable with --resume."""
+    datasets = []
+    for entry in dataset or []:
+        path, _, scorer = entry.rpartition(":")
+        if not path or scorer not in runner.dataset.SCORERS:
+            raise typer.BadParameter(
+                f"{entry!r}: expected FILE:SCORER with SCORER one of "
+                f"{', '.join(runner.dataset.SCORERS)}"
+            )
+        datasets.append((Path(path), scorer))
     spec = runner.RunSpec(
         base_url=base_url,
         targets=list(target),
@@ -46,6 +59,7 @@ def run_cmd(
         run_id=resume,
         window=window,
         max_tokens=max_tokens,
+        datasets=datasets,
     )
     path = runner.run(spec)
     meta, results = runner.load_run(path)

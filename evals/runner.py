@@ -21,6 +21,7 @@ interrupted run resumes where it stopped.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -35,12 +36,13 @@ import orjson
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from evals import families
+from evals import dataset, families
 from evals.item import Item, Reply, items_digest
 from evals.result import ItemResult, read_results
 
 # Items per family. "default" is the full suite; "smoke" is what CI can afford on 2 CPU cores.
 SUITES: dict[str, dict[str, int | None]] = {
+    "none": {},  # only --dataset files
     "default": {
         name: None
         for name in ("math", "code", "tools", "longctx", "knowledge", "ifeval", "editformat")
@@ -82,6 +84,8 @@ class RunSpec:
     # upstream: {"smollm2@smol-vllm": {"x-plumbline-upstream": "smol-vllm"}}).
     target_models: dict[str, str] = field(default_factory=dict)
     target_headers: dict[str, dict[str, str]] = field(default_factory=dict)
+    # User JSONL datasets: (path, declared scorer), see evals/dataset.py.
+    datasets: list[tuple[Path, str]] = field(default_factory=list)
 
 
 def build_items(
@@ -90,10 +94,12 @@ def build_items(
     window: int | None,
     token_counter: Callable[[str], int] | None = None,
     sizes: dict[str, int | None] | None = None,
+    datasets: Sequence[tuple[Path, str]] = (),
 ) -> list[Item]:
-    spec = dict(SUITES[suite]) if suite in SUITES else {}
-    if not spec:
+    """The suite's generated families, then each user dataset (path, declared scorer)."""
+    if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
+    spec = dict(SUITES[suite])
     spec.update(sizes or {})
     opts: dict[str, Any] = {}
     if window:
@@ -105,6 +111,10 @@ def build_items(
         if n == 0:
             continue
         items.extend(families.build(name, seed, n, **opts))
+    for path, scorer in datasets:
+        items.extend(dataset.load(path, scorer))
+    if not items:
+        raise ValueError("nothing to evaluate: the suite is empty and no --dataset was given")
     return items
 
 
@@ -226,7 +236,9 @@ class Runner:
         spec = self.spec
         windows = [await self.served_window(t) for t in spec.targets]
         window = spec.window or min((w for w in windows if w), default=None)
-        items = build_items(spec.suite, spec.seed, window, spec.token_counter, spec.sizes)
+        items = build_items(
+            spec.suite, spec.seed, window, spec.token_counter, spec.sizes, spec.datasets
+        )
         self.dir.mkdir(parents=True, exist_ok=True)
         results_path = self.dir / "results.jsonl"
         done = (
@@ -241,6 +253,14 @@ class Runner:
             "seed": spec.seed,
             "items": len(items),
             "items_digest": items_digest(items),
+            "datasets": [
+                {
+                    "path": str(path),
+                    "scorer": scorer,
+                    "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                }
+                for path, scorer in spec.datasets
+            ],
             "window": window,
             "max_tokens": spec.max_tokens,
             "timeout_s": spec.timeout_s,
