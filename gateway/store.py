@@ -754,7 +754,9 @@ class RecordQueue:
                 for rows, contents in Spool.read(path, self.batch_size):
                     self.store.write(rows, contents)
                     n += len(rows)
-            except Exception:
+            except Exception as e:
+                log.warning("replay of %s failed (%s: %s); retrying later", path.name,
+                            type(e).__name__, str(e)[:200])
                 self._down_until = _time.monotonic() + self.retry_interval_s
                 self._spool_dirty = True
                 return  # the claimed file stays and is claimed again (inserts are idempotent)

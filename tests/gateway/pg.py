@@ -37,55 +37,82 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Cluster:
+    """A throwaway cluster that can be stopped and started again (to take the store away)."""
+
+    def __init__(self) -> None:
+        bindir = bin_dir()
+        if bindir is None:
+            raise FileNotFoundError("PostgreSQL server binaries (initdb, pg_ctl) not found")
+        self.bindir = bindir
+        self.folder = Path(tempfile.mkdtemp(prefix="plumbline-pg-"))
+        self.prefix: list[str] = []
+        if os.geteuid() == 0:
+            user = pwd.getpwnam("postgres")
+            os.chown(self.folder, user.pw_uid, user.pw_gid)
+            self.prefix = ["runuser", "-u", "postgres", "--"]
+        self.data, self.port = self.folder / "data", _free_port()
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool: str, *args: str) -> None:
+        argv = [*self.prefix, str(self.bindir / tool), *args]
+        subprocess.run(argv, check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        opts = (
+            f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c shared_buffers=16MB"
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            opts,
+            "-l",
+            str(self.folder / "log"),
+            "-w",
+            "start",
+        )
+
+    def stop(self, mode: str = "immediate") -> None:
+        """`immediate` is a crash: with this fixture's synchronous_commit=off it can lose
+        commits already acknowledged; `fast` is a clean stop."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def remove(self) -> None:
+        with contextlib.suppress(subprocess.SubprocessError):
+            self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def cluster() -> Iterator[Cluster]:
+    """A started cluster, removed afterwards."""
+    c = Cluster()
+    try:
+        c.start()
+        yield c
+    finally:
+        c.remove()
+
+
 @contextlib.contextmanager
 def server() -> Iterator[str]:
     """Start a cluster; yields an admin URL (postgresql://postgres@127.0.0.1:PORT/postgres)."""
-    bindir = bin_dir()
-    if bindir is None:
-        raise FileNotFoundError("PostgreSQL server binaries (initdb, pg_ctl) not found")
-    folder = Path(tempfile.mkdtemp(prefix="plumbline-pg-"))
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")
-        os.chown(folder, user.pw_uid, user.pw_gid)
-        prefix = ["runuser", "-u", "postgres", "--"]
-    data, port = folder / "data", _free_port()
-
-    def run(*args: str) -> None:
-        subprocess.run([*prefix, *args], check=True, capture_output=True, timeout=120)
-
-    run(
-        str(bindir / "initdb"),
-        "-D",
-        str(data),
-        "-U",
-        "postgres",
-        "--auth=trust",
-        "-E",
-        "UTF8",
-        "--no-sync",
-    )
-    opts = (
-        f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off "
-        "-c synchronous_commit=off -c full_page_writes=off -c shared_buffers=16MB"
-    )
-    run(
-        str(bindir / "pg_ctl"),
-        "-D",
-        str(data),
-        "-o",
-        opts,
-        "-l",
-        str(folder / "log"),
-        "-w",
-        "start",
-    )
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        with contextlib.suppress(subprocess.SubprocessError):
-            run(str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
-        shutil.rmtree(folder, ignore_errors=True)
+    with cluster() as c:
+        yield c.url
 
 
 def fresh_database(admin_url: str) -> str:

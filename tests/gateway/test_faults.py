@@ -273,3 +273,36 @@ def test_store_locked_no_request_fails_records_spooled_and_replayed(
     assert store.count() == n == 30
     assert queue.stats.replayed == n and queue.stats.dropped == 0
     store.close()
+
+
+def test_postgres_stopped_no_request_fails_records_replayed(
+    fake: FakeHandle, tmp_path: Path
+) -> None:
+    """The store's PostgreSQL stops while requests flow, then comes back: no request fails and
+    every request ends up a row (spooled while it was down, replayed after)."""
+    from tests.gateway import pg
+
+    if pg.bin_dir() is None:
+        pytest.skip("PostgreSQL server binaries are not installed")
+    with pg.cluster() as db:
+        url = pg.fresh_database(db.url)
+        store = Store(url, busy_timeout_s=0.5)
+        queue = RecordQueue(store, tmp_path / "spool", flush_interval_s=0.01, retry_interval_s=0.2)
+        n = 0
+        with served(config(fake.base_url), [queue]) as (root, _):
+            for _ in range(10):
+                assert chat(root).status_code == 200
+                n += 1
+            assert queue.flush()
+            db.stop("fast")  # the store goes away mid-traffic (a clean stop, not a crash)
+            for i in range(40):
+                assert chat(root, stream=bool(i % 2)).status_code == 200
+                n += 1
+            assert queue.flush()
+            assert queue.stats.spooled >= 40
+            db.start()
+            wait_for(lambda: store.count() == n, timeout=60)
+        queue.close()
+        assert store.count() == n == 50
+        assert queue.stats.dropped == 0
+        store.close()
