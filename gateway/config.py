@@ -124,6 +124,9 @@ class Upstream(_Frozen):
     node: Name | None = None
     # Does the server split reasoning ("parser"), or must the gateway split <think> ("gateway")?
     reasoning: Literal["parser", "gateway"] = "parser"
+    # The server implements POST /v1/responses itself (vLLM does): requests on that door are
+    # relayed as they are instead of translated to chat completions.
+    responses_api: bool = False
     # Does the server report usage in streams? llama.cpp does not; the gateway then counts.
     stream_usage: bool = True
     weight: float = Field(1.0, ge=0)

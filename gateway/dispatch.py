@@ -66,6 +66,9 @@ class Call:
     client_wants_usage: bool = False
     session: str | None = None
     translator: Translator | None = None
+    # The door's own request, relayed as is to upstreams that implement that API natively
+    # (`Upstream.responses_api`); `body` (the chat translation) goes to the others.
+    native: dict[str, Any] | None = None
     # Eval lane only: the upstream named by `x-plumbline-upstream` (gateway/gate.py).
     pin: str | None = None
 
@@ -163,20 +166,27 @@ class Dispatcher:
         server = gw.config.server
         started = time.perf_counter()
         gw.pool.begin(upstream.name)
-        data = body_for(upstream, call.body, call.stream)
+        native = call.native is not None and upstream.responses_api
+        path = "/responses" if native else call.path
+        data = body_for(
+            upstream,
+            call.native if native and call.native else call.body,
+            call.stream,
+            native=native,
+        )
         first_byte_budget = server.ttft_timeout_s if call.stream else server.request_timeout_s
         # A non-streamed answer arrives whole at the end: its silence is the generation itself.
         read_timeout = server.idle_timeout_s if call.stream else server.request_timeout_s
         resp: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(first_byte_budget):
-                resp = await post(gw.session, upstream, call.path, data, read_timeout)
+                resp = await post(gw.session, upstream, path, data, read_timeout)
                 first = b""
                 if call.stream:
                     first = await _first_block(resp)
                 else:
                     first = await resp.read()
-                _validate(call, first)
+                _validate(call, first, native)
         except TimeoutError:
             self._failed(call, upstream.name, "ttft_timeout", None, started)
             raise AttemptError(
@@ -206,7 +216,7 @@ class Dispatcher:
             Attempt(upstream.name, "ok", resp.status, time.perf_counter() - started)
         )
         gw.pool.succeeded(upstream.name)
-        return Opened(upstream, resp, first)
+        return Opened(upstream, resp, first, native)
 
     def _failed(
         self, call: Call, name: str, outcome: str, status: int | None, started: float
@@ -217,7 +227,7 @@ class Dispatcher:
         call.record.attempts.append(Attempt(name, outcome, status, time.perf_counter() - started))
 
 
-def _validate(call: Call, first: bytes) -> None:
+def _validate(call: Call, first: bytes, native: bool = False) -> None:
     """A 200 that is not what was asked for fails the attempt while fallback is still possible."""
     if call.stream:
         start = first.find(b"data:")
@@ -231,7 +241,12 @@ def _validate(call: Call, first: bytes) -> None:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError:
         raise AttemptError("malformed", "upstream sent a response that is not valid JSON") from None
-    if not isinstance(obj, dict) or ("choices" not in obj and "data" not in obj):
+    if not isinstance(obj, dict):
+        raise AttemptError("malformed", "upstream sent JSON that is not an object")
+    if native:
+        if "type" not in obj and obj.get("object") != "response":
+            raise AttemptError("malformed", "upstream sent no Responses API event")
+    elif "choices" not in obj and "data" not in obj:
         raise AttemptError("malformed", "upstream sent JSON without choices")
 
 

@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 from starlette.responses import Response, StreamingResponse
 
+from gateway import responses_tap
 from gateway.dispatch import Call, Translator
 from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
 from gateway.tap import MalformedStream, StreamTap, tap_body, tap_embeddings
@@ -106,7 +107,7 @@ async def _respond(gw: Gateway, call: Call) -> Response:
         raise
     if call.stream:
         body = _stream(gw, call, opened, capture, pending)
-        if call.translator is not None:
+        if call.translator is not None and not opened.native:
             body = _translated(call.translator, body)
         return StreamingResponse(
             body,
@@ -136,6 +137,8 @@ def _whole(
     try:
         if call.path == "/embeddings":
             body = tap_embeddings(record, opened.first)
+        elif opened.native:
+            body = responses_tap.tap_whole(record, opened.first)
         else:
             body = tap_body(
                 record,
@@ -148,7 +151,7 @@ def _whole(
         record.status = 200
         record.ttft_s = record.ttfa_s = record.e2e_s
         headers = _headers(call, opened)
-        if call.translator is not None:
+        if call.translator is not None and not opened.native:
             body = call.translator.whole(orjson.loads(body))
         if record.truncated:
             headers["x-plumbline-truncated"] = "length"
@@ -178,14 +181,18 @@ async def _stream(
 ) -> AsyncIterator[bytes]:
     record = call.record
     split, opened_in_prompt = _think_mode(gw, call, opened)
-    tap = StreamTap(
-        record,
-        client_wants_usage=call.client_wants_usage,
-        split_think=split,
-        opened_in_prompt=opened_in_prompt,
-        chat=call.chat,
-        capture=capture,
-    )
+    tap: StreamTap | responses_tap.ResponsesStreamTap
+    if opened.native:
+        tap = responses_tap.ResponsesStreamTap(record)
+    else:
+        tap = StreamTap(
+            record,
+            client_wants_usage=call.client_wants_usage,
+            split_think=split,
+            opened_in_prompt=opened_in_prompt,
+            chat=call.chat,
+            capture=capture,
+        )
     record.status = 200
     try:
         out = tap.feed(opened.first)

@@ -755,8 +755,12 @@ class RecordQueue:
                     self.store.write(rows, contents)
                     n += len(rows)
             except Exception as e:
-                log.warning("replay of %s failed (%s: %s); retrying later", path.name,
-                            type(e).__name__, str(e)[:200])
+                log.warning(
+                    "replay of %s failed (%s: %s); retrying later",
+                    path.name,
+                    type(e).__name__,
+                    str(e)[:200],
+                )
                 self._down_until = _time.monotonic() + self.retry_interval_s
                 self._spool_dirty = True
                 return  # the claimed file stays and is claimed again (inserts are idempotent)

@@ -68,11 +68,12 @@ def headers_for(upstream: Upstream) -> dict[str, str]:
     return headers
 
 
-def body_for(upstream: Upstream, body: dict[str, Any], stream: bool) -> bytes:
-    """The request as this upstream wants it: its model id, usage in streams, its dialect."""
+def body_for(upstream: Upstream, body: dict[str, Any], stream: bool, native: bool = False) -> bytes:
+    """The request as this upstream wants it: its model id, usage in streams, its dialect.
+    A native Responses body carries its usage in `response.completed`: no stream_options."""
     out = dict(body)
     out["model"] = upstream.model
-    if stream:
+    if stream and not native:
         options = dict(out.get("stream_options") or {})
         options["include_usage"] = True
         out["stream_options"] = options
@@ -198,3 +199,4 @@ class Opened:
     upstream: Upstream
     response: aiohttp.ClientResponse
     first: bytes = b""  # streams: the first block, read under the first-byte timeout
+    native: bool = False  # a Responses request relayed as is (no translation)

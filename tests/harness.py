@@ -58,14 +58,15 @@ def serving_app(app: Any, port: int | None = None, **server: Any) -> Iterator[st
 
 @contextlib.contextmanager
 def serving(
-    config: Config, sinks: list[Any] | None = None, record: bool = False
+    config: Config, sinks: list[Any] | None = None, record: bool = False, own_port: bool = False
 ) -> Iterator[tuple[str, Any]]:
     """Serve `create_app(config)`; yield (its /v1 URL, the app).
 
-    The port is `config.server.port` when set (so the gateway can call itself), else a free one.
+    The port is a free one, or `config.server.port` with `own_port` (so the gateway can call
+    itself, as the eval scheduler does).
     `record=True` also runs the record store from `config.store` (give it a temporary URL)."""
     app = create_app(config, sinks=sinks, record=record)
-    with serving_app(app, config.server.port or None) as root:
+    with serving_app(app, config.server.port if own_port else None) as root:
         yield f"{root}/v1", app
 
 

@@ -32,6 +32,7 @@ async def create_response(request: Request) -> Response:
     protocol_responses.check(body)
     call = _call(request, "responses", "/chat/completions", responses.chat_request(body))
     call.translator = ResponsesTranslator(body, call.body, call.record)
+    call.native = responses.native_request(body, call.body)
     return await respond(gw, call, watch(request))
 
 

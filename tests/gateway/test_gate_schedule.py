@@ -49,7 +49,7 @@ def test_gate_switches_to_the_cheapest_upstream_within_the_floor(tmp_path: Path)
     # dear one happens to pass: a 2-to-0 split, well inside the noise floor.
     with running_fake(tokens=6) as dear, running_fake(tokens=6, finish_reason="length") as cheap:
         cfg = gated_config(dear.base_url, cheap.base_url, tmp_path)
-        with serving(cfg) as (url, app):
+        with serving(cfg, own_port=True) as (url, app):
             gw = app.state.gateway
             before = {
                 httpx.post(

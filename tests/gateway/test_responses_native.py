@@ -1,0 +1,102 @@
+"""/v1/responses relayed as is to upstreams that implement it (`responses_api = true`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import orjson
+
+from gateway.fake_upstream import FakeHandle
+from gateway.record import Record
+from gateway.responses_tap import ResponsesStreamTap
+from tests.harness import config_from, running_gateway, wait_for
+
+
+class Records:
+    def __init__(self) -> None:
+        self.items: list[Record] = []
+
+    def submit(self, record: Record) -> None:
+        self.items.append(record)
+
+
+def native_config(url: str, native: bool = True) -> Any:
+    return config_from(
+        {
+            "server": {"health_interval_s": 0},
+            "upstreams": [
+                {
+                    "name": "v",
+                    "kind": "vllm",
+                    "base_url": url,
+                    "model": "fake-model",
+                    "profile": "smollm2",
+                    "responses_api": native,
+                }
+            ],
+            "models": {"smol": {"profile": "smollm2", "upstreams": ["v"]}},
+        }
+    )
+
+
+def test_native_upstream_gets_the_request_as_is_with_the_profile(fake: FakeHandle) -> None:
+    fake.set_default(tokens=5)
+    sink = Records()
+    with running_gateway(native_config(fake.base_url), sinks=[sink]) as url:
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        reply = client.responses.create(model="smol", input="hello", max_output_tokens=3)
+        wait_for(lambda: len(sink.items) == 1)
+    [request] = fake.requests()
+    assert request["path"] == "/v1/responses"
+    assert request["body"]["input"] == "hello" and request["body"]["model"] == "fake-model"
+    assert request["body"]["temperature"] == 0.2  # the profile, sent explicitly
+    assert "stream_options" not in request["body"]
+    assert reply.status == "incomplete" and reply.output_text.split() == ["tok0", "tok1", "tok2"]
+    record = sink.items[0]
+    assert record.door == "responses" and record.truncated and record.finish_reason == "length"
+    assert record.completion_tokens == reply.usage.output_tokens
+    assert record.prompt_tokens == reply.usage.input_tokens
+
+
+def test_other_upstreams_still_get_the_chat_translation(fake: FakeHandle) -> None:
+    with running_gateway(native_config(fake.base_url, native=False)) as url:
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        client.responses.create(model="smol", input="hello")
+    assert fake.requests()[0]["path"] == "/v1/chat/completions"
+
+
+def test_stream_tap_counts_usage_and_passes_bytes_unchanged() -> None:
+    events = [
+        {"type": "response.created", "response": {"status": "in_progress"}},
+        {"type": "response.reasoning_text.delta", "delta": "hm"},
+        {"type": "response.output_text.delta", "delta": "Hi"},
+        {"type": "response.output_text.delta", "delta": " there"},
+        {
+            "type": "response.completed",
+            "response": {
+                "object": "response",
+                "status": "completed",
+                "output": [],
+                "usage": {
+                    "input_tokens": 7,
+                    "input_tokens_details": {"cached_tokens": 3},
+                    "output_tokens": 4,
+                    "output_tokens_details": {"reasoning_tokens": 1},
+                },
+            },
+        },
+    ]
+    raw = b"".join(
+        b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events
+    )
+    record = Record("r", "responses", "smol", True)
+    tap = ResponsesStreamTap(record)
+    out = b"".join(tap.feed(raw[i : i + 17]) for i in range(0, len(raw), 17)) + tap.finish()
+    assert out == raw
+    assert (record.prompt_tokens, record.cached_tokens) == (7, 3)
+    assert (record.completion_tokens, record.reasoning_tokens) == (4, 1)
+    assert record.finish_reason == "stop" and not record.usage_estimated
+    assert (
+        record.ttft_s is not None and record.ttfa_s is not None and record.ttfa_s >= record.ttft_s
+    )
