@@ -5,8 +5,10 @@ trail) is checked through a list sink."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -279,7 +281,10 @@ def test_postgres_stopped_no_request_fails_records_replayed(
     fake: FakeHandle, tmp_path: Path
 ) -> None:
     """The store's PostgreSQL stops while requests flow, then comes back: no request fails and
-    every request ends up a row (spooled while it was down, replayed after)."""
+    every request ends up a row (spooled while it was down, replayed after).
+
+    The outage lasts 40 requests; `PLUMBLINE_STORE_OUTAGE_S=60` holds it for a minute (the
+    issue's figure, too long for CI), requests flowing throughout."""
     from tests.gateway import pg
 
     if pg.bin_dir() is None:
@@ -295,14 +300,18 @@ def test_postgres_stopped_no_request_fails_records_replayed(
                 n += 1
             assert queue.flush()
             db.stop("fast")  # the store goes away mid-traffic (a clean stop, not a crash)
-            for i in range(40):
+            outage = float(os.environ.get("PLUMBLINE_STORE_OUTAGE_S", "0"))
+            until = time.monotonic() + outage
+            i = 0
+            while i < 40 or time.monotonic() < until:
                 assert chat(root, stream=bool(i % 2)).status_code == 200
                 n += 1
+                i += 1
             assert queue.flush()
             assert queue.stats.spooled >= 40
             db.start()
             wait_for(lambda: store.count() == n, timeout=60)
         queue.close()
-        assert store.count() == n == 50
+        assert store.count() == n >= 50
         assert queue.stats.dropped == 0
         store.close()

