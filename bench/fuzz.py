@@ -444,17 +444,6 @@ def run_schema(root: str, cases: int, counts: Counts, seed: int = 0) -> None:
 # ---- running it -------------------------------------------------------------------------------
 
 
-def _guarded(app: Any, config: Any) -> Any:
-    """The access guard (open: no keys) in front, unless the app factory wires it already."""
-    from gateway.access import Access, AccessGuard
-
-    if not any(m.cls is AccessGuard for m in app.user_middleware):
-        app.add_middleware(
-            AccessGuard, access=Access(config.access), max_body_bytes=config.server.max_body_bytes
-        )
-    return app
-
-
 @contextlib.contextmanager
 def fuzz_target(max_body_bytes: int = 8 * MB) -> Iterator[tuple[str, int]]:
     """The fake upstream and a gateway with one model, both on loopback; yields (root, port)."""
@@ -481,7 +470,7 @@ def fuzz_target(max_body_bytes: int = 8 * MB) -> Iterator[tuple[str, int]]:
             }
         )
         port = free_port()
-        app = _guarded(create_app(config, record=False), config)
+        app = create_app(config, record=False)  # the factory wires the access guard
         server = uvicorn.Server(
             uvicorn.Config(
                 app,
