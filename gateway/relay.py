@@ -215,8 +215,9 @@ async def _stream(
         gw.pool.failed(opened.upstream.name)
         partial = e.partial if isinstance(e, MalformedStream) else b""
         yield partial + tap.abort() + sse_error_event(AllUpstreamsFailed(message))
-    except asyncio.CancelledError:
-        # The client went away.
+    except (asyncio.CancelledError, GeneratorExit):
+        # The client went away (cancelled while waiting for the upstream, or closed by the
+        # edge while the block was being sent).
         record.status = 499
         record.error_class = "ClientDisconnected"
         tap.abort()

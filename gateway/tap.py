@@ -25,6 +25,19 @@ from gateway.watchdog import Capture
 DONE = b"[DONE]"
 
 
+# Substrings that send a block through the event path (see `StreamTap._plain`).
+_EVENT_PATH_MARKERS = (
+    b'"error"',
+    b'"reasoning',
+    b'"tool_calls"',
+    b'"function_call"',
+    b'"provider"',
+    b'"role"',
+    b'"refusal"',
+    b'"audio"',
+)
+
+
 class MalformedStream(Exception):
     """The upstream sent an event that is not valid JSON. `partial` holds the output of the
     events before it in the same block, which the client must still get."""
@@ -78,6 +91,8 @@ class StreamTap:
         self.capture = capture
         self.client_wants_usage = client_wants_usage
         self.chat = chat
+        self._token_key = b'"content":"' if chat else b'"text":"'
+        self._empty_token = self._token_key + b'"'
         self._split = split_think
         self._opened = opened_in_prompt
         self._splitters: dict[int, ThinkSplitter] = {}
@@ -88,6 +103,9 @@ class StreamTap:
         self._reasoning_events = 0
         self._token_events = 0
         self.done = False
+        # The plain-block path (see `_plain`); off in tests that compare it with the event path.
+        self.fast = capture is None and not split_think
+        self._relayed = b""
 
     # -- bytes in, bytes out -------------------------------------------------------------
     def feed(self, block: bytes) -> bytes:
@@ -99,8 +117,10 @@ class StreamTap:
             self._buffer = data
             return b""
         self._buffer = data[cut + 2 :]
-        out: list[bytes] = []
         now = time.perf_counter()
+        if self.fast and self._plain(data, cut, now):
+            return self._relayed
+        out: list[bytes] = []
         try:
             for event in data[:cut].split(b"\n\n"):
                 rendered = self._event(event, now)
@@ -133,6 +153,55 @@ class StreamTap:
         out = self._flush_splitters()
         self._close_clocks()
         return out
+
+    # -- a block of plain token events, without parsing -------------------------------------
+    def _plain(self, data: bytes, cut: int, now: float) -> bool:
+        """Account for a block of ordinary token events without parsing them; False when the
+        block needs the event path.
+
+        After the first answer token, nearly every event is `data: {…}` carrying one non-empty
+        `content` (or `text`) delta and nothing the tap acts on. Such a block is recognised with
+        a few C-speed substring counts and relayed as is (minus `"usage":null` when the client
+        did not ask for usage); its effect on the record is exactly what the event path would
+        have had: one chunk and one token event per event, the block's arrival as their clock.
+        Anything else in the block — a finish reason, usage, an error, reasoning, tool calls, a
+        provider, `<think>`, an empty delta, comments, other SSE fields, an event that does not
+        end its JSON object — sends the whole block through the event path."""
+        record = self.record
+        if self._splitters or record.ttfa_s is None:
+            return False
+        body = data[: cut + 2]
+        n = body.count(b"\n\n")
+        if (
+            body.count(b"\n") != 2 * n
+            or body.count(b"data: {") != n
+            or body.count(b"}\n\n") != n
+            or body.count(self._token_key) - body.count(self._empty_token) != n
+            or body.count(b'"finish_reason"') != body.count(b'"finish_reason":null')
+            or b"think>" in body
+            or b"\\u003c" in body  # an escaped "<": perhaps <think>
+        ):
+            return False
+        for marker in _EVENT_PATH_MARKERS:
+            if marker in body:
+                return False
+        usage = body.count(b'"usage"')
+        if usage:
+            if usage != body.count(b'"usage":null'):
+                return False
+            if not self.client_wants_usage:
+                body = body.replace(b',"usage":null', b"").replace(b'"usage":null,', b"")
+                if b'"usage"' in body:
+                    return False
+        record.chunks += n
+        self._token_events += n
+        if self._last_token_at is not None:
+            self._gaps.append(now - self._last_token_at)
+            if n > 1:
+                self._gaps.extend([0.0] * (n - 1))
+        self._last_token_at = now
+        self._relayed = body
+        return True
 
     # -- one event -----------------------------------------------------------------------
     def _event(self, event: bytes, now: float) -> bytes:

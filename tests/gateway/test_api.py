@@ -329,3 +329,32 @@ def test_client_gone_cancels_a_non_streamed_upstream_call(fake: FakeHandle) -> N
     assert record.status == 499 and record.error_class == "ClientDisconnected"
     assert [a.outcome for a in record.attempts] == ["cancelled"]
     assert health["upstreams"]["a"]["inflight"] == 0
+
+
+def test_client_gone_mid_stream_is_recorded_and_frees_the_slot(fake: FakeHandle) -> None:
+    """A client that walks away from a slow stream: the relay stops, the upstream request is
+    closed, the record says 499 with the tokens relayed so far, the slot is free."""
+    from gateway.record import Record
+    from tests.harness import wait_for
+
+    class Sink:
+        def __init__(self) -> None:
+            self.records: list[Record] = []
+
+        def submit(self, record: Record) -> None:
+            self.records.append(record)
+
+    sink = Sink()
+    fake.set_default(tokens=400, pace_tps=40)
+    body = {"model": "smol", "messages": MESSAGES, "stream": True}
+    with running_gateway(gateway_config(("a", fake.base_url)), sinks=[sink]) as url:
+        with httpx.stream("POST", f"{url}/chat/completions", json=body) as r:
+            lines = r.iter_lines()
+            seen = [line for line, _ in zip(lines, range(8), strict=False) if line]
+        wait_for(lambda: len(sink.records) == 1, timeout=10)
+        health = httpx.get(f"{url.removesuffix('/v1')}/health").json()
+    [record] = sink.records
+    assert seen and all(line.startswith("data: {") for line in seen)
+    assert record.status == 499 and record.error_class == "ClientDisconnected"
+    assert 0 < record.chunks < 400
+    assert health["upstreams"]["a"]["inflight"] == 0

@@ -1,0 +1,142 @@
+"""The stream tap's plain-block path must leave exactly what the event path leaves.
+
+Streams are generated (content with quotes, backslashes, `<think>`, unicode; logprobs; tool
+calls; errors; `"usage": null` on every chunk or not; usage at the end or not), cut into blocks
+at random byte offsets and fed to two taps: one allowed the plain-block path, one not. The bytes
+relayed and every field of the record must be identical; a fake clock makes the timings equal.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway import tap as tap_module
+from gateway.record import Record
+from gateway.tap import MalformedStream, StreamTap
+
+PIECES = [*'ab "\\\n<>/{}:,é漢', "think>", "<think>", "</think>", '"error"', "\\u003c"]
+TEXT = st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map("".join)
+PLAIN_TEXT = st.lists(st.sampled_from(PIECES[:15]), min_size=1, max_size=8).map("".join)
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> tuple[list[bytes], bool]:
+    chat = draw(st.booleans())
+    usage_null = draw(st.booleans())
+    head: dict[str, Any] = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+    }
+    events: list[dict[str, Any]] = []
+
+    def chunk(piece: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+        if chat:
+            choice["delta"] = piece
+        else:
+            choice["text"] = piece.get("content", "")
+        if draw(st.booleans()):
+            choice["logprobs"] = {"content": [{"token": "t", "logprob": -0.5, "bytes": [116]}]}
+        else:
+            choice["logprobs"] = None
+        event = {**head, "choices": [choice]}
+        if usage_null:
+            event["usage"] = None
+        return event
+
+    events.append(chunk({"role": "assistant", "content": ""}))
+    plain_only = draw(st.booleans())  # mostly streams the plain-block path can take
+    for _ in range(draw(st.integers(1, 40))):
+        kinds = ["content"] if plain_only else ["content"] * 8 + ["reasoning", "tool", "empty"]
+        kind = draw(st.sampled_from(kinds))
+        if kind == "content":
+            events.append(chunk({"content": draw(PLAIN_TEXT if plain_only else TEXT)}))
+        elif kind == "reasoning":
+            events.append(chunk({"reasoning_content": draw(TEXT)}))
+        elif kind == "tool":
+            call = {"index": 0, "function": {"arguments": draw(TEXT)}}
+            events.append(chunk({"tool_calls": [call]}))
+        else:
+            events.append(chunk({"content": ""}))
+    events.append(chunk({}, draw(st.sampled_from(["stop", "length"]))))
+    if draw(st.booleans()):
+        events.append(
+            {**head, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}}
+        )
+    raw = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    if draw(st.booleans()):
+        raw += b": keep-alive\n\n"
+    raw += b"data: [DONE]\n\n"
+    if draw(st.integers(0, 9)) == 0:  # an event that breaks off
+        at = draw(st.integers(10, len(raw) - 20))
+        raw = raw[:at] + b"\n\n" + raw[at:]
+    cuts = sorted(draw(st.sets(st.integers(1, len(raw) - 1), max_size=12)))
+    blocks = [raw[a:b] for a, b in itertools.pairwise([0, *cuts, len(raw)])]
+    return blocks, chat
+
+
+def _run(blocks: list[bytes], chat: bool, wants_usage: bool, fast: bool) -> tuple[Any, ...]:
+    clock = itertools.count()
+    real = tap_module.time
+    tap_module.time = SimpleNamespace(perf_counter=lambda: float(next(clock)))  # type: ignore[assignment]
+    try:
+        record = Record(request_id="r", door="chat", model="m", stream=True)
+        record.t0 = 0.0
+        tap = StreamTap(record, client_wants_usage=wants_usage, split_think=False, chat=chat)
+        tap.fast = fast
+        out: list[bytes] = []
+        error = None
+        try:
+            for block in blocks:
+                out.append(tap.feed(block))
+            out.append(tap.finish())
+        except MalformedStream as e:
+            error = str(e)
+            out.append(e.partial + tap.abort())
+    finally:
+        tap_module.time = real
+    fields = asdict(record)
+    del fields["time"]  # the wall clock at creation
+    return b"".join(out), error, fields
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=streams(), wants_usage=st.booleans())
+def test_plain_block_path_equals_event_path(
+    stream: tuple[list[bytes], bool], wants_usage: bool
+) -> None:
+    blocks, chat = stream
+    assert _run(blocks, chat, wants_usage, fast=True) == _run(blocks, chat, wants_usage, False)
+
+
+def test_plain_blocks_are_taken_and_relayed_as_is() -> None:
+    head = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"%d"},"finish_reason":null}]'
+    role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    first = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    plain = b"".join(head % i + b',"usage":null}\n\n' for i in range(16))
+    record = Record(request_id="r", door="chat", model="m", stream=True)
+    tap = StreamTap(record, client_wants_usage=False, split_think=False)
+    taken = 0
+    original = tap._plain
+
+    def spy(data: bytes, cut: int, now: float) -> bool:
+        nonlocal taken
+        ok = original(data, cut, now)
+        taken += ok
+        return ok
+
+    tap._plain = spy  # type: ignore[method-assign]
+    tap.feed(role + first)
+    out = tap.feed(plain)
+    assert taken == 1
+    assert out == plain.replace(b',"usage":null', b"")
+    assert record.chunks == 18
