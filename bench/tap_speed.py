@@ -4,7 +4,7 @@
     python bench/tap_speed.py OTHER.py   # another copy of tap.py, for before/after comparisons
 
 Feeds a 256-token chat stream (role chunk, content chunks, finish chunk, usage chunk) through
-`StreamTap` one event per block and 16 events per block, with the client asking for usage and
+`StreamTap` one event per block, 16 and 64 events per block, with the client asking for usage and
 not, and prints microseconds per event (best of 5).
 """
 
@@ -84,7 +84,7 @@ def run(tap, blocks: list[bytes], wants_usage: bool) -> float:
 def main() -> None:
     tap = load_tap(sys.argv[1] if len(sys.argv) > 1 else None)
     evs = events()
-    for per_block in (1, 16):
+    for per_block in (1, 16, 64):
         blocks = [b"".join(evs[i : i + per_block]) for i in range(0, len(evs), per_block)]
         for wants in (True, False):
             best = min(min(run(tap, blocks, wants) for _ in range(20)) for _ in range(5))

@@ -39,6 +39,7 @@ from gateway.record import Record, RecordSink
 from gateway.report import window_economics
 from gateway.schedule import EvalScheduler
 from gateway.shadow import ShadowMirror
+from gateway.silence import Silence
 from gateway.store import RecordQueue, Store
 from gateway.upstream import new_session, probe
 from gateway.watchdog import TextSampler, Watchdog, annotate
@@ -88,6 +89,7 @@ class Gateway:
             if store is not None:
                 access.attach(store.engine)
         self._housekeeper: asyncio.Task[None] | None = None
+        self.silence = Silence(s.idle_timeout_s)
         self.dispatcher = Dispatcher(self)
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
         self.scheduler = EvalScheduler(self, f"http://{host}:{s.port}/v1")
@@ -97,6 +99,7 @@ class Gateway:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.session = new_session(self.config.server.connect_timeout_s)
+        self.silence.start()
         if self.config.server.health_interval_s > 0:
             self._prober = asyncio.create_task(self._probe_forever())
         self.scheduler.start()
@@ -106,6 +109,7 @@ class Gateway:
     async def stop(self) -> None:
         await self.scheduler.stop()
         await self.shadow.drain()
+        await self.silence.stop()
         for task in (self._prober, self._housekeeper):
             if task is not None:
                 task.cancel()

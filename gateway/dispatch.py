@@ -176,7 +176,8 @@ class Dispatcher:
         )
         first_byte_budget = server.ttft_timeout_s if call.stream else server.request_timeout_s
         # A non-streamed answer arrives whole at the end: its silence is the generation itself.
-        read_timeout = server.idle_timeout_s if call.stream else server.request_timeout_s
+        # A stream's silences are watched by `gw.silence` once it is relayed (no per-read timer).
+        read_timeout = None if call.stream else server.request_timeout_s
         resp: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(first_byte_budget):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -194,11 +195,13 @@ async def _stream(
             capture=capture,
         )
     record.status = 200
+    watched = gw.silence.watch(opened.response)
     try:
         out = tap.feed(opened.first)
         if out:
             yield out
         async for block in opened.response.content.iter_any():
+            watched.seen = perf_counter()
             out = tap.feed(block)
             if out:
                 yield out
@@ -223,6 +226,7 @@ async def _stream(
         tap.abort()
         raise
     finally:
+        gw.silence.forget(watched)
         if not tap.done and record.e2e_s is None:
             tap.abort()
         opened.response.release()

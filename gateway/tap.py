@@ -25,6 +25,10 @@ from gateway.watchdog import Capture
 DONE = b"[DONE]"
 
 
+# The checks cost about as much as parsing two or three events (a substring search is ~0.2 µs
+# here): smaller blocks go through the event path (bench/tap_speed.py).
+PLAIN_MIN_EVENTS = 4
+PLAIN_MIN_BYTES = 4 * 96
 # Substrings that send a block through the event path (see `StreamTap._plain`).
 _EVENT_PATH_MARKERS = (
     b'"error"',
@@ -118,7 +122,7 @@ class StreamTap:
             return b""
         self._buffer = data[cut + 2 :]
         now = time.perf_counter()
-        if self.fast and self._plain(data, cut, now):
+        if self.fast and cut >= PLAIN_MIN_BYTES and self._plain(data, cut, now):
             return self._relayed
         out: list[bytes] = []
         try:
@@ -173,7 +177,8 @@ class StreamTap:
         body = data[: cut + 2]
         n = body.count(b"\n\n")
         if (
-            body.count(b"\n") != 2 * n
+            n < PLAIN_MIN_EVENTS
+            or body.count(b"\n") != 2 * n
             or body.count(b"data: {") != n
             or body.count(b"}\n\n") != n
             or body.count(self._token_key) - body.count(self._empty_token) != n

@@ -137,7 +137,7 @@ async def post(
     upstream: Upstream,
     path: str,
     data: bytes,
-    read_timeout: float,
+    read_timeout: float | None,
 ) -> aiohttp.ClientResponse:
     """Send one request; return the open response when its status is a success."""
     url = upstream.base_url.rstrip("/") + path
@@ -149,7 +149,7 @@ async def post(
         # says nothing for this long is not retried; dispatch moves to the next candidate.
         raise AttemptError(
             "ttft_timeout",
-            f"{upstream.name} sent no first byte within {read_timeout:g}s",
+            f"{upstream.name} sent no first byte within {read_timeout or 0:g}s",
             retryable=False,
         ) from None
     except (aiohttp.ClientConnectionError, OSError) as e:
