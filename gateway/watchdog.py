@@ -381,6 +381,7 @@ class CheckState:
     tripped: bool = False
     trips: int = 0
     last_max_tokens: list[int | None] = field(default_factory=list)
+    rate: Any = None  # the (upstream, check) child of the rate gauge
 
 
 class Watchdog:
@@ -439,6 +440,7 @@ class Watchdog:
             annotate(record, self.config)  # idempotent; the app also calls it before the sinks
             for check, flag in observations(record, self.config).items():
                 self._observe(record, check, flag)
+            self._demotion(record.upstream or "")
         except Exception:
             log.exception("watchdog failed on record %s", record.request_id)
 
@@ -448,6 +450,7 @@ class Watchdog:
         state = self.states.get(key)
         if state is None:
             state = self.states[key] = CheckState(Window(self.cfg.window))
+            state.rate = self.rate_gauge.labels(upstream, check)
         state.window.add(flag)
         if flag:
             self.flagged.labels(upstream, check).inc()
@@ -455,7 +458,7 @@ class Watchdog:
                 state.last_max_tokens = [*state.last_max_tokens[-9:], record.max_tokens]
         th = self.cfg.threshold(check)
         w = state.window
-        self.rate_gauge.labels(upstream, check).set(w.rate)
+        state.rate.set(w.rate)
         if not state.tripped and w.n >= th.min_samples and w.rate >= th.rate:
             state.tripped = True
             state.trips += 1
@@ -468,7 +471,6 @@ class Watchdog:
             state.tripped = False
             self.tripped_gauge.labels(upstream, check).set(0)
             log.info("watchdog: %s recovered on %s", check, upstream)
-        self._demotion(upstream)
 
     def tripped(self, upstream: str) -> list[str]:
         live = [c for (u, c), s in self.states.items() if u == upstream and s.tripped]
