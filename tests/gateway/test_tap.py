@@ -1,8 +1,8 @@
-"""The stream tap's plain-block path must leave exactly what the event path leaves.
+"""Shaped events (bytes compared, not parsed) must leave exactly what the event path leaves.
 
 Streams are generated (content with quotes, backslashes, `<think>`, unicode; logprobs; tool
 calls; errors; `"usage": null` on every chunk or not; usage at the end or not), cut into blocks
-at random byte offsets and fed to two taps: one allowed the plain-block path, one not. The bytes
+at random byte offsets and fed to two taps: one allowed shaped events, one not. The bytes
 relayed and every field of the record must be identical; a fake clock makes the timings equal.
 """
 
@@ -118,25 +118,26 @@ def test_plain_block_path_equals_event_path(
     assert _run(blocks, chat, wants_usage, fast=True) == _run(blocks, chat, wants_usage, False)
 
 
-def test_plain_blocks_are_taken_and_relayed_as_is() -> None:
+def test_shaped_events_are_taken_and_relayed() -> None:
+    """After the first content event, plain events take the shaped path; `"usage": null`
+    (which the gateway asked for) is still removed for a client that did not ask."""
     head = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"%d"},"finish_reason":null}]'
     role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
-    first = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
-    plain = b"".join(head % i + b',"usage":null}\n\n' for i in range(16))
+    events = [head % i + b',"usage":null}\n\n' for i in range(16)]
     record = Record(request_id="r", door="chat", model="m", stream=True)
     tap = StreamTap(record, client_wants_usage=False, split_think=False)
-    taken = 0
-    original = tap._plain
+    shaped = 0
+    original = tap._shaped
 
-    def spy(data: bytes, cut: int, now: float) -> bool:
-        nonlocal taken
-        ok = original(data, cut, now)
-        taken += ok
-        return ok
+    def spy(event: bytes, now: float) -> bytes | None:
+        nonlocal shaped
+        out = original(event, now)
+        shaped += out is not None
+        return out
 
-    tap._plain = spy  # type: ignore[method-assign]
-    tap.feed(role + first)
-    out = tap.feed(plain)
-    assert taken == 1
-    assert out == plain.replace(b',"usage":null', b"")
-    assert record.chunks == 18
+    tap._shaped = spy  # type: ignore[method-assign]
+    out = tap.feed(role) + tap.feed(b"".join(events[:3])) + tap.feed(b"".join(events[3:]))
+    assert shaped == 15
+    assert out.count(b"data: ") == 17 and b"usage" not in out
+    assert out.endswith(b"".join(events[3:]).replace(b',"usage":null', b""))
+    assert record.chunks == 17
