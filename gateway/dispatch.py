@@ -120,21 +120,26 @@ class Dispatcher:
     async def open(self, call: Call) -> Opened:
         gw = self.gw
         route = gw.config.models[call.model]
-        # Eval traffic neither follows nor plants prefixes: it must not evict production ones.
-        affinity = route.policy == "prefix_affinity" and call.record.lane == "prod"
-        keys = gw.prefix.keys_for(call.body) if affinity else []
-        features = Features(
-            session=call.session,
-            prefix_owner=gw.prefix.owner(keys) if keys else None,
-            rand=self._rand.random(),
-        )
-        names = candidates(
-            route,
-            gw.pool.views(route.names),
-            features,
-            time.monotonic(),
-            gw.config.server.overload_margin,
-        )
+        everyone = route.names
+        keys: list[bytes] = []
+        if len(everyone) == 1:
+            names = list(everyone)  # what `candidates` returns for one upstream, in any state
+        else:
+            # Eval traffic neither follows nor plants prefixes: it must not evict production's.
+            affinity = route.policy == "prefix_affinity" and call.record.lane == "prod"
+            keys = gw.prefix.keys_for(call.body) if affinity else []
+            features = Features(
+                session=call.session,
+                prefix_owner=gw.prefix.owner(keys) if keys else None,
+                rand=self._rand.random(),
+            )
+            names = candidates(
+                route,
+                gw.pool.views(everyone),
+                features,
+                time.monotonic(),
+                gw.config.server.overload_margin,
+            )
         if call.pin is not None:
             names = [call.pin]  # an eval of one upstream must measure that upstream
         elif route.policy == "cheapest_within_floor":

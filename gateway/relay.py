@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from gateway.shadow import Pending
 
 
+WATCH_AFTER_S = 0.05
+
+
 def _think_mode(gw: Gateway, call: Call, opened: Opened) -> tuple[bool, bool]:
     """(split every content token, the template opened <think> in the prompt)."""
     if not call.chat or opened.upstream.reasoning != "gateway":
@@ -59,13 +62,15 @@ async def respond(
     """Answer the client; errors before the first byte are raised.
 
     A non-streamed request is abandoned when `disconnected()` returns first (the client went
-    away): the upstream request is closed so the engine stops generating for nobody. One
-    watcher task per request cancels this one; no extra task wraps the work itself."""
+    away): the upstream request is closed so the engine stops generating for nobody. A watcher
+    task cancels this one; it is started only once the answer has taken `WATCH_AFTER_S`, so the
+    many quick answers never pay for a task (a client gone sooner is noticed then)."""
     if call.stream or disconnected is None:
         return await _respond(gw, call)
     me = asyncio.current_task()
     assert me is not None
     gone = False
+    watcher: asyncio.Task[None] | None = None
 
     async def watch() -> None:
         nonlocal gone
@@ -73,7 +78,12 @@ async def respond(
         gone = True
         me.cancel()
 
-    watcher = asyncio.get_running_loop().create_task(watch())
+    def start() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(watch())
+
+    loop = asyncio.get_running_loop()
+    later = loop.call_later(WATCH_AFTER_S, start)
     try:
         return await _respond(gw, call)
     except asyncio.CancelledError:
@@ -81,7 +91,9 @@ async def respond(
             raise
         me.uncancel()
     finally:
-        watcher.cancel()
+        later.cancel()
+        if watcher is not None:
+            watcher.cancel()
     record = call.record
     if record.status == 0:
         record.status = 499

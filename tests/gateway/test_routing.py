@@ -140,3 +140,22 @@ def test_demotion_only_reorders(flags: list[bool]) -> None:
     assert sorted(got) == sorted(names)
     first_demoted = next((i for i, n in enumerate(got) if state[n].demoted), len(got))
     assert all(state[n].demoted for n in got[first_demoted:])
+
+
+@given(
+    healthy=st.booleans(),
+    cooling=st.floats(0, 200),
+    inflight=st.integers(0, 20),
+    demoted=st.booleans(),
+    session=st.one_of(st.none(), st.text(max_size=5)),
+    policy=st.sampled_from(["least_outstanding", "prefix_affinity", "weighted"]),
+)
+def test_one_upstream_is_always_the_one_candidate(
+    healthy: bool, cooling: float, inflight: int, demoted: bool, session: str | None, policy: str
+) -> None:
+    """Dispatch skips routing for a route with one upstream; this is why that is exact."""
+    view = UpstreamView(
+        "only", inflight, healthy, cooling_until=cooling, max_inflight=8, demoted=demoted
+    )
+    one = RouteConfig(upstreams=["only"], policy=policy)
+    assert candidates(one, {"only": view}, Features(session=session), now=100.0) == ["only"]
