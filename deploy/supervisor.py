@@ -22,6 +22,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -85,10 +86,12 @@ def start(
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Run `argv` as the leader of a new session, appending stdout and stderr to `log_path`."""
+    """Run `argv` as the leader of a new session, appending stdout and stderr to `log_path`.
+    It is tethered (`deploy/tether.py`): if this process is killed outright, it gets SIGTERM."""
+    tethered = [sys.executable, "-m", "deploy.tether", str(os.getpid()), "--", *argv]
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            argv,
+            tethered,
             env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -193,3 +193,42 @@ async def test_cancelling_an_async_start_stops_the_engines(tmp_path: Path, port:
         await asyncio.wait_for(task, 60)  # a hang guard: without the cancel it waits an hour
     assert process.poll() is not None
     assert supervisor.replicas == []
+
+
+def test_an_engine_dies_with_a_gateway_killed_outright(tmp_path: Path) -> None:
+    """SIGKILL gives the gateway no chance to stop its engines: the tether makes the kernel
+    send them SIGTERM instead, so nothing is left holding the GPU and the port."""
+    import psutil  # type: ignore[import-untyped]
+
+    parent_code = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from pathlib import Path
+        from deploy.supervisor import spawn
+        child = spawn([sys.executable, "-c", "import time; time.sleep(300)"], os.environ,
+                      Path({str(tmp_path / "engine.log")!r}))
+        print(child.pid, flush=True)
+        time.sleep(300)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE)
+    assert parent.stdout is not None
+    engine = psutil.Process(int(parent.stdout.readline()))
+
+    def alive() -> bool:
+        try:
+            return engine.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    assert alive()
+    parent.kill()
+    parent.wait()
+    try:
+        engine.wait(timeout=10)
+    except psutil.TimeoutExpired:
+        pass
+    finally:
+        if alive():
+            engine.kill()
+            raise AssertionError("the engine outlived its killed parent")
