@@ -42,6 +42,7 @@ from perf_procs import (  # noqa: E402
     Proc,
     cpu_seconds,
     fake_upstream,
+    floor,
     litellm,
     peak_rss_mb,
     plumbline,
@@ -62,7 +63,15 @@ SCENARIOS = {
         Scenario("seed", 2048, True, 64, pace_tps=10.0, once=True, timeout_s=60.0),
     )
 }
-TARGETS = ("direct", "plumbline", "litellm", "vllm-router", "plumbline-w2", "plumbline-norecord")
+TARGETS = (
+    "direct",
+    "plumbline",
+    "litellm",
+    "vllm-router",
+    "plumbline-w2",
+    "plumbline-norecord",
+    "floor",
+)
 COLUMNS = (
     "timestamp",
     "load_avg_1m",
@@ -179,6 +188,8 @@ def starter(target: str, fake: Proc, scratch: Path, venvs: Path) -> Callable[[],
     if target.startswith("plumbline"):
         workers = int(target.partition("-w")[2] or 1)
         return lambda: plumbline(fake, scratch, workers)
+    if target == "floor":
+        return lambda: floor(fake, scratch)
     if target == "litellm":
         return lambda: litellm(fake, scratch, venvs / "litellm")
     if target == "vllm-router":

@@ -276,3 +276,17 @@ def vllm_router(fake: Proc, scratch: Path, venv: Path) -> Proc:
         "round_robin",
     ]
     return launch("vllm-router", argv, f"http://127.0.0.1:{port}/v1", scratch, timeout=120)
+
+
+def floor(fake: Proc, scratch: Path) -> Proc:
+    """bench/floor_proxy.py: uvicorn + aiohttp relaying to the fake with nothing of ours."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        str(ROOT / "bench" / "floor_proxy.py"),
+        "--upstream",
+        fake.base_url.removesuffix("/v1"),
+        "--port",
+        str(port),
+    ]
+    return launch("floor", argv, f"http://127.0.0.1:{port}/v1", scratch)

@@ -1,0 +1,80 @@
+"""The floor of our stack: the least a uvicorn + aiohttp proxy can do per request and per chunk.
+
+A bare ASGI app that forwards POST bodies to one upstream with a pooled aiohttp session and
+relays the answer block by block: no validation, routing, taps, records or metrics. What our
+gateway costs above this is ours; what this costs is the stack's.
+
+    python bench/floor_proxy.py --upstream http://127.0.0.1:PORT --port PORT
+
+Used by `bench/gateway_perf.py --target floor`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import aiohttp
+import uvicorn
+
+
+class Floor:
+    def __init__(self, upstream: str):
+        self.upstream = upstream.rstrip("/")
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    connector = aiohttp.TCPConnector(limit=0)
+                    self.session = aiohttp.ClientSession(connector=connector)
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    assert self.session is not None
+                    await self.session.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        assert self.session is not None
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        url = self.upstream + scope["path"]
+        headers = {"content-type": "application/json"}
+        method = scope["method"]
+        async with self.session.request(method, url, data=body or None, headers=headers) as resp:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": resp.status,
+                    "headers": [(b"content-type", resp.content_type.encode())],
+                }
+            )
+            async for block in resp.content.iter_any():
+                await send({"type": "http.response.body", "body": block, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    args = ap.parse_args()
+    uvicorn.run(
+        Floor(args.upstream),
+        host="127.0.0.1",
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
+
+
+if __name__ == "__main__":
+    main()
