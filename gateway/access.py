@@ -31,6 +31,7 @@ import contextlib
 import contextvars
 import hashlib
 import hmac
+import itertools
 import json
 import logging
 import math
@@ -524,7 +525,8 @@ class AccessGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        size = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
+        raw = scope["headers"]
+        size = 4 * len(raw) + sum(map(len, itertools.chain.from_iterable(raw)))
         if size > self.max_header_bytes:
             await _error(
                 send,

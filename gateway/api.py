@@ -48,8 +48,21 @@ def _request_body(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {JSON: {"schema": inline(schema)}}}}
 
 
+def headers_of(request: Request) -> dict[str, str]:
+    """The request's headers as a plain dict, built once per request and kept in its scope
+    (Starlette's `Headers.get` scans the header list on every lookup). ASGI servers give the
+    names in lower case; of a repeated header the last wins."""
+    scope = request.scope
+    heads = scope.get("plumbline.headers")
+    if heads is None:
+        heads = scope["plumbline.headers"] = {
+            k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+        }
+    return heads
+
+
 async def read_json(request: Request, limit: int) -> Any:
-    length = request.headers.get("content-length")
+    length = headers_of(request).get("content-length")
     if length is not None:
         try:
             declared = int(length)
@@ -116,6 +129,7 @@ def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
             f"The model {model!r} does not exist on this gateway; GET /v1/models lists them.",
             param="model",
         )
+    heads = headers_of(request)
     chat = path == "/chat/completions"
     if path != "/embeddings":
         apply_profile(body, gw.config.profile_for(model), chat=chat)
@@ -127,7 +141,7 @@ def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
         door=door,
         model=model,
         stream=stream,
-        lane="eval" if request.headers.get("x-plumbline-lane") == "eval" else "prod",
+        lane="eval" if heads.get("x-plumbline-lane") == "eval" else "prod",
         max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
         params_hash=params_hash(body),
     )
@@ -139,8 +153,8 @@ def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
         stream=stream,
         record=record,
         client_wants_usage=bool(options.get("include_usage")),
-        session=request.headers.get(gw.config.server.session_header),
-        pin=pinned_upstream(request.headers, record.lane, gw.config.models[model].upstreams),
+        session=heads.get(gw.config.server.session_header.lower()),
+        pin=pinned_upstream(heads, record.lane, gw.config.models[model].upstreams),
     )
 
 

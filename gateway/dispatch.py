@@ -32,7 +32,7 @@ from gateway.errors import (
 from gateway.gate import gated_order
 from gateway.record import Attempt, Record
 from gateway.routing import Features, candidates
-from gateway.upstream import AttemptError, Opened, body_for, post
+from gateway.upstream import AttemptError, Opened, body_for, headers_for, post
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -85,6 +85,7 @@ class Dispatcher:
     def __init__(self, gw: Gateway):
         self.gw = gw
         self._rand = random.Random()
+        self._prepared: dict[str, tuple[Upstream, dict[str, str]]] = {}
 
     def _delay(self, error: BaseException | None, failed_attempts: int) -> float:
         """Seconds before the next attempt: Retry-After when the upstream said so (capped),
@@ -93,6 +94,14 @@ class Dispatcher:
             return min(error.retry_after, MAX_RETRY_AFTER_S)
         base = self.gw.config.server.retry_backoff_s
         return min(base * 2 ** (failed_attempts - 1), base * 16) + self._rand.uniform(0, base)
+
+    def _headers(self, upstream: Upstream) -> dict[str, str]:
+        """The upstream's request headers (its key read from the environment), prepared once
+        per upstream object; a reloaded config brings new objects and so new headers."""
+        cached = self._prepared.get(upstream.name)
+        if cached is None or cached[0] is not upstream:
+            cached = self._prepared[upstream.name] = (upstream, headers_for(upstream))
+        return cached[1]
 
     async def _with_retries(self, call: Call, upstream: Upstream) -> Opened:
         """Attempts on one upstream. The first runs bare (most succeed, and tenacity's machinery
@@ -180,13 +189,12 @@ class Dispatcher:
             native=native,
         )
         first_byte_budget = server.ttft_timeout_s if call.stream else server.request_timeout_s
-        # A non-streamed answer arrives whole at the end: its silence is the generation itself.
-        # A stream's silences are watched by `gw.silence` once it is relayed (no per-read timer).
-        read_timeout = None if call.stream else server.request_timeout_s
+        # No socket read timer: a non-streamed answer is bounded by `first_byte_budget` (the
+        # whole request timeout) below, a stream's silences by `gw.silence` once it is relayed.
         resp: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(first_byte_budget):
-                resp = await post(gw.session, upstream, path, data, read_timeout)
+                resp = await post(gw.session, upstream, path, data, None, self._headers(upstream))
                 first = b""
                 if call.stream:
                     first = await _first_block(resp)

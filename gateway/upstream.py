@@ -8,6 +8,7 @@ turns HTTP failures into `AttemptError`s that carry just enough to decide retry 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,12 +139,24 @@ async def post(
     path: str,
     data: bytes,
     read_timeout: float | None,
+    headers: Mapping[str, str] | None = None,
 ) -> aiohttp.ClientResponse:
-    """Send one request; return the open response when its status is a success."""
+    """Send one request; return the open response when its status is a success.
+
+    `read_timeout` None: no socket read timer (the caller bounds the time itself); aiohttp
+    re-arms that timer on every read, which is not free. `headers` default to
+    `headers_for(upstream)`; callers on the hot path pass them prepared once."""
     url = upstream.base_url.rstrip("/") + path
-    timeout = aiohttp.ClientTimeout(total=None, sock_read=read_timeout)
+    extra: dict[str, Any] = {}
+    if read_timeout is not None:
+        extra["timeout"] = aiohttp.ClientTimeout(total=None, sock_read=read_timeout)
     try:
-        resp = await session.post(url, data=data, headers=headers_for(upstream), timeout=timeout)
+        resp = await session.post(
+            url,
+            data=data,
+            headers=headers if headers is not None else headers_for(upstream),
+            **extra,
+        )
     except TimeoutError:
         # aiohttp's read timeout is also a ClientConnectionError: catch it first. A server that
         # says nothing for this long is not retried; dispatch moves to the next candidate.
