@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -200,6 +201,10 @@ def create_app(
         gateway = Gateway(config, sinks, store, access)
         await gateway.start()
         app.state.gateway = gateway
+        # Everything built so far lives as long as the process: keep it out of the cyclic
+        # collector's scans, which otherwise walk the whole heap (config, pydantic, SQLAlchemy,
+        # prometheus) on every full collection.
+        gc.freeze()
         try:
             yield
         finally:
