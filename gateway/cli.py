@@ -110,7 +110,7 @@ def _serve(config: Config, host: str | None, port: int | None, path: Path | None
     from gateway.app import create_app
 
     uvicorn.run(
-        create_app(config, config_path=path),
+        create_app(config, config_path=path, tune_gc=True),
         host=host or config.server.host,
         port=port or config.server.port,
         loop="uvloop",
