@@ -69,7 +69,9 @@ class Gateway:
             s.prefix_index_size, block=256, max_blocks=max(1, s.prefix_chars // 256)
         )
         self.metrics = Metrics(config, multiproc_dir=_path(prometheus_multiproc_dir()))
-        self.pool = Pool(config, on_inflight=self.metrics.inflight)
+        self.pool = Pool(config)
+        if not self.metrics.read_inflight(self.pool.states):
+            self.pool = Pool(config, on_inflight=self.metrics.inflight)
         self.store = store
         self.queue = RecordQueue.from_config(config, store) if store is not None else None
         self.watchdog = Watchdog(

@@ -325,3 +325,19 @@ def test_several_workers_are_summed_in_multiprocess_mode(tmp_path: Path) -> None
     assert found[("gateway_requests_total", key)] == 5
     e2e = frozenset({"model": "qwen", "upstream": "local"}.items())
     assert found[("gateway_e2e_seconds_count", e2e)] == 5
+
+
+def test_inflight_is_read_from_the_pool_when_scraped() -> None:
+    """One process: the gauge reads the pool's counts at scrape time; requests never touch it."""
+    from gateway.pool import Pool
+
+    cfg = config()
+    m = Metrics(cfg)
+    pool = Pool(cfg)
+    assert m.read_inflight(pool.states)
+    pool.begin("local")
+    pool.begin("local")
+    assert value(m, "gateway_inflight_requests", upstream="local") == 2
+    pool.end("local")
+    assert value(m, "gateway_inflight_requests", upstream="local") == 1
+    assert value(m, "gateway_inflight_requests", upstream="or") == 0
