@@ -14,6 +14,17 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.config import Config, parse_config
+from gateway.record import Record
+
+
+class ListSink:
+    """A record sink that keeps every record it is given, in order."""
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+
+    def submit(self, record: Record) -> None:
+        self.records.append(record)
 
 
 def free_port() -> int:

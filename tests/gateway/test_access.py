@@ -18,21 +18,12 @@ from gateway.access import Access, Key, hash_key
 from gateway.app import create_app
 from gateway.config import Config
 from gateway.fake_upstream import FakeHandle
-from gateway.record import Record
 from tests.gateway import pg
-from tests.harness import config_from
+from tests.harness import ListSink, config_from
 from tests.harness import serving_app as serving
 
 CLIENT, OTHER, ADMIN, SCRAPER = "pl-client-key-1", "pl-client-key-2", "pl-admin-key", "pl-scrape"
 MESSAGES = [{"role": "user", "content": "hello there"}]
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[Record] = []
-
-    def submit(self, record: Record) -> None:
-        self.records.append(record)
 
 
 def config_with(fake_url: str, keys: list[dict[str, Any]] | None = None, **access: Any) -> Config:

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from gateway.fake_upstream import FakeHandle
-from tests.harness import config_from, free_port, running_gateway
+from tests.harness import ListSink, config_from, free_port, running_gateway, wait_for
 
 
 def gateway_config(
@@ -305,24 +305,13 @@ def test_unknown_path_and_method_are_openai_errors(fake: FakeHandle) -> None:
 def test_client_gone_cancels_a_non_streamed_upstream_call(fake: FakeHandle) -> None:
     """The upstream hangs; the client gives up. The gateway must drop the upstream request
     (an engine would otherwise generate for nobody), record a 499 and free the slot."""
-    from gateway.record import Record
-
-    class Sink:
-        def __init__(self) -> None:
-            self.records: list[Record] = []
-
-        def submit(self, record: Record) -> None:
-            self.records.append(record)
-
-    sink = Sink()
+    sink = ListSink()
     fake.set_default(hang_before_first_byte=30)
     with running_gateway(gateway_config(("a", fake.base_url)), sinks=[sink]) as url:
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(
                 f"{url}/chat/completions", timeout=0.5, json={"model": "smol", "messages": MESSAGES}
             )
-        from tests.harness import wait_for
-
         wait_for(lambda: len(sink.records) == 1)
         health = httpx.get(f"{url.removesuffix('/v1')}/health").json()
     [record] = sink.records
@@ -334,17 +323,7 @@ def test_client_gone_cancels_a_non_streamed_upstream_call(fake: FakeHandle) -> N
 def test_client_gone_mid_stream_is_recorded_and_frees_the_slot(fake: FakeHandle) -> None:
     """A client that walks away from a slow stream: the relay stops, the upstream request is
     closed, the record says 499 with the tokens relayed so far, the slot is free."""
-    from gateway.record import Record
-    from tests.harness import wait_for
-
-    class Sink:
-        def __init__(self) -> None:
-            self.records: list[Record] = []
-
-        def submit(self, record: Record) -> None:
-            self.records.append(record)
-
-    sink = Sink()
+    sink = ListSink()
     fake.set_default(tokens=400, pace_tps=40)
     body = {"model": "smol", "messages": MESSAGES, "stream": True}
     with running_gateway(gateway_config(("a", fake.base_url)), sinks=[sink]) as url:

@@ -19,20 +19,11 @@ import pytest
 from deploy.launch import spec_for
 from deploy.supervisor import Replica, start, stop, wait_healthy
 from gateway.config import Config
-from gateway.record import Record
-from tests.harness import config_from, free_port, running_gateway, wait_for
+from tests.harness import ListSink, config_from, free_port, running_gateway, wait_for
 
 pytestmark = pytest.mark.slow
 
 BODY = {"model": "smol", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi."}]}
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[Record] = []
-
-    def submit(self, record: Record) -> None:
-        self.records.append(record)
 
 
 def _upstream(name: str, engine: str) -> dict[str, Any]:

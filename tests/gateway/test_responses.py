@@ -19,22 +19,12 @@ from gateway.doors.responses_stream import ResponsesTranslator
 from gateway.fake_upstream import FakeHandle
 from gateway.record import Record
 from tests.gateway.test_api import client, gateway_config
-from tests.harness import running_gateway
-
-
-class Records:
-    """A record sink that keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.records: list[Record] = []
-
-    def submit(self, record: Record) -> None:
-        self.records.append(record)
+from tests.harness import ListSink, running_gateway
 
 
 @pytest.fixture
-def gateway(fake: FakeHandle) -> Iterator[tuple[str, Records]]:
-    sink = Records()
+def gateway(fake: FakeHandle) -> Iterator[tuple[str, ListSink]]:
+    sink = ListSink()
     with running_gateway(gateway_config(("a", fake.base_url)), sinks=[sink]) as url:
         yield url, sink
 
@@ -438,7 +428,7 @@ def test_inspect_ai_runs_through_both_openai_providers(
         solver=generate(),
         scorer=includes(),
     )
-    sink = Records()
+    sink = ListSink()
     with running_gateway(gateway_config(("a", fake.base_url)), sinks=[sink]) as url:
         monkeypatch.setenv("OPENAI_API_KEY", "unused")
         monkeypatch.setenv("PLUMBLINE_API_KEY", "unused")
@@ -595,7 +585,7 @@ def test_any_body_is_translated_or_refused_with_a_400(body: dict[str, Any]) -> N
 @pytest.mark.parametrize("model", ["smollm2", "smollm2-llamacpp"])
 def test_real_replica_answers_through_the_responses_door(local_stack: Any, model: str) -> None:
     """Protocol facts over the real local replicas, never the tiny model's wording."""
-    sink = Records()
+    sink = ListSink()
     with running_gateway(local_stack, sinks=[sink]) as url:
         c = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=180)
         reply = c.responses.create(model=model, input="Name one planet.", max_output_tokens=16)

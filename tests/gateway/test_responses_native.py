@@ -10,15 +10,7 @@ import orjson
 from gateway.fake_upstream import FakeHandle
 from gateway.record import Record
 from gateway.responses_tap import ResponsesStreamTap
-from tests.harness import config_from, running_gateway, wait_for
-
-
-class Records:
-    def __init__(self) -> None:
-        self.items: list[Record] = []
-
-    def submit(self, record: Record) -> None:
-        self.items.append(record)
+from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 
 def native_config(url: str, native: bool = True) -> Any:
@@ -42,18 +34,18 @@ def native_config(url: str, native: bool = True) -> Any:
 
 def test_native_upstream_gets_the_request_as_is_with_the_profile(fake: FakeHandle) -> None:
     fake.set_default(tokens=5)
-    sink = Records()
+    sink = ListSink()
     with running_gateway(native_config(fake.base_url), sinks=[sink]) as url:
         client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
         reply = client.responses.create(model="smol", input="hello", max_output_tokens=3)
-        wait_for(lambda: len(sink.items) == 1)
+        wait_for(lambda: len(sink.records) == 1)
     [request] = fake.requests()
     assert request["path"] == "/v1/responses"
     assert request["body"]["input"] == "hello" and request["body"]["model"] == "fake-model"
     assert request["body"]["temperature"] == 0.2  # the profile, sent explicitly
     assert "stream_options" not in request["body"]
     assert reply.status == "incomplete" and reply.output_text.split() == ["tok0", "tok1", "tok2"]
-    record = sink.items[0]
+    record = sink.records[0]
     assert record.door == "responses" and record.truncated and record.finish_reason == "length"
     assert record.completion_tokens == reply.usage.output_tokens
     assert record.prompt_tokens == reply.usage.input_tokens
