@@ -10,12 +10,11 @@ import pytest
 
 from gateway.fake_upstream import FakeHandle
 from tests.gateway.test_api import client, gateway_config
-from tests.gateway.test_responses import Records
-from tests.harness import running_gateway
+from tests.harness import ListSink, running_gateway
 
 
 def test_single_and_batch_inputs_pass_through(fake: FakeHandle) -> None:
-    sink = Records()
+    sink = ListSink()
     with running_gateway(gateway_config(("a", fake.base_url)), sinks=[sink]) as url:
         c = client(url)
         one = c.embeddings.create(model="smol", input="hello world")

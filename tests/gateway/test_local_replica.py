@@ -12,34 +12,26 @@ import pytest
 
 from gateway.config import Config
 from gateway.record import Record
-from tests.harness import running_gateway, wait_for
+from tests.harness import ListSink, running_gateway, wait_for
 
 pytestmark = pytest.mark.slow
 
 
-class Records:
-    def __init__(self) -> None:
-        self.items: list[Record] = []
-
-    def submit(self, record: Record) -> None:
-        self.items.append(record)
-
-
 @pytest.fixture(scope="module")
-def served(local_stack: Config) -> Iterator[tuple[str, Records]]:
-    records = Records()
+def served(local_stack: Config) -> Iterator[tuple[str, ListSink]]:
+    records = ListSink()
     with running_gateway(local_stack, sinks=[records]) as url:
         yield url, records
 
 
 @pytest.fixture
-def client(served: tuple[str, Records]) -> openai.OpenAI:
+def client(served: tuple[str, ListSink]) -> openai.OpenAI:
     return openai.OpenAI(base_url=served[0], api_key="unused", max_retries=0, timeout=120)
 
 
-def last(served: tuple[str, Records], n: int = 1) -> Record:
-    wait_for(lambda: len(served[1].items) >= n)
-    return served[1].items[-1]
+def last(served: tuple[str, ListSink], n: int = 1) -> Record:
+    wait_for(lambda: len(served[1].records) >= n)
+    return served[1].records[-1]
 
 
 MESSAGES = [{"role": "user", "content": "Name one planet."}]
@@ -51,7 +43,7 @@ def test_models_lists_the_public_names(client: openai.OpenAI) -> None:
 
 
 def test_non_streaming_chat_on_vllm(client: openai.OpenAI, served: Any) -> None:
-    before = len(served[1].items)
+    before = len(served[1].records)
     raw = client.chat.completions.with_raw_response.create(
         model="smollm2", messages=MESSAGES, max_tokens=24
     )
@@ -68,7 +60,7 @@ def test_non_streaming_chat_on_vllm(client: openai.OpenAI, served: Any) -> None:
 
 
 def test_streaming_chat_on_vllm_with_usage(client: openai.OpenAI, served: Any) -> None:
-    before = len(served[1].items)
+    before = len(served[1].records)
     chunks = list(
         client.chat.completions.create(
             model="smollm2",
@@ -100,7 +92,7 @@ def test_stream_without_asking_has_no_usage_chunk(client: openai.OpenAI) -> None
 
 
 def test_truncation_is_marked_on_a_real_replica(client: openai.OpenAI, served: Any) -> None:
-    before = len(served[1].items)
+    before = len(served[1].records)
     raw = client.chat.completions.with_raw_response.create(
         model="smollm2",
         messages=[{"role": "user", "content": "Write a long story about a cat."}],
@@ -132,7 +124,7 @@ def test_completions_endpoint_on_vllm(client: openai.OpenAI) -> None:
 def test_llamacpp_stream_usage_is_counted_by_the_gateway(
     client: openai.OpenAI, served: Any
 ) -> None:
-    before = len(served[1].items)
+    before = len(served[1].records)
     raw = client.chat.completions.with_raw_response.create(
         model="smollm2-llamacpp", messages=MESSAGES, max_tokens=12, stream=True
     )

@@ -19,7 +19,6 @@ from gateway.errors import BadRequest
 from gateway.fake_upstream import FakeHandle
 from tests.gateway.test_api import gateway_config
 from tests.gateway.test_responses import (
-    Records,
     chats,
     essence,
     loose,
@@ -29,7 +28,7 @@ from tests.gateway.test_responses import (
     stream_of,
     typed,
 )
-from tests.harness import running_gateway
+from tests.harness import ListSink, running_gateway
 
 
 def claude(url: str) -> anthropic.Anthropic:
@@ -39,8 +38,8 @@ def claude(url: str) -> anthropic.Anthropic:
 
 
 @pytest.fixture
-def gateway(fake: FakeHandle) -> Iterator[tuple[str, Records]]:
-    sink = Records()
+def gateway(fake: FakeHandle) -> Iterator[tuple[str, ListSink]]:
+    sink = ListSink()
     with running_gateway(gateway_config(("a", fake.base_url)), sinks=[sink]) as url:
         yield url, sink
 
@@ -423,7 +422,7 @@ def test_any_body_is_translated_or_refused_with_a_400(body: dict[str, Any]) -> N
 @pytest.mark.parametrize("model", ["smollm2", "smollm2-llamacpp"])
 def test_real_replica_answers_through_the_messages_door(local_stack: Any, model: str) -> None:
     """Protocol facts over the real local replicas, never the tiny model's wording."""
-    sink = Records()
+    sink = ListSink()
     question = [{"role": "user", "content": "Name one planet."}]
     with running_gateway(local_stack, sinks=[sink]) as url:
         c = anthropic.Anthropic(
