@@ -447,13 +447,10 @@ def run_schema(root: str, cases: int, counts: Counts, seed: int = 0) -> None:
 @contextlib.contextmanager
 def fuzz_target(max_body_bytes: int = 8 * MB) -> Iterator[tuple[str, int]]:
     """The fake upstream and a gateway with one model, both on loopback; yields (root, port)."""
-    import threading
-
-    import uvicorn
 
     from gateway.app import create_app
     from gateway.fake_upstream import running_fake
-    from tests.harness import config_from, free_port, wait_for
+    from tests.harness import config_from, serving_server
 
     with running_fake(tokens=4, record=False) as fake:
         config = config_from(
@@ -469,26 +466,9 @@ def fuzz_target(max_body_bytes: int = 8 * MB) -> Iterator[tuple[str, int]]:
                 "models": {MODEL: {"upstreams": ["a"]}},
             }
         )
-        port = free_port()
         app = create_app(config, record=False)  # the factory wires the access guard
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                host="127.0.0.1",
-                port=port,
-                loop="asyncio",
-                log_level="critical",
-                access_log=False,
-            )
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        wait_for(lambda: server.started or not thread.is_alive(), timeout=20)
-        try:
-            yield f"http://127.0.0.1:{port}", port
-        finally:
-            server.should_exit = True
-            thread.join(timeout=15)
+        with serving_server(app, log_level="critical") as (root, server):
+            yield root, server.config.port
 
 
 def fuzz(

@@ -69,9 +69,11 @@ class Gateway:
             s.prefix_index_size, block=256, max_blocks=max(1, s.prefix_chars // 256)
         )
         self.metrics = Metrics(config, multiproc_dir=_path(prometheus_multiproc_dir()))
-        self.pool = Pool(config)
-        if not self.metrics.read_inflight(self.pool.states):
-            self.pool = Pool(config, on_inflight=self.metrics.inflight)
+        # Several workers push their in-flight changes; one process lets the gauge read them.
+        shared = self.metrics.multiproc_dir is not None
+        self.pool = Pool(config, on_inflight=self.metrics.inflight if shared else None)
+        if not shared:
+            self.metrics.read_inflight(self.pool.states)
         self.store = store
         self.queue = RecordQueue.from_config(config, store) if store is not None else None
         self.watchdog = Watchdog(

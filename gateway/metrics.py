@@ -299,16 +299,13 @@ class Metrics:
 
     # -- state -----------------------------------------------------------------------------
 
-    def read_inflight(self, upstreams: Mapping[str, Any]) -> bool:
-        """Single process: the in-flight gauge reads each upstream's count (an object with an
-        `inflight` attribute) when scraped, so requests do not touch it. True when set up;
-        False in multiprocess mode, where each worker must push its changes (`inflight`)."""
-        if self.multiproc_dir is not None:
-            return False
+    def read_inflight(self, upstreams: Mapping[str, Any]) -> None:
+        """Single process only: the in-flight gauge reads each upstream's count (an object with
+        an `inflight` attribute) when scraped, so requests do not touch it. In multiprocess
+        mode each worker pushes its changes instead (`inflight`)."""
         for name, state in upstreams.items():
             child = self.inflight_gauge.labels(self.upstream(name))
             child.set_function(lambda state=state: state.inflight)
-        return True
 
     def inflight(self, upstream: str, delta: int) -> None:
         self._child(self.inflight_gauge, self.upstream(upstream)).inc(delta)

@@ -17,8 +17,8 @@ import orjson
 
 from gateway.config import Profile
 
-# Parameters that change what the model generates, and so belong in the hash.
-HASHED = (
+# The sampling fields a profile may fill in.
+SAMPLING = (
     "temperature",
     "top_p",
     "top_k",
@@ -27,6 +27,10 @@ HASHED = (
     "frequency_penalty",
     "repetition_penalty",
     "seed",
+)
+# Parameters that change what the model generates, and so belong in the hash.
+HASHED = (
+    *SAMPLING,
     "max_tokens",
     "max_completion_tokens",
     "stop",

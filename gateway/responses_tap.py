@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from gateway.record import Record
-from gateway.tap import MalformedStream
+from gateway.tap import MalformedStream, cut_events
 
 TOKEN_EVENTS = {
     "response.output_text.delta": "answer",
@@ -94,16 +94,13 @@ class ResponsesStreamTap:
         self.done = False
 
     def feed(self, block: bytes) -> bytes:
-        normalised = (self._buffer + block).replace(b"\r\n", b"\n")
-        cut = normalised.rfind(b"\n\n")
-        if cut < 0:
-            self._buffer = normalised
+        whole, self._buffer = cut_events(self._buffer, block)
+        if not whole:
             return b""
-        self._buffer = normalised[cut + 2 :]
         now = time.perf_counter()
-        for event in normalised[:cut].split(b"\n\n"):
+        for event in whole[:-2].split(b"\n\n"):
             self._event(event, now)
-        return normalised[: cut + 2]
+        return whole
 
     def _event(self, event: bytes, now: float) -> None:
         payload = None

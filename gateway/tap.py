@@ -35,6 +35,18 @@ DONE = b"[DONE]"
 _UNSAFE_TEXT = re.compile(rb'(?<!\\)"|[\r\n]|think>|\\u003c')
 
 
+def cut_events(held: bytes, block: bytes) -> tuple[bytes, bytes]:
+    """(the whole SSE events in `held + block`, line ends made `\n`, ending with the blank line
+    after the last; what is left of a partial event, to hold until the next block)."""
+    data = held + block
+    if b"\r\n" in data:
+        data = data.replace(b"\r\n", b"\n")
+    cut = data.rfind(b"\n\n")
+    if cut < 0:
+        return b"", data
+    return data[: cut + 2], data[cut + 2 :]
+
+
 class MalformedStream(Exception):
     """The upstream sent an event that is not valid JSON. `partial` holds the output of the
     events before it in the same block, which the client must still get."""
@@ -108,18 +120,13 @@ class StreamTap:
 
     # -- bytes in, bytes out -------------------------------------------------------------
     def feed(self, block: bytes) -> bytes:
-        data = self._buffer + block
-        if b"\r\n" in data:
-            data = data.replace(b"\r\n", b"\n")
-        cut = data.rfind(b"\n\n")
-        if cut < 0:
-            self._buffer = data
+        whole, self._buffer = cut_events(self._buffer, block)
+        if not whole:
             return b""
-        self._buffer = data[cut + 2 :]
         now = time.perf_counter()
         out: list[bytes] = []
         try:
-            for event in data[:cut].split(b"\n\n"):
+            for event in whole[:-2].split(b"\n\n"):
                 if self._shape is not None:
                     rendered = self._shaped(event, now)
                     if rendered is not None:

@@ -38,21 +38,23 @@ def config_from(data: dict[str, Any]) -> Config:
 
 
 @contextlib.contextmanager
-def serving_app(app: Any, port: int | None = None, **server: Any) -> Iterator[str]:
-    """Serve an ASGI app with uvicorn on loopback (a free port unless given); yield its root."""
+def serving_server(
+    app: Any, port: int | None = None, **server: Any
+) -> Iterator[tuple[str, uvicorn.Server]]:
+    """Serve an ASGI app with uvicorn on loopback (a free port unless given); yield its root
+    and the server (set `should_exit` to start a graceful shutdown). `server` overrides the
+    uvicorn settings."""
     port = port or free_port()
-    srv = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=port,
-            loop="asyncio",
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            **server,
-        )
-    )
+    settings: dict[str, Any] = {
+        "host": "127.0.0.1",
+        "port": port,
+        "loop": "asyncio",
+        "log_level": "warning",
+        "access_log": False,
+        "lifespan": "on",
+        **server,
+    }
+    srv = uvicorn.Server(uvicorn.Config(app, **settings))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -61,10 +63,17 @@ def serving_app(app: Any, port: int | None = None, **server: Any) -> Iterator[st
             raise RuntimeError("server did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", srv
     finally:
         srv.should_exit = True
-        thread.join(timeout=15)
+        thread.join(timeout=30)
+
+
+@contextlib.contextmanager
+def serving_app(app: Any, port: int | None = None, **server: Any) -> Iterator[str]:
+    """Serve an ASGI app (see `serving_server`); yield its root."""
+    with serving_server(app, port, **server) as (root, _srv):
+        yield root
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from typing import Any
 
 from gateway.doors.protocol_responses import EXTENSIONS
 from gateway.errors import BadRequest
+from gateway.profile import SAMPLING
 
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
@@ -19,26 +20,12 @@ TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 # ---------------------------------------------------------------- request: Responses -> chat
 
 
-# Sampling fields the profile may have filled into the chat translation, carried over to a
-# native request (vLLM's Responses endpoint takes the extensions as top-level fields too).
-NATIVE_SAMPLING = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "seed",
-)
-
-
 def native_request(body: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
     """The Responses request as relayed to an upstream that implements the API: the client's
     body, plus the profile's sampling and thinking mode (from the chat translation `chat`, where
     the profile was applied), so both paths send the same explicit parameters."""
     native = dict(body)
-    for name in NATIVE_SAMPLING:
+    for name in SAMPLING:  # filled in by the profile; vLLM takes them top-level too
         if native.get(name) is None and chat.get(name) is not None:
             native[name] = chat[name]
     if chat.get("chat_template_kwargs") and native.get("chat_template_kwargs") is None:

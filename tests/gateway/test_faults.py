@@ -23,7 +23,7 @@ from gateway.config import Config
 from gateway.fake_upstream import FakeHandle
 from gateway.record import Record
 from gateway.store import RecordQueue, Store
-from tests.harness import config_from, free_port, wait_for
+from tests.harness import config_from, free_port, serving_server, wait_for
 
 BODY = {"model": "smol", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -59,27 +59,8 @@ def config(primary: str, fallback: str | None = None, **server: Any) -> Config:
 
 @contextlib.contextmanager
 def served(cfg: Config, sinks: list[Any], **uv: Any) -> Iterator[tuple[str, uvicorn.Server]]:
-    port = free_port()
-    app = create_app(cfg, sinks=sinks, record=False)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=port,
-            loop="asyncio",
-            log_level="warning",
-            access_log=False,
-            **uv,
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started or not thread.is_alive(), timeout=20)
-    try:
-        yield f"http://127.0.0.1:{port}", server
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with serving_server(create_app(cfg, sinks=sinks, record=False), **uv) as served:
+        yield served
 
 
 def chat(root: str, stream: bool = False, timeout: float = 20) -> httpx.Response:

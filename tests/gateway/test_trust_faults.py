@@ -24,7 +24,7 @@ from evals.stats import NoiseFloor, ParamsMismatch, against_floor, pair, summari
 from gateway.fake_upstream import FakeHandle
 from gateway.gate import decide
 from gateway.record import Record
-from gateway.trust_config import Threshold, WatchdogConfig
+from gateway.trust_config import CHECKS, Threshold, WatchdogConfig
 from gateway.watchdog import Capture, Watchdog, config_findings
 from tests.harness import config_from, running_gateway
 
@@ -77,17 +77,7 @@ def serve(cfg: Any, n: int, **request: Any) -> tuple[Watchdog, Collect, list[Any
         cfg,
         WatchdogConfig(
             window=50,
-            **{
-                c: LOW
-                for c in (
-                    "truncation",
-                    "reasoning_leak",
-                    "degenerate",
-                    "tool_call",
-                    "provider_mismatch",
-                    "cost_drift",
-                )
-            },
+            **{c: LOW for c in CHECKS},
         ),
     )
     sink = Collect()
