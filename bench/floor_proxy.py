@@ -59,13 +59,71 @@ class Floor:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+class WireFloor:
+    """The same relay on `gateway/wire.py` and `gateway/outlet.py`: body blocks go from the
+    upstream socket to the client's in the connection's callback."""
+
+    def __init__(self, upstream: str):
+        from gateway.wire import Origin, Wire, head_block
+
+        self.origin = Origin.parse(upstream)
+        self.head = head_block({"content-type": "application/json"})
+        self.wire = Wire(5.0)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        import asyncio
+
+        from gateway.outlet import Outlet
+
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await self.wire.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        reply = await self.wire.post(
+            self.origin, scope["path"], self.head, body, scope["method"].encode()
+        )
+        kind = reply.headers.get("content-type", "application/json").encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": reply.status,
+                "headers": [(b"content-type", kind)],
+            }
+        )
+        done = asyncio.get_running_loop().create_future()
+        outlet = Outlet(send, reply.pause, reply.resume)
+
+        def end() -> None:
+            outlet.write(b"", False)
+            done.set_result(None)
+
+        def fail(error: BaseException) -> None:
+            done.set_exception(error)
+
+        reply.pipe(outlet.write, end, fail)
+        await done
+        await outlet.drained()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--wire", action="store_true", help="relay with gateway/wire.py")
     args = ap.parse_args()
     uvicorn.run(
-        Floor(args.upstream),
+        (WireFloor if args.wire else Floor)(args.upstream),
         host="127.0.0.1",
         port=args.port,
         loop="uvloop",

@@ -71,6 +71,7 @@ TARGETS = (
     "plumbline-w2",
     "plumbline-norecord",
     "floor",
+    "floor-wire",
 )
 COLUMNS = (
     "timestamp",
@@ -188,8 +189,8 @@ def starter(target: str, fake: Proc, scratch: Path, venvs: Path) -> Callable[[],
     if target.startswith("plumbline"):
         workers = int(target.partition("-w")[2] or 1)
         return lambda: plumbline(fake, scratch, workers)
-    if target == "floor":
-        return lambda: floor(fake, scratch)
+    if target.startswith("floor"):
+        return lambda: floor(fake, scratch, wire=target == "floor-wire")
     if target == "litellm":
         return lambda: litellm(fake, scratch, venvs / "litellm")
     if target == "vllm-router":

@@ -278,8 +278,9 @@ def vllm_router(fake: Proc, scratch: Path, venv: Path) -> Proc:
     return launch("vllm-router", argv, f"http://127.0.0.1:{port}/v1", scratch, timeout=120)
 
 
-def floor(fake: Proc, scratch: Path) -> Proc:
-    """bench/floor_proxy.py: uvicorn + aiohttp relaying to the fake with nothing of ours."""
+def floor(fake: Proc, scratch: Path, wire: bool = False) -> Proc:
+    """bench/floor_proxy.py: uvicorn + aiohttp (or `gateway/wire.py`) relaying to the fake
+    with nothing else of ours."""
     port = free_port()
     argv = [
         sys.executable,
@@ -288,5 +289,6 @@ def floor(fake: Proc, scratch: Path) -> Proc:
         fake.base_url.removesuffix("/v1"),
         "--port",
         str(port),
+        *(["--wire"] if wire else []),
     ]
-    return launch("floor", argv, f"http://127.0.0.1:{port}/v1", scratch)
+    return launch("floor-wire" if wire else "floor", argv, f"http://127.0.0.1:{port}/v1", scratch)

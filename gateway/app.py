@@ -1,7 +1,7 @@
 """The app factory and the application object that owns all state.
 
 `create_app(config)` returns a FastAPI app whose lifespan builds the `Gateway`: the validated
-config, the pooled upstream session, upstream state, the bounded prefix index, the metrics
+config, the upstream connection pools, upstream state, the bounded prefix index, the metrics
 registry, the record sinks and the health prober. Nothing happens at import time and nothing
 lives in module globals.
 """
@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -42,8 +41,9 @@ from gateway.schedule import EvalScheduler
 from gateway.shadow import ShadowMirror
 from gateway.silence import Silence
 from gateway.store import RecordQueue, Store
-from gateway.upstream import new_session, probe
+from gateway.upstream import probe
 from gateway.watchdog import TextSampler, Watchdog, annotate
+from gateway.wire import Wire
 
 log = logging.getLogger("plumbline")
 
@@ -81,7 +81,7 @@ class Gateway:
         )
         self.sampler = TextSampler.from_config(config.watchdog)
         self.shadow = ShadowMirror.from_config(
-            config, lambda: self.session, self.finish, registry=self.metrics.registry
+            config, lambda: self.wire, self.finish, registry=self.metrics.registry
         )
         self.gate_book = GateBook(config.root / "var" / "gate" / "decisions.json")
         self.sinks: list[RecordSink] = [self.metrics, self.watchdog, *(sinks or [])]
@@ -98,12 +98,11 @@ class Gateway:
         self.dispatcher = Dispatcher(self)
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
         self.scheduler = EvalScheduler(self, f"http://{host}:{s.port}/v1")
-        self.session: aiohttp.ClientSession
+        self.wire = Wire(s.connect_timeout_s)
         self._prober: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.session = new_session(self.config.server.connect_timeout_s)
         self.silence.start()
         if self.config.server.health_interval_s > 0:
             self._prober = asyncio.create_task(self._probe_forever())
@@ -120,7 +119,7 @@ class Gateway:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        await self.session.close()
+        await self.wire.close()
         for sink in self.sinks:
             close = getattr(sink, "close", None)
             if close is not None:
@@ -151,7 +150,7 @@ class Gateway:
     async def probe_all(self) -> None:
         timeout = min(5.0, self.config.server.connect_timeout_s * 2)
         results = await asyncio.gather(
-            *(probe(self.session, u, timeout) for u in self.config.upstreams)
+            *(probe(self.wire, u, timeout) for u in self.config.upstreams)
         )
         for upstream, ok in zip(self.config.upstreams, results, strict=True):
             self.pool.set_health(upstream.name, ok)

@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import aiohttp
 import orjson
 from tenacity import (
     AsyncRetrying,
@@ -32,7 +31,8 @@ from gateway.errors import (
 from gateway.gate import gated_order
 from gateway.record import Attempt, Record
 from gateway.routing import Features, candidates
-from gateway.upstream import AttemptError, Opened, body_for, headers_for, post
+from gateway.upstream import AttemptError, Opened, Targets, body_for, post
+from gateway.wire import Reply
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -85,7 +85,7 @@ class Dispatcher:
     def __init__(self, gw: Gateway):
         self.gw = gw
         self._rand = random.Random()
-        self._prepared: dict[str, tuple[Upstream, dict[str, str]]] = {}
+        self.targets = Targets()
 
     def _delay(self, error: BaseException | None, failed_attempts: int) -> float:
         """Seconds before the next attempt: Retry-After when the upstream said so (capped),
@@ -94,14 +94,6 @@ class Dispatcher:
             return min(error.retry_after, MAX_RETRY_AFTER_S)
         base = self.gw.config.server.retry_backoff_s
         return min(base * 2 ** (failed_attempts - 1), base * 16) + self._rand.uniform(0, base)
-
-    def _headers(self, upstream: Upstream) -> dict[str, str]:
-        """The upstream's request headers (its key read from the environment), prepared once
-        per upstream object; a reloaded config brings new objects and so new headers."""
-        cached = self._prepared.get(upstream.name)
-        if cached is None or cached[0] is not upstream:
-            cached = self._prepared[upstream.name] = (upstream, headers_for(upstream))
-        return cached[1]
 
     async def _with_retries(self, call: Call, upstream: Upstream) -> Opened:
         """Attempts on one upstream. The first runs bare (most succeed, and tenacity's machinery
@@ -189,12 +181,12 @@ class Dispatcher:
             native=native,
         )
         first_byte_budget = server.ttft_timeout_s if call.stream else server.request_timeout_s
-        # No socket read timer: a non-streamed answer is bounded by `first_byte_budget` (the
-        # whole request timeout) below, a stream's silences by `gw.silence` once it is relayed.
-        resp: aiohttp.ClientResponse | None = None
+        # A non-streamed answer is bounded by `first_byte_budget` (the whole request timeout)
+        # below, a stream's silences by `gw.silence` once it is relayed.
+        resp: Reply | None = None
         try:
             async with asyncio.timeout(first_byte_budget):
-                resp = await post(gw.session, upstream, path, data, None, self._headers(upstream))
+                resp = await post(gw.wire, upstream, path, data, self.targets(upstream))
                 first = b""
                 if call.stream:
                     first = await _first_block(resp)
@@ -223,9 +215,9 @@ class Dispatcher:
             if resp is not None:
                 resp.close()
             raise
-        except (aiohttp.ClientError, OSError) as e:
+        except OSError as e:
             self._failed(call, upstream.name, "connect_error", None, started)
-            raise AttemptError("stream_error", f"{upstream.name}: {type(e).__name__}") from None
+            raise AttemptError("stream_error", f"{upstream.name}: {e}") from None
         call.record.attempts.append(
             Attempt(upstream.name, "ok", resp.status, time.perf_counter() - started)
         )
@@ -264,10 +256,10 @@ def _validate(call: Call, first: bytes, native: bool = False) -> None:
         raise AttemptError("malformed", "upstream sent JSON without choices")
 
 
-async def _first_block(resp: aiohttp.ClientResponse) -> bytes:
+async def _first_block(resp: Reply) -> bytes:
     """Read until at least one whole SSE event is in hand (or the stream ends)."""
     chunks: list[bytes] = []
-    async for block in resp.content.iter_any():
+    while block := await resp.read_some():
         chunks.append(block)
         if b"\n\n" in block or b"\r\n\r\n" in block:
             break

@@ -4,20 +4,18 @@ The generation endpoints take a `Request` and return a `Response`; routing, exce
 middleware and the per-route wrappers of Starlette buy nothing on them, yet each one wraps
 `send` again, so every streamed block paid for all of them. `Edge` sits inside the access guard
 and serves `POST` on those paths itself: it calls the handler, renders a `GatewayError` (or an
-unexpected exception) as the OpenAI error envelope, and relays a stream block by block straight
-to the server's `send`, with one task per stream watching for the client to go away. Everything
-else goes on to the full application.
+unexpected exception) as the OpenAI error envelope, and lets the response answer (a relayed
+stream writes straight to the server's `send`, `gateway/relay.py: StreamRelay`). Everything else
+goes on to the full application.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayError
@@ -54,46 +52,4 @@ class Edge:
             response = error_response(
                 GatewayError("The gateway failed to handle this request; it has been logged.")
             )
-        if isinstance(response, StreamingResponse):
-            await relay(response, receive, send)
-        else:
-            await response(scope, receive, send)
-
-
-async def relay(response: StreamingResponse, receive: Receive, send: Send) -> None:
-    """Send a streaming response; stop (cancelling the body's generator, which records the
-    disconnect) when the client goes away."""
-    me = asyncio.current_task()
-    assert me is not None
-    gone = False
-
-    async def watch() -> None:
-        nonlocal gone
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        gone = True
-        me.cancel()
-
-    watcher = asyncio.get_running_loop().create_task(watch())
-    body = response.body_iterator
-    try:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status_code,
-                "headers": response.raw_headers,
-            }
-        )
-        async for chunk in body:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    except asyncio.CancelledError:
-        if not gone:
-            raise
-        me.uncancel()
-    finally:
-        watcher.cancel()
-        aclose = getattr(body, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
+        await response(scope, receive, send)

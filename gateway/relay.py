@@ -1,25 +1,28 @@
 """The relay: from an opened upstream response to the client, with taps watching.
 
-Streams are relayed block by block; the tap parses events for accounting and rewrites only what
-must change. If the upstream breaks after the first byte was sent, the stream ends with an
-OpenAI-style error event — the gateway never switches upstream mid-answer. Every request, however
-it ends, produces exactly one record, handed to the sinks in `finally`.
+Streams are relayed block by block, from the upstream connection's callback straight to the
+client's socket; the tap parses events for accounting and rewrites only what must change. If the
+upstream breaks after the first byte was sent, the stream ends with an OpenAI-style error event —
+the gateway never switches upstream mid-answer. Every request, however it ends, produces exactly
+one record.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-import aiohttp
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from gateway import responses_tap
-from gateway.dispatch import Call, Translator
+from gateway.dispatch import Call
 from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
+from gateway.outlet import Outlet
 from gateway.tap import MalformedStream, StreamTap, tap_body, tap_embeddings
 from gateway.upstream import Opened
 from gateway.watchdog import Capture
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
     from gateway.shadow import Pending
 
+
+log = logging.getLogger("plumbline")
 
 WATCH_AFTER_S = 0.05
 
@@ -119,14 +124,7 @@ async def _respond(gw: Gateway, call: Call) -> Response:
         gw.finish(call.record)
         raise
     if call.stream:
-        body = _stream(gw, call, opened, capture, pending)
-        if call.translator is not None and not opened.native:
-            body = _translated(call.translator, body)
-        return StreamingResponse(
-            body,
-            media_type="text/event-stream",
-            headers={**_headers(call, opened), "cache-control": "no-cache"},
-        )
+        return StreamRelay(gw, call, opened, capture, pending)
     return _whole(gw, call, opened, capture, pending)
 
 
@@ -185,71 +183,166 @@ def _whole(
         gw.finish(record)
 
 
-async def _stream(
-    gw: Gateway,
-    call: Call,
-    opened: Opened,
-    capture: Capture | None = None,
-    pending: Pending | None = None,
-) -> AsyncIterator[bytes]:
-    record = call.record
-    split, opened_in_prompt = _think_mode(gw, call, opened)
-    tap: StreamTap | responses_tap.ResponsesStreamTap
-    if opened.native:
-        tap = responses_tap.ResponsesStreamTap(record)
-    else:
-        tap = StreamTap(
-            record,
-            client_wants_usage=call.client_wants_usage,
-            split_think=split,
-            opened_in_prompt=opened_in_prompt,
-            chat=call.chat,
-            capture=capture,
-        )
-    record.status = 200
-    watched = gw.silence.watch(opened.response)
-    try:
-        out = tap.feed(opened.first)
-        if out:
-            yield out
-        async for block in opened.response.content.iter_any():
-            watched.seen = perf_counter()
-            out = tap.feed(block)
-            if out:
-                yield out
-        yield tap.finish()
-    except (TimeoutError, MalformedStream, aiohttp.ClientError, OSError) as e:
-        record.error_class = type(e).__name__
-        record.status = 502
-        if isinstance(e, asyncio.TimeoutError):
-            message = f"upstream {opened.upstream.name} went silent mid-stream"
-        elif isinstance(e, MalformedStream):
-            message = f"upstream {opened.upstream.name}: {e}"
+class StreamRelay(Response):
+    """A relayed stream, as an ASGI response.
+
+    Dispatch has read the first block; the rest arrive as callbacks from the upstream
+    connection (`Reply.pipe`), each one tapped, translated for the front door when it speaks
+    another API, and written to the client by the `Outlet` in the same callback. The task that
+    serves the request sleeps until the stream ends; a watcher task notices the client leaving.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        gw: Gateway,
+        call: Call,
+        opened: Opened,
+        capture: Capture | None,
+        pending: Pending | None,
+    ):
+        self.status_code = 200
+        self.background = None
+        self.init_headers({**_headers(call, opened), "cache-control": "no-cache"})
+        self.gw = gw
+        self.call = call
+        self.opened = opened
+        self.capture = capture
+        self.pending = pending
+        split, opened_in_prompt = _think_mode(gw, call, opened)
+        self.tap: StreamTap | responses_tap.ResponsesStreamTap
+        if opened.native:
+            self.tap = responses_tap.ResponsesStreamTap(call.record)
         else:
-            message = f"upstream {opened.upstream.name} broke the stream ({type(e).__name__})"
-        gw.pool.failed(opened.upstream.name)
-        partial = e.partial if isinstance(e, MalformedStream) else b""
-        yield partial + tap.abort() + sse_error_event(AllUpstreamsFailed(message))
-    except (asyncio.CancelledError, GeneratorExit):
-        # The client went away (cancelled while waiting for the upstream, or closed by the
-        # edge while the block was being sent).
+            self.tap = StreamTap(
+                call.record,
+                client_wants_usage=call.client_wants_usage,
+                split_think=split,
+                opened_in_prompt=opened_in_prompt,
+                chat=call.chat,
+                capture=capture,
+            )
+        self.translator = None if opened.native else call.translator
+        self.outlet: Outlet | None = None
+        self.ended: asyncio.Future[None] | None = None
+        self.watched = gw.silence.watch(opened.response)
+        self.gone = False
+        self.closed = False
+        call.record.status = 200
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        loop = asyncio.get_running_loop()
+        reply = self.opened.response
+        self.ended = loop.create_future()
+        self.outlet = Outlet(send, reply.pause, reply.resume)
+        watcher = loop.create_task(self._watch(receive))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            self._data(self.opened.first)
+            if not self.ended.done():
+                reply.pipe(self._data, self._end, self._broken)
+            await self.ended
+            await self.outlet.drained()
+        except asyncio.CancelledError:
+            self._left()  # the server is stopping, or the request was cancelled
+            raise
+        finally:
+            watcher.cancel()
+            self._close()
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._left()
+
+    # -- callbacks from the upstream connection --------------------------------------------
+    def _data(self, block: bytes) -> None:
+        self.watched.seen = perf_counter()
+        try:
+            out = self.tap.feed(block)
+            if out and self.translator is not None:
+                out = self.translator.feed(out)
+        except MalformedStream as e:
+            self._broken(e)
+            return
+        except Exception as e:  # a fault of ours: end this stream, keep the connection sane
+            log.exception("stream relay failed")
+            self._broken(e)
+            return
+        if out:
+            self._write(out, True)
+
+    def _end(self) -> None:
+        try:
+            out = self.tap.finish()
+            if self.translator is not None:
+                out = self.translator.feed(out)
+        except MalformedStream as e:
+            self._broken(e)
+            return
+        self._write(out, False)
+        self._settle()
+
+    def _broken(self, error: BaseException) -> None:
+        """The upstream failed after the first byte: close the stream with an error event (the
+        gateway never switches upstream mid-answer)."""
+        if self.gone or self.ended is None or self.ended.done():
+            return
+        record = self.call.record
+        name = self.opened.upstream.name
+        record.error_class = type(error).__name__
+        record.status = 502
+        if isinstance(error, TimeoutError):
+            message = f"upstream {name} went silent mid-stream"
+        elif isinstance(error, MalformedStream):
+            message = f"upstream {name}: {error}"
+        elif isinstance(error, OSError):
+            message = f"upstream {name} broke the stream ({type(error).__name__})"
+        else:
+            message = "the gateway failed while relaying this stream; it has been logged"
+        self.gw.pool.failed(name)
+        self.opened.response.close()
+        partial = error.partial if isinstance(error, MalformedStream) else b""
+        out = partial + self.tap.abort() + sse_error_event(AllUpstreamsFailed(message))
+        if self.translator is not None:
+            out = self.translator.feed(out)
+        self._write(out, False)
+        self._settle()
+
+    # -- the client's side -----------------------------------------------------------------
+    def _write(self, data: bytes, more: bool) -> None:
+        assert self.outlet is not None
+        self.outlet.write(data, more)
+        if self.outlet.error is not None:
+            self._left()
+
+    def _left(self) -> None:
+        """The client went away: stop the upstream (the engine stops generating for nobody)."""
+        if self.gone or self.closed or (self.ended is not None and self.ended.done()):
+            return
+        self.gone = True
+        record = self.call.record
         record.status = 499
         record.error_class = "ClientDisconnected"
-        tap.abort()
-        raise
-    finally:
-        gw.silence.forget(watched)
-        if not tap.done and record.e2e_s is None:
-            tap.abort()
-        opened.response.release()
-        gw.pool.end(opened.upstream.name)
-        _observed(gw, call, capture, pending)
+        self.tap.abort()
+        self.opened.response.close()
+        self._settle()
+
+    def _settle(self) -> None:
+        if self.ended is not None and not self.ended.done():
+            self.ended.set_result(None)
+
+    def _close(self) -> None:
+        """Exactly once, however the stream ended: free the upstream, finish the record."""
+        if self.closed:
+            return
+        self.closed = True
+        gw, record = self.gw, self.call.record
+        gw.silence.forget(self.watched)
+        if not self.tap.done and record.e2e_s is None:
+            self.tap.abort()
+        self.opened.response.release()
+        gw.pool.end(self.opened.upstream.name)
+        _observed(gw, self.call, self.capture, self.pending)
         gw.finish(record)
-
-
-async def _translated(translator: Translator, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Chat SSE from the relay, rendered in the front door's own stream format."""
-    async for block in body:
-        out = translator.feed(block)
-        if out:
-            yield out

@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-import aiohttp
 import orjson
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, Counter
@@ -48,6 +47,7 @@ from gateway.tap import MalformedStream, tap_body
 from gateway.trust_config import ShadowConfig
 from gateway.upstream import AttemptError, body_for, post
 from gateway.watchdog import Capture, ToolCall
+from gateway.wire import Wire
 
 log = logging.getLogger("plumbline.shadow")
 Format = Literal["table", "csv", "json"]
@@ -155,7 +155,7 @@ class ShadowMirror:
         self,
         config: Config,
         shadows: Mapping[str, ShadowConfig],
-        session: Callable[[], aiohttp.ClientSession],
+        wire: Callable[[], Wire],
         finish: Callable[[Record], None],
         *,
         registry: CollectorRegistry | None = None,
@@ -165,7 +165,7 @@ class ShadowMirror:
     ):
         self.config = config
         self.shadows = dict(shadows)
-        self._session = session
+        self._wire = wire
         self._finish = finish
         self.scorer = scorer
         self._rand = rand
@@ -194,14 +194,14 @@ class ShadowMirror:
     def from_config(
         cls,
         config: Config,
-        session: Callable[[], aiohttp.ClientSession],
+        wire: Callable[[], Wire],
         finish: Callable[[Record], None],
         **kw: Any,
     ) -> ShadowMirror:
         shadows = {
             m: s for m, r in config.models.items() if (s := getattr(r, "shadow", None)) is not None
         }
-        return cls(config, shadows, session, finish, **kw)
+        return cls(config, shadows, wire, finish, **kw)
 
     def consider(
         self,
@@ -268,9 +268,7 @@ class ShadowMirror:
         outcome = "ok"
         try:
             async with asyncio.timeout(cfg.timeout_s):
-                resp = await post(
-                    self._session(), upstream, path, body_for(upstream, body, False), cfg.timeout_s
-                )
+                resp = await post(self._wire(), upstream, path, body_for(upstream, body, False))
                 try:
                     raw = await resp.read()
                 finally:
@@ -284,7 +282,7 @@ class ShadowMirror:
             outcome, record.status, record.error_class = e.outcome, e.status or 502, "AttemptError"
         except TimeoutError:
             outcome, record.status, record.error_class = "timeout", 504, "ShadowTimeout"
-        except (aiohttp.ClientError, OSError, MalformedStream) as e:
+        except (OSError, MalformedStream) as e:
             outcome, record.status, record.error_class = "error", 502, type(e).__name__
         except Exception:  # a shadow must never take anything else down
             log.exception("shadow request failed")

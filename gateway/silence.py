@@ -1,10 +1,10 @@
 """Silence: ends relayed streams whose upstream has said nothing for too long.
 
-aiohttp's `sock_read` timeout re-arms a loop timer on every block it receives; at 2,048 paced
-streams that was a tenth of the gateway's event-loop time (py-spy, `bench/gateway_profile.py
---scenario seed`). Streams are relayed without it instead: the relay notes when each block
-arrived, and one sweep per interval fails the streams that have been silent longer than
-`server.idle_timeout_s` with the same timeout error aiohttp would have raised.
+A read timer re-armed on every block (aiohttp's `sock_read`) was a tenth of the gateway's
+event-loop time at 2,048 paced streams (py-spy, `bench/gateway_profile.py --scenario seed`).
+Streams are relayed without one: the relay notes when each block arrived, and one sweep per
+interval fails the replies that have been silent longer than `server.idle_timeout_s` with a
+timeout error, which the relay turns into the stream's closing error event.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import contextlib
 import logging
 import time
 
-import aiohttp
+from gateway.wire import Reply, ReplyTimeout
 
 
 class Watched:
     __slots__ = ("response", "seen")
 
-    def __init__(self, response: aiohttp.ClientResponse, seen: float):
+    def __init__(self, response: Reply, seen: float):
         self.response = response
         self.seen = seen
 
@@ -32,7 +32,7 @@ class Silence:
         self._open: set[Watched] = set()
         self._task: asyncio.Task[None] | None = None
 
-    def watch(self, response: aiohttp.ClientResponse) -> Watched:
+    def watch(self, response: Reply) -> Watched:
         watched = Watched(response, time.perf_counter())
         self._open.add(watched)
         return watched
@@ -45,9 +45,7 @@ class Silence:
         stale = [w for w in self._open if now - w.seen > self.limit_s]
         for watched in stale:
             self._open.discard(watched)
-            error = aiohttp.ServerTimeoutError(f"no data for {self.limit_s:g}s")
-            watched.response.content.set_exception(error)
-            watched.response.close()
+            watched.response.fail(ReplyTimeout(f"no data for {self.limit_s:g}s"))
         return len(stale)
 
     async def _run(self) -> None:

@@ -1,21 +1,22 @@
 """The upstream client: the only module that talks to the network.
 
-One pooled aiohttp session per app (httpx's default transport measured ~15x the CPU per request
-here). `body_for` renders the request each kind of upstream expects; `post` opens a response and
-turns HTTP failures into `AttemptError`s that carry just enough to decide retry or fallback.
+Requests go out on the app's `Wire` (gateway/wire.py: keep-alive pools, body blocks handed on
+as they arrive). `body_for` renders the request each kind of upstream expects; `post` opens a
+response and turns HTTP failures into `AttemptError`s that carry just enough to decide retry or
+fallback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
 from gateway.config import Upstream
+from gateway.wire import Origin, Reply, Wire, head_block
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 
@@ -43,16 +44,30 @@ class AttemptError(Exception):
         self.client_error = client_error
 
 
-def new_session(connect_timeout: float) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
-    timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout)
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=timeout,
-        json_serialize=lambda o: orjson.dumps(o).decode(),
-        auto_decompress=True,
-        skip_auto_headers=("User-Agent",),
-    )
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where an upstream's requests go and the headers they carry, rendered once."""
+
+    origin: Origin
+    head: bytes
+
+    @classmethod
+    def of(cls, upstream: Upstream) -> Target:
+        return cls(Origin.parse(upstream.base_url), head_block(headers_for(upstream)))
+
+
+class Targets:
+    """Each upstream's `Target`, prepared once per upstream object (its key is read from the
+    environment then); a reloaded config brings new objects and so new targets."""
+
+    def __init__(self) -> None:
+        self._prepared: dict[str, tuple[Upstream, Target]] = {}
+
+    def __call__(self, upstream: Upstream) -> Target:
+        cached = self._prepared.get(upstream.name)
+        if cached is None or cached[0] is not upstream:
+            cached = self._prepared[upstream.name] = (upstream, Target.of(upstream))
+        return cached[1]
 
 
 def root_url(upstream: Upstream) -> str:
@@ -134,48 +149,24 @@ def _error_message(raw: bytes, upstream: Upstream) -> str:
 
 
 async def post(
-    session: aiohttp.ClientSession,
-    upstream: Upstream,
-    path: str,
-    data: bytes,
-    read_timeout: float | None,
-    headers: Mapping[str, str] | None = None,
-) -> aiohttp.ClientResponse:
-    """Send one request; return the open response when its status is a success.
-
-    `read_timeout` None: no socket read timer (the caller bounds the time itself); aiohttp
-    re-arms that timer on every read, which is not free. `headers` default to
-    `headers_for(upstream)`; callers on the hot path pass them prepared once."""
-    url = upstream.base_url.rstrip("/") + path
-    extra: dict[str, Any] = {}
-    if read_timeout is not None:
-        extra["timeout"] = aiohttp.ClientTimeout(total=None, sock_read=read_timeout)
+    wire: Wire, upstream: Upstream, path: str, data: bytes, target: Target | None = None
+) -> Reply:
+    """Send one request; return the reply, its body not yet read, when its status is a
+    success. The caller bounds the time (asyncio.timeout); `target` defaults to one prepared
+    now, callers on the hot path pass the one prepared for the upstream."""
+    if target is None:
+        target = Target.of(upstream)
     try:
-        resp = await session.post(
-            url,
-            data=data,
-            headers=headers if headers is not None else headers_for(upstream),
-            **extra,
-        )
-    except TimeoutError:
-        # aiohttp's read timeout is also a ClientConnectionError: catch it first. A server that
-        # says nothing for this long is not retried; dispatch moves to the next candidate.
-        raise AttemptError(
-            "ttft_timeout",
-            f"{upstream.name} sent no first byte within {read_timeout or 0:g}s",
-            retryable=False,
-        ) from None
-    except (aiohttp.ClientConnectionError, OSError) as e:
-        raise AttemptError(
-            "connect_error", f"cannot reach {upstream.name}: {type(e).__name__}"
-        ) from None
-    if resp.status >= 400:
+        reply = await wire.post(target.origin, path, target.head, data)
+    except OSError as e:
+        raise AttemptError("connect_error", f"cannot reach {upstream.name}: {e}") from None
+    if reply.status >= 400:
         try:
-            raw = await resp.content.read(64 * 1024)
-        except (TimeoutError, aiohttp.ClientError):
+            raw = await reply.read()
+        except OSError:
             raw = b""
-        resp.release()
-        status = resp.status
+        reply.release()
+        status = reply.status
         message = _error_message(raw, upstream)
         retryable = status in RETRYABLE_STATUS or status >= 500
         raise AttemptError(
@@ -183,25 +174,25 @@ async def post(
             f"{upstream.name} answered {status}: {message}",
             status=status,
             retryable=retryable,
-            retry_after=_retry_after(resp.headers.get("Retry-After")),
+            retry_after=_retry_after(reply.headers.get("retry-after")),
             client_error=not retryable and status not in (401, 402, 403, 404),
         )
-    return resp
+    return reply
 
 
-async def probe(session: aiohttp.ClientSession, upstream: Upstream, timeout: float) -> bool:
+async def probe(wire: Wire, upstream: Upstream, timeout: float) -> bool:
     """Cheap health check: vLLM's /health, else the free GET /models."""
+    target = Target.of(upstream)
     if upstream.kind == "vllm":
-        url = root_url(upstream) + "/health"
+        origin, path = Origin.parse(root_url(upstream)), "/health"
     else:
-        url = upstream.base_url.rstrip("/") + "/models"
+        origin, path = target.origin, "/models"
     try:
-        async with session.get(
-            url, headers=headers_for(upstream), timeout=aiohttp.ClientTimeout(total=timeout)
-        ) as resp:
-            await resp.read()
-            return resp.status < 400
-    except (TimeoutError, aiohttp.ClientError, OSError):
+        async with asyncio.timeout(timeout):
+            reply = await wire.post(origin, path, target.head, b"", b"GET")
+            await reply.read()
+            return reply.status < 400
+    except (TimeoutError, OSError):
         return False
 
 
@@ -210,6 +201,6 @@ class Opened:
     """A successful attempt: the upstream and its open response (bytes not yet relayed)."""
 
     upstream: Upstream
-    response: aiohttp.ClientResponse
+    response: Reply
     first: bytes = b""  # streams: the first block, read under the first-byte timeout
     native: bool = False  # a Responses request relayed as is (no translation)

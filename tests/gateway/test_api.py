@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -337,3 +338,50 @@ def test_client_gone_mid_stream_is_recorded_and_frees_the_slot(fake: FakeHandle)
     assert record.status == 499 and record.error_class == "ClientDisconnected"
     assert 0 < record.chunks < 400
     assert health["upstreams"]["a"]["inflight"] == 0
+
+
+def test_a_slow_client_gets_the_whole_stream_and_holds_back_its_upstream(
+    fake: FakeHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that reads far slower than the upstream writes: the gateway pauses reading
+    from the upstream while the client's socket is full (no buffer grows without bound), and
+    every token still arrives, in order, once the client reads."""
+    import socket
+    import time
+
+    from gateway.wire import Connection
+
+    pauses: list[int] = []
+    pause = Connection.pause
+
+    def counted(self: Connection) -> None:
+        pauses.append(1)
+        pause(self)
+
+    monkeypatch.setattr(Connection, "pause", counted)
+    sink = ListSink()
+    tokens = 20_000  # about 3 MB of events, far more than the socket buffers hold
+    fake.set_default(tokens=tokens)
+    body = b'{"model":"smol","messages":[{"role":"user","content":"hello"}],"stream":true}'
+    with running_gateway(gateway_config(("a", fake.base_url)), sinks=[sink]) as url:
+        host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, int(port)))
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body)
+            )
+            wait_for(lambda: pauses, timeout=20)  # the client has read nothing yet
+            time.sleep(0.2)
+            received = bytearray()
+            while chunk := sock.recv(1 << 16):
+                received += chunk
+        wait_for(lambda: len(sink.records) == 1)
+    text = bytes(received).decode()
+    words = [w for w in re.findall(r'"content":"([^"]*)"', text) if w.strip()]
+    assert [w.strip() for w in words] == [f"tok{i}" for i in range(tokens)]
+    assert text.endswith("data: [DONE]\n\n\r\n0\r\n\r\n")  # the chunked body ends whole
+    [record] = sink.records
+    assert record.status == 200 and record.completion_tokens == tokens

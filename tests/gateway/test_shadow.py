@@ -24,8 +24,8 @@ from gateway.shadow import (
 )
 from gateway.store import Store, record_row
 from gateway.trust_config import ShadowConfig
-from gateway.upstream import new_session
 from gateway.watchdog import Capture, ToolCall
+from gateway.wire import Wire
 from tests.harness import config_from, running_gateway, wait_for
 
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -110,8 +110,8 @@ def _primary(text: str, status: int = 200) -> tuple[Record, Capture]:
 
 
 async def _mirror(cfg: Any, shadow: ShadowConfig, out: list[Record]) -> tuple[ShadowMirror, Any]:
-    session = new_session(5.0)
-    return ShadowMirror(cfg, {"smol": shadow}, lambda: session, out.append), session
+    wire = Wire(5.0)
+    return ShadowMirror(cfg, {"smol": shadow}, lambda: wire, out.append), wire
 
 
 async def test_mirror_pairs_shadow_with_primary_and_records_agreement(
@@ -120,7 +120,7 @@ async def test_mirror_pairs_shadow_with_primary_and_records_agreement(
     shadow_fake.set_default(text="Hello there, friend!", provider="X")
     cfg = _config(fake.base_url, shadow_fake.base_url)
     out: list[Record] = []
-    mirror, session = await _mirror(
+    mirror, wire = await _mirror(
         cfg, ShadowConfig(upstream="shadow", fraction=1.0, budget_requests_per_day=10), out
     )
     try:
@@ -137,7 +137,7 @@ async def test_mirror_pairs_shadow_with_primary_and_records_agreement(
         mirror.primary_done(pending, record, capture)
         await mirror.drain()
     finally:
-        await session.close()
+        await wire.close()
     [shadow] = out
     assert shadow.lane == "shadow" and shadow.shadow_of == "req-1" and shadow.time == record.time
     assert shadow.upstream == "shadow" and shadow.params_hash == "abc" and shadow.status == 200
@@ -154,7 +154,7 @@ async def test_mirror_skips_when_cap_is_full_or_budget_spent(
     shadow_fake.set_default(hang_before_first_byte=30)
     cfg = _config(fake.base_url, shadow_fake.base_url)
     out: list[Record] = []
-    mirror, session = await _mirror(
+    mirror, wire = await _mirror(
         cfg,
         ShadowConfig(
             upstream="shadow",
@@ -183,7 +183,7 @@ async def test_mirror_skips_when_cap_is_full_or_budget_spent(
             r, c = _primary("a")
             mirror.primary_done(p, r, c)
     finally:
-        await session.close()
+        await wire.close()
     counts = {
         s.labels["outcome"]: s.value
         for m in mirror.requests.collect()

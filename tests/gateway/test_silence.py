@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import aiohttp
-
 from gateway.silence import Silence
+from gateway.wire import ReplyTimeout
 
 
 class FakeResponse:
     def __init__(self) -> None:
         self.error: BaseException | None = None
         self.closed = False
-        self.content = self
 
-    def set_exception(self, error: BaseException) -> None:
+    def fail(self, error: BaseException) -> None:
         self.error = error
-
-    def close(self) -> None:
         self.closed = True
 
 
@@ -29,7 +25,7 @@ def test_sweep_fails_only_silent_streams() -> None:
     w_quiet.seen, w_busy.seen, w_gone.seen = 100.0, 104.0, 90.0
     silence.forget(w_gone)  # ended normally: never swept
     assert silence.sweep(now=105.5) == 1
-    assert isinstance(quiet.error, aiohttp.ServerTimeoutError) and quiet.closed
+    assert isinstance(quiet.error, ReplyTimeout) and quiet.closed
     assert isinstance(quiet.error, TimeoutError)  # what the relay turns into "went silent"
     assert busy.error is None and gone.error is None
     assert silence.sweep(now=105.5) == 0  # a failed stream is swept once

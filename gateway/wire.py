@@ -1,0 +1,472 @@
+"""Wire: the relay's HTTP/1.1 client, built on asyncio transports and llhttp (httptools).
+
+aiohttp hands every received block to a stream reader, wakes the task that waits on it, and
+that task passes the block up through two async generators before it is written to the client:
+at 2,048 paced streams that hand-over was most of the gateway's CPU per chunk
+(`bench/gateway_profile.py --scenario seed`). Here the connection's parser calls back with each
+body block, so a relayed stream (`Reply.pipe`) goes from the upstream socket to the client's
+in one callback, with no task in between. Until then a reply is read like any other
+(`read`, `read_some`), which is what dispatch does under its first-byte timeout.
+
+One pool of keep-alive connections per origin; plain HTTP and TLS. A request on a reused
+connection that the server had already closed is sent once more on a new one (nothing of an
+answer was received, so the server cannot have acted on it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httptools
+
+
+class WireError(OSError):
+    """The connection failed: refused, reset, closed early, or the answer was not HTTP."""
+
+
+class ReplyTimeout(TimeoutError):
+    """The silence sweep gave up on a reply (the same family aiohttp's read timeout is in)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    scheme: str
+    host: str
+    port: int
+    # "host[:port]" as sent in the Host header
+    authority: str
+    base_path: str
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        default = 443 if parts.scheme == "https" else 80
+        port = parts.port or default
+        host = parts.hostname
+        shown = f"[{host}]" if ":" in host else host
+        authority = shown if port == default else f"{shown}:{port}"
+        return cls(parts.scheme, host, port, authority, parts.path.rstrip("/"))
+
+
+def head_block(headers: dict[str, str]) -> bytes:
+    """Request headers rendered once, for every request that carries them."""
+    lines = []
+    for name, value in headers.items():
+        if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
+            raise ValueError(f"header {name!r} holds a line break")
+        if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+            continue
+        lines.append(f"{name}: {value}\r\n")
+    return "".join(lines).encode("latin-1")
+
+
+class Reply:
+    """One answer. Its body is buffered for `read`/`read_some` until `pipe` hands each block
+    to a callback as it arrives."""
+
+    __slots__ = (
+        "_conn",
+        "_chunks",
+        "_waiter",
+        "_error",
+        "_on_data",
+        "_on_end",
+        "_on_error",
+        "_decoder",
+        "complete",
+        "headers",
+        "received",
+        "status",
+    )
+
+    def __init__(self, conn: Connection):
+        self._conn = conn
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.complete = False
+        self.received = False  # any byte of the answer arrived
+        self._chunks: list[bytes] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._on_data: Callable[[bytes], None] | None = None
+        self._on_end: Callable[[], None] | None = None
+        self._on_error: Callable[[BaseException], None] | None = None
+        self._decoder: zlib._Decompress | None = None
+
+    # -- reading --------------------------------------------------------------------------
+    async def read(self) -> bytes:
+        """The whole body."""
+        while not self.complete:
+            await self._wait()
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        return data
+
+    async def read_some(self) -> bytes:
+        """The next buffered bytes (waiting for some); b"" once the body has ended."""
+        while not self._chunks and not self.complete:
+            await self._wait()
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        return data
+
+    async def _wait(self) -> None:
+        if self._error is not None:
+            raise self._error
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+        if self._error is not None:
+            raise self._error
+
+    def pipe(
+        self,
+        on_data: Callable[[bytes], None],
+        on_end: Callable[[], None],
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        """From now on every body block goes to `on_data` as it arrives, then `on_end` (or
+        `on_error` once). What was buffered goes first; an ended reply ends at once."""
+        self._on_data, self._on_end, self._on_error = on_data, on_end, on_error
+        if self._chunks:
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            on_data(data)
+        if self._error is not None:
+            self._deliver_error()
+        elif self.complete:
+            self._deliver_end()
+
+    def pause(self) -> None:
+        self._conn.pause()
+
+    def resume(self) -> None:
+        self._conn.resume()
+
+    # -- ending ---------------------------------------------------------------------------
+    def release(self) -> None:
+        """Done with this reply: its connection is kept for the next request when the body
+        was read to its end, else closed."""
+        if not self.complete:
+            self._conn.close()
+
+    def close(self) -> None:
+        self._conn.close()
+        if not self.complete and self._error is None:
+            self._fail(WireError("closed by the gateway"))
+
+    def fail(self, error: BaseException) -> None:
+        """Give up on this reply with `error` (the silence sweep's timeout)."""
+        if self.complete or self._error is not None:
+            return
+        self._fail(error)
+        self._conn.close()
+
+    # -- from the connection --------------------------------------------------------------
+    def _data(self, data: bytes) -> None:
+        if self._decoder is not None:
+            data = self._decoder.decompress(data)
+            if not data:
+                return
+        if self._on_data is not None:
+            self._on_data(data)
+            return
+        self._chunks.append(data)
+        self._wake()
+
+    def _complete(self) -> None:
+        if self._decoder is not None:
+            tail = self._decoder.flush()
+            self._decoder = None
+            if tail:
+                self._data(tail)
+        self.complete = True
+        if self._on_end is not None:
+            self._deliver_end()
+        else:
+            self._wake()
+
+    def _fail(self, error: BaseException) -> None:
+        if self.complete or self._error is not None:
+            return
+        self._error = error
+        if self._on_error is not None:
+            self._deliver_error()
+        else:
+            self._wake()
+
+    def _deliver_end(self) -> None:
+        on_end = self._on_end
+        self._on_data = self._on_end = self._on_error = None
+        if on_end is not None:
+            on_end()
+
+    def _deliver_error(self) -> None:
+        on_error = self._on_error
+        self._on_data = self._on_end = self._on_error = None
+        if on_error is not None and self._error is not None:
+            on_error(self._error)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection to an origin; one request at a time."""
+
+    def __init__(self, pool: Wire, origin: Origin):
+        self.pool = pool
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.reply: Reply | None = None
+        self.closed = False
+        self.reused = False
+        self.idle_since = 0.0
+        self._header_name = b""
+        self._headers_waiter: asyncio.Future[None] | None = None
+        self._until_eof = False
+        self._paused = False
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        reply = self.reply
+        if reply is None:
+            self.close()  # bytes nobody asked for: the connection cannot be trusted
+            return
+        reply.received = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            self._lost(WireError(f"the upstream's answer is not valid HTTP ({e})"))
+            self.close()
+
+    def eof_received(self) -> bool | None:
+        reply = self.reply
+        if reply is not None and self._until_eof and self.status_known:
+            reply._complete()
+            self.reply = None
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool._forget(self)
+        self._lost(WireError("the upstream closed the connection" + (f" ({exc})" if exc else "")))
+
+    # -- httptools callbacks ---------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        assert self.reply is not None
+        key = name.decode("latin-1").lower()
+        self.reply.headers[key] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        reply = self.reply
+        assert reply is not None
+        reply.status = self.parser.get_status_code()
+        if reply.status < 200:
+            return  # 1xx: the answer follows; `on_message_complete` starts over
+        headers = reply.headers
+        self._until_eof = (
+            "content-length" not in headers
+            and "chunked" not in headers.get("transfer-encoding", "").lower()
+            and reply.status not in (204, 304)
+        )
+        encoding = headers.get("content-encoding", "identity").lower()
+        if encoding in ("gzip", "deflate"):
+            reply._decoder = zlib.decompressobj(wbits=47)  # gzip or zlib, by their header
+        elif encoding != "identity":
+            self._lost(WireError(f"the upstream sent an unsupported encoding {encoding!r}"))
+            self.close()
+            return
+        waiter = self._headers_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        reply = self.reply
+        if reply is not None:
+            reply._data(body)
+
+    def on_message_complete(self) -> None:
+        reply = self.reply
+        if reply is not None and reply.status < 200:
+            reply.status = 0
+            reply.headers.clear()
+            return
+        self.reply = None
+        keep = self.parser.should_keep_alive() and not self._until_eof
+        if reply is not None:
+            reply._complete()
+        if keep and not self.closed:
+            self.pool._idle(self)
+        else:
+            self.close()
+
+    @property
+    def status_known(self) -> bool:
+        return self.reply is not None and self.reply.status != 0
+
+    # -- use ------------------------------------------------------------------------------
+    async def send(self, request: bytes) -> Reply:
+        assert self.transport is not None
+        reply = self.reply = Reply(self)
+        self._until_eof = False
+        waiter = self._headers_waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            self.close()
+            raise
+        finally:
+            if self._headers_waiter is waiter:  # the connection may already serve the next
+                self._headers_waiter = None
+        if reply._error is not None:
+            raise reply._error
+        return reply
+
+    def pause(self) -> None:
+        if not self._paused and self.transport is not None and not self.closed:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.abort()
+        self.pool._forget(self)
+
+    def _lost(self, error: WireError) -> None:
+        reply = self.reply
+        if reply is None:
+            return
+        if self._until_eof and reply.status:
+            self.reply = None
+            reply._complete()
+            return
+        waiter = self._headers_waiter
+        reply._fail(error)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class Wire:
+    """Keep-alive connection pools, one per origin."""
+
+    def __init__(self, connect_timeout: float, keepalive_s: float = 60.0):
+        self.connect_timeout = connect_timeout
+        self.keepalive_s = keepalive_s
+        self._pools: dict[Origin, deque[Connection]] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self._busy: set[Connection] = set()
+
+    async def post(
+        self, origin: Origin, path: str, head: bytes, body: bytes, method: bytes = b"POST"
+    ) -> Reply:
+        """Send `body` to `origin`; the reply once its status and headers are in."""
+        request = b"".join(
+            (
+                method,
+                b" ",
+                (origin.base_path + path).encode(),
+                b" HTTP/1.1\r\nHost: ",
+                origin.authority.encode(),
+                b"\r\nContent-Length: ",
+                str(len(body)).encode(),
+                b"\r\n",
+                head,
+                b"\r\n",
+                body,
+            )
+        )
+        conn = self._checkout(origin)
+        if conn is not None:
+            try:
+                return await conn.send(request)
+            except WireError:
+                if conn.reply is not None and conn.reply.received:
+                    raise
+                # a kept connection the server had closed: nothing was read, send it anew
+        conn = await self._connect(origin)
+        return await conn.send(request)
+
+    def _checkout(self, origin: Origin) -> Connection | None:
+        idle = self._pools.get(origin)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.closed:
+                continue
+            if now - conn.idle_since > self.keepalive_s:
+                conn.close()
+                continue
+            conn.reused = True
+            self._busy.add(conn)
+            return conn
+        return None
+
+    async def _connect(self, origin: Origin) -> Connection:
+        loop = asyncio.get_running_loop()
+        tls = None
+        if origin.scheme == "https":
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            tls = self._ssl
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self, origin),
+                    origin.host,
+                    origin.port,
+                    ssl=tls,
+                    server_hostname=origin.host if tls else None,
+                )
+        except TimeoutError:
+            raise WireError(
+                f"no connection to {origin.authority} within {self.connect_timeout:g}s"
+            ) from None
+        except OSError as e:
+            if isinstance(e, WireError):
+                raise
+            raise WireError(f"cannot connect to {origin.authority}: {type(e).__name__}") from None
+        self._busy.add(conn)
+        return conn
+
+    def _idle(self, conn: Connection) -> None:
+        self._busy.discard(conn)
+        conn.idle_since = time.monotonic()
+        self._pools.setdefault(conn.origin, deque()).append(conn)
+
+    def _forget(self, conn: Connection) -> None:
+        self._busy.discard(conn)
+        idle = self._pools.get(conn.origin)
+        if idle and conn in idle:
+            idle.remove(conn)
+
+    async def close(self) -> None:
+        for conn in [*self._busy, *(c for idle in self._pools.values() for c in idle)]:
+            conn.close()
+        self._pools.clear()
+        self._busy.clear()
