@@ -10,7 +10,9 @@ original bytes through untouched unless something must change:
 
 Most events of a stream are the same bytes around a different bit of text. Once the event path
 has handled one such plain token event, the tap remembers its shape and accounts for the next
-ones by comparing bytes instead of parsing JSON (a third less CPU per event here).
+ones by matching bytes instead of parsing JSON: a whole block of them with one regular
+expression, or one at a time (`bench/tap_speed.py`: 2.1 µs per event parsed, 0.9 with 16 to a
+block). A Hypothesis test holds both to exactly what the event path does.
 
 `tap_body` does the same for a whole non-streamed response.
 """
@@ -30,9 +32,33 @@ from gateway.watchdog import Capture
 DONE = b"[DONE]"
 
 
-# In the text of an event that fits the learnt shape: what ends the JSON string (an unescaped
-# quote), what adds SSE fields (line breaks), and what may be or hide a think tag.
-_UNSAFE_TEXT = re.compile(rb'(?<!\\)"|[\r\n]|think>|\\u003c')
+# The text of an event that fits the learnt shape: a JSON string's inside that orjson reads as
+# a plain non-empty text. No quote (which would end it), no control character (line breaks add SSE
+# fields), only valid escapes, and none of an ASCII character (`\u003c` may hide a think tag) or
+# of a surrogate (a lone one is invalid). What may be or hide a think tag, and bytes that may not
+# be UTF-8, are checked besides (`_plain_bytes`).
+_TEXT = rb'(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u(?!00|[dD][89abAB])[0-9a-fA-F]{4}))++'
+# The same, escaped only as orjson escapes: when the tap rewrites an event (dropping `"usage":
+# null`) the event path re-encodes its text, so a text copied as received must read the same.
+_CANONICAL_TEXT = rb'(?:[^"\\\x00-\x1f]|\\["\\bfnrt])++'
+
+
+def _template(literal: bytes) -> bytes:
+    """`literal` as it must be written in an `re.sub` template."""
+    return literal.replace(b"\\", b"\\\\")
+
+
+def _plain_bytes(data: bytes) -> bool:
+    """No think tag, and valid UTF-8 (as orjson requires)."""
+    if b"think>" in data:
+        return False
+    if data.isascii():
+        return True
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def cut_events(held: bytes, block: bytes) -> tuple[bytes, bytes]:
@@ -117,6 +143,11 @@ class StreamTap:
         # (prefix, suffix, output prefix, output suffix) of this stream's plain token events,
         # learnt from the first one the event path handled (see `_learn`).
         self._shape: tuple[bytes, bytes, bytes, bytes] | None = None
+        # Whole blocks of such events: one, and a run of them (see `_plain`).
+        self._text: re.Pattern[bytes] | None = None
+        self._one: re.Pattern[bytes] | None = None
+        self._run: re.Pattern[bytes] | None = None
+        self._rewrite = b""  # `_one.sub` template when the relayed bytes differ
 
     # -- bytes in, bytes out -------------------------------------------------------------
     def feed(self, block: bytes) -> bytes:
@@ -124,6 +155,10 @@ class StreamTap:
         if not whole:
             return b""
         now = time.perf_counter()
+        if self._run is not None and not self._splitters:
+            plain = self._plain(whole, now)
+            if plain is not None:
+                return plain
         out: list[bytes] = []
         try:
             for event in whole[:-2].split(b"\n\n"):
@@ -236,13 +271,43 @@ class StreamTap:
             return  # the upstream escapes differently, or the text is ambiguous
         i, o = event.find(needle) + len(key) + 1, rendered.find(needle) + len(key) + 1
         j, p = i + len(needle) - len(key) - 2, o + len(needle) - len(key) - 2
-        self._shape = (event[:i], event[j:], rendered[:o], rendered[p:])
+        self._shape = prefix, suffix, out_prefix, out_suffix = (
+            event[:i],
+            event[j:],
+            rendered[:o],
+            rendered[p:],
+        )
+        text = _TEXT
+        if (prefix, suffix + b"\n\n") != (out_prefix, out_suffix):
+            self._rewrite = _template(out_prefix) + rb"\g<1>" + _template(out_suffix)
+            text = _CANONICAL_TEXT
+        before, after = re.escape(prefix), re.escape(suffix) + b"\n\n"
+        self._text = re.compile(text)
+        self._one = re.compile(before + b"(" + text + b")" + after)
+        self._run = re.compile(b"(?:" + before + text + after + b")+")
+
+    def _plain(self, whole: bytes, now: float) -> bytes | None:
+        """A block of whole events that are all shaped like the learnt one, accounted for at
+        once: one chunk and one token each, the block's clock for all. None when any event is
+        something else (the events then go one by one)."""
+        assert self._run is not None and self._one is not None
+        if self._run.fullmatch(whole) is None or not _plain_bytes(whole):
+            return None
+        n = whole.count(b"\n\n")
+        self.record.chunks += n
+        self._token_events += n
+        gaps = self._gaps
+        if self._last_token_at is not None:
+            gaps.append(now - self._last_token_at)
+        if n > 1:
+            gaps.extend([0.0] * (n - 1))
+        self._last_token_at = now
+        return self._one.sub(self._rewrite, whole) if self._rewrite else whole
 
     def _shaped(self, event: bytes, now: float) -> bytes | None:
         """An event that is the learnt bytes around a plain text: accounted for as the event
         path would (one chunk, one token) and relayed. None when it is anything else: the text
-        holds an unescaped quote (more JSON), a line break (more SSE fields), a trailing
-        backslash, `think>` or an escaped `<`."""
+        is not a plain one (`_TEXT`, `_plain_bytes`)."""
         if self._splitters:
             return None
         prefix, suffix, out_prefix, out_suffix = self._shape  # type: ignore[misc]
@@ -250,7 +315,8 @@ class StreamTap:
         if end <= len(prefix) or not (event.startswith(prefix) and event.endswith(suffix)):
             return None
         text = event[len(prefix) : end]
-        if _UNSAFE_TEXT.search(text) is not None or text[-1:] == b"\\":
+        assert self._text is not None
+        if self._text.fullmatch(text) is None or not _plain_bytes(text):
             return None
         self.record.chunks += 1
         self._token_events += 1

@@ -241,6 +241,9 @@ class Connection(asyncio.Protocol):
         self._headers_waiter: asyncio.Future[None] | None = None
         self._until_eof = False
         self._paused = False
+        # Body parts the parser found in one read, handed on as one block after it (a busy
+        # upstream's events arrive many to a read; each handing-on costs a write to the client).
+        self._parts: list[bytes] = []
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -255,8 +258,19 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
+            self._parts.clear()
             self._lost(WireError(f"the upstream's answer is not valid HTTP ({e})"))
             self.close()
+            return
+        if self._parts:
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        parts = self._parts
+        block = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        if self.reply is not None:
+            self.reply._data(block)
 
     def eof_received(self) -> bool | None:
         reply = self.reply
@@ -300,9 +314,7 @@ class Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        reply = self.reply
-        if reply is not None:
-            reply._data(body)
+        self._parts.append(body)
 
     def on_message_complete(self) -> None:
         reply = self.reply
@@ -310,6 +322,8 @@ class Connection(asyncio.Protocol):
             reply.status = 0
             reply.headers.clear()
             return
+        if self._parts:
+            self._hand_on()
         self.reply = None
         keep = self.parser.should_keep_alive() and not self._until_eof
         if reply is not None:

@@ -21,9 +21,26 @@ from gateway import tap as tap_module
 from gateway.record import Record
 from gateway.tap import MalformedStream, StreamTap
 
-PIECES = [*'ab "\\\n<>/{}:,é漢', "think>", "<think>", "</think>", '"error"', "\\u003c"]
+PIECES = [*'ab "\\\n<>/{}:,é漢', "@@", "think>", "<think>", "</think>", '"error"', "\\u003c"]
 TEXT = st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map("".join)
-PLAIN_TEXT = st.lists(st.sampled_from(PIECES[:15]), min_size=1, max_size=8).map("".join)
+PLAIN_TEXT = st.lists(st.sampled_from(PIECES[:16]), min_size=1, max_size=8).map("".join)
+# What other servers may write inside a JSON string where the text had "@@" (orjson writes none
+# of these): other escapes, escaped ASCII that hides a think tag, surrogates (paired and lone),
+# and bytes no JSON string may hold (a bad escape, a raw tab, invalid UTF-8).
+RAW = [
+    b"at",
+    b"\\/",
+    b"\\u00e9",
+    b"\\u0041",
+    b"\\u003C",
+    b"<think\\u003e",
+    b"\\ud83d\\ude00",
+    b"\\ud800",
+    b"\\x",
+    b"\t",
+    b"\xff",
+    b"\\t",
+]
 
 
 @st.composite
@@ -73,6 +90,8 @@ def streams(draw: st.DrawFn) -> tuple[list[bytes], bool]:
             {**head, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}}
         )
     raw = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    while b"@@" in raw:
+        raw = raw.replace(b"@@", draw(st.sampled_from(RAW)), 1)
     if draw(st.booleans()):
         raw += b": keep-alive\n\n"
     raw += b"data: [DONE]\n\n"
@@ -126,16 +145,22 @@ def test_shaped_events_are_taken_and_relayed() -> None:
     events = [head % i + b',"usage":null}\n\n' for i in range(16)]
     record = Record(request_id="r", door="chat", model="m", stream=True)
     tap = StreamTap(record, client_wants_usage=False, split_think=False)
-    shaped = 0
-    original = tap._shaped
+    shaped = 0  # events taken without parsing: one by one, or a whole block at once
+    one, block = tap._shaped, tap._plain
 
-    def spy(event: bytes, now: float) -> bytes | None:
+    def spy_one(event: bytes, now: float) -> bytes | None:
         nonlocal shaped
-        out = original(event, now)
+        out = one(event, now)
         shaped += out is not None
         return out
 
-    tap._shaped = spy  # type: ignore[method-assign]
+    def spy_block(whole: bytes, now: float) -> bytes | None:
+        nonlocal shaped
+        out = block(whole, now)
+        shaped += whole.count(b"\n\n") if out is not None else 0
+        return out
+
+    tap._shaped, tap._plain = spy_one, spy_block  # type: ignore[method-assign]
     out = tap.feed(role) + tap.feed(b"".join(events[:3])) + tap.feed(b"".join(events[3:]))
     assert shaped == 15
     assert out.count(b"data: ") == 17 and b"usage" not in out
