@@ -281,8 +281,7 @@ class StreamRelay(Response):
         except MalformedStream as e:
             self._broken(e)
             return
-        self._write(out, False)
-        self._settle()
+        self._finish(out)
 
     def _broken(self, error: BaseException) -> None:
         """The upstream failed after the first byte: close the stream with an error event (the
@@ -307,7 +306,12 @@ class StreamRelay(Response):
         out = partial + self.tap.abort() + sse_error_event(AllUpstreamsFailed(message))
         if self.translator is not None:
             out = self.translator.feed(out)
-        self._write(out, False)
+        self._finish(out)
+
+    def _finish(self, last: bytes) -> None:
+        """The record is complete: hand it on before the client can see the stream's end."""
+        self._close()
+        self._write(last, False)
         self._settle()
 
     # -- the client's side -----------------------------------------------------------------
