@@ -87,7 +87,7 @@ def main() -> None:
     tap = load_tap(sys.argv[1] if len(sys.argv) > 1 else None)
     streams = itertools.count()
     n = len(events())
-    for per_block in (1, 16, 64):
+    for per_block in (1, 16, 64, 256):
 
         def blocks(per_block: int = per_block) -> list[bytes]:
             # Every stream its own id, as in life (nothing learnt from one stream fits the next).
@@ -97,7 +97,7 @@ def main() -> None:
         for wants in (True, False):
             best = min(min(run(tap, blocks(), wants) for _ in range(20)) for _ in range(5))
             print(
-                f"{per_block:2d} event(s)/block, client usage={wants!s:5}: "
+                f"{per_block:3d} event(s)/block, client usage={wants!s:5}: "
                 f"{1e6 * best / n:6.2f} µs/event"
             )
 

@@ -170,23 +170,36 @@ class StreamTap:
         if not whole:
             return b""
         now = time.perf_counter()
-        if self._shape is not None and not self._splitters:
-            # One event (too short for two): compared with the shape; more: matched at once.
-            if len(whole) < self._room_for_two:
-                plain = self._shaped(whole[:-2], now)
-            else:
-                plain = self._plain(whole, now)
+        if self._shape is not None and not self._splitters and len(whole) < self._room_for_two:
+            plain = self._shaped(whole[:-2], now)  # one event (too short for two)
             if plain is not None:
                 return plain
         out: list[bytes] = []
+        pos, end = 0, len(whole)
+        # Whether a run of shaped events may start here: at the block's start, after a shaped
+        # event, and after the event the shape was learnt from (not after a failed try).
+        may_run = True
         try:
-            for event in whole[:-2].split(b"\n\n"):
+            while pos < end:
+                if may_run and self._run is not None and not self._splitters:
+                    taken = self._plain(whole, pos, now)
+                    if taken is not None:
+                        pos, rendered = taken
+                        out.append(rendered)
+                        continue
+                    may_run = False
+                stop = whole.index(b"\n\n", pos)
+                event = whole[pos:stop]
+                pos = stop + 2
                 if self._shape is not None:
                     rendered = self._shaped(event, now)
                     if rendered is not None:
                         out.append(rendered)
+                        may_run = True
                         continue
+                learnt = self._shape is not None
                 rendered = self._event(event, now)
+                may_run = may_run or (not learnt and self._shape is not None)
                 if rendered:
                     out.append(rendered)
         except MalformedStream as e:
@@ -301,16 +314,20 @@ class StreamTap:
         self._text = _CANONICAL_PLAIN_TEXT if self._rewrite else _PLAIN_TEXT
         self._run = _CANONICAL_RUN if self._rewrite else _RUN
 
-    def _plain(self, whole: bytes, now: float) -> bytes | None:
-        """A block of whole events that are all shaped like the learnt one, accounted for at
-        once: one chunk and one token each, the block's clock for all. None when any event is
-        something else (the events then go one by one)."""
+    def _plain(self, whole: bytes, pos: int, now: float) -> tuple[int, bytes] | None:
+        """The run of whole events from `pos` that are all shaped like the learnt one,
+        accounted for at once (one chunk and one token each, the block's clock for all): where
+        it stops, and its bytes to relay. None when the event at `pos` is something else."""
         assert self._run is not None and self._shape is not None
         prefix, suffix, out_prefix, out_suffix = self._shape
-        run = self._run.fullmatch(whole)
-        if run is None or run["p"] != prefix or run["s"] != suffix or not _plain_bytes(whole):
+        run = self._run.match(whole, pos)
+        if run is None or run["p"] != prefix or run["s"] != suffix:
             return None
-        n = whole.count(b"\n") >> 1  # the events hold no line break but their ends
+        stop = run.end()
+        taken = whole if pos == 0 and stop == len(whole) else whole[pos:stop]
+        if not _plain_bytes(taken):
+            return None
+        n = taken.count(b"\n") >> 1  # the events hold no line break but their ends
         self.record.chunks += n
         self._token_events += n
         gaps = self._gaps
@@ -320,13 +337,13 @@ class StreamTap:
             gaps.extend([0.0] * (n - 1))
         self._last_token_at = now
         if not self._rewrite:
-            return whole
+            return stop, taken
         # Each event's only "\n\n" ends it, so these replace exactly each event's suffix and
         # (after the first) prefix.
-        out = whole.replace(suffix + b"\n\n", out_suffix)
+        out = taken.replace(suffix + b"\n\n", out_suffix)
         if prefix != out_prefix:
             out = out_prefix + out[len(prefix) :].replace(b"\n\n" + prefix, b"\n\n" + out_prefix)
-        return out
+        return stop, out
 
     def _shaped(self, event: bytes, now: float) -> bytes | None:
         """An event that is the learnt bytes around a plain text: accounted for as the event

@@ -154,10 +154,10 @@ def test_shaped_events_are_taken_and_relayed() -> None:
         shaped += out is not None
         return out
 
-    def spy_block(whole: bytes, now: float) -> bytes | None:
+    def spy_block(whole: bytes, pos: int, now: float) -> tuple[int, bytes] | None:
         nonlocal shaped
-        out = block(whole, now)
-        shaped += whole.count(b"\n\n") if out is not None else 0
+        out = block(whole, pos, now)
+        shaped += out[1].count(b"\n\n") if out is not None else 0
         return out
 
     tap._shaped, tap._plain = spy_one, spy_block  # type: ignore[method-assign]
