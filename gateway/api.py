@@ -6,14 +6,14 @@ validate the parsed dict, which is then relayed as is.
 
 from __future__ import annotations
 
-import os
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from fastapi import APIRouter
 from pydantic import BaseModel
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.dispatch import Call
@@ -72,15 +72,19 @@ async def read_json(request: Request, limit: int) -> Any:
             raise BodyTooLarge(f"The request body is {declared} bytes; the limit is {limit}.")
     chunks: list[bytes] = []
     size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise BadRequest("The client closed the connection before the body was complete.") from None
-    raw = b"".join(chunks)
+    receive = request.receive  # straight from the server: Starlette's stream() is a generator
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise BadRequest("The client closed the connection before the body was complete.")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if not raw.strip():
         raise BadRequest("The request body is empty; expected a JSON object.")
     try:
@@ -137,7 +141,8 @@ def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
     options = body.get("stream_options")
     options = options if isinstance(options, dict) else {}
     record = Record(
-        request_id="req-" + os.urandom(12).hex(),
+        # Unique, not secret: the PRNG (reseeded in forked workers) spares a syscall per request.
+        request_id=f"req-{random.getrandbits(96):024x}",
         door=door,
         model=model,
         stream=stream,
