@@ -23,6 +23,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import admin, api, doors
 from gateway.access import Access, AccessGuard
@@ -226,7 +227,7 @@ def create_app(
         finally:
             await gateway.stop()
 
-    app = FastAPI(
+    app = GatewayApp(
         title="Plumbline",
         version="0.1.0",
         lifespan=lifespan,
@@ -239,20 +240,22 @@ def create_app(
     app.state.access = access
     app.state.config_path = config_path
     s = config.server
-    # The generation endpoints are served by the edge, inside the access guard; their FastAPI
-    # routes stay registered (never reached) so the OpenAPI schema documents the bodies.
+    # The generation endpoints are served by the edge, behind its own access guard, before
+    # Starlette's stack (see `GatewayApp`); their FastAPI routes stay registered (never reached)
+    # so the OpenAPI schema documents the bodies.
     hot = {
         route.path: route.endpoint
         for route in app.router.routes
         if isinstance(route, APIRoute) and route.path in HOT_PATHS and "POST" in route.methods
     }
-    app.add_middleware(Edge, routes=hot)
-    app.add_middleware(
-        AccessGuard,
-        access=access,
-        max_body_bytes=s.max_body_bytes,
-        max_header_bytes=s.max_header_bytes,
-    )
+    guard = {
+        "access": access,
+        "max_body_bytes": s.max_body_bytes,
+        "max_header_bytes": s.max_header_bytes,
+    }
+    app.front = AccessGuard(Edge(app.rest, routes=hot), **guard)
+    app.hot = frozenset(hot)
+    app.add_middleware(AccessGuard, **guard)
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
@@ -284,6 +287,33 @@ def create_app(
         return error_response(error)
 
     return app
+
+
+class GatewayApp(FastAPI):
+    """The FastAPI app, with the generation endpoints taken before Starlette's stack.
+
+    Starlette wraps every request in its error middleware, whose `send` wrapper every streamed
+    block went through, and routes it; the generation endpoints need neither (the edge renders
+    their errors). `front` (the access guard around the edge) serves `POST` on `hot`; the rest
+    goes through the full application, with its own access guard."""
+
+    front: ASGIApp | None = None
+    hot: frozenset[str] = frozenset()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self.front is not None
+            and scope["type"] == "http"
+            and scope["method"] == "POST"
+            and scope["path"] in self.hot
+        ):
+            scope["app"] = self
+            await self.front(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+    async def rest(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
 
 
 HOT_PATHS = (

@@ -166,14 +166,15 @@ class StreamTap:
 
     # -- bytes in, bytes out -------------------------------------------------------------
     def feed(self, block: bytes) -> bytes:
+        now = time.perf_counter()
+        if self._shape is not None and len(block) < self._room_for_two and not self._buffer:
+            # The common block of a paced stream: one whole event (too short for two).
+            plain = self._shaped(block, now, ended=True)
+            if plain is not None:
+                return plain
         whole, self._buffer = cut_events(self._buffer, block)
         if not whole:
             return b""
-        now = time.perf_counter()
-        if self._shape is not None and not self._splitters and len(whole) < self._room_for_two:
-            plain = self._shaped(whole[:-2], now)  # one event (too short for two)
-            if plain is not None:
-                return plain
         out: list[bytes] = []
         pos, end = 0, len(whole)
         # Whether a run of shaped events may start here: at the block's start, after a shaped
@@ -345,13 +346,16 @@ class StreamTap:
             out = out_prefix + out[len(prefix) :].replace(b"\n\n" + prefix, b"\n\n" + out_prefix)
         return stop, out
 
-    def _shaped(self, event: bytes, now: float) -> bytes | None:
+    def _shaped(self, event: bytes, now: float, ended: bool = False) -> bytes | None:
         """An event that is the learnt bytes around a plain text: accounted for as the event
         path would (one chunk, one token) and relayed. None when it is anything else: the text
-        is not a plain one (`_TEXT`, `_plain_bytes`)."""
+        is not a plain one (`_TEXT`, `_plain_bytes`). `ended`: the event's blank line is on it
+        (and nothing else)."""
         if self._splitters:
             return None
         prefix, suffix, out_prefix, out_suffix = self._shape  # type: ignore[misc]
+        if ended:
+            suffix += b"\n\n"
         end = len(event) - len(suffix)
         if end <= len(prefix) or not (event.startswith(prefix) and event.endswith(suffix)):
             return None
@@ -364,6 +368,8 @@ class StreamTap:
         if self._last_token_at is not None:
             self._gaps.append(now - self._last_token_at)
         self._last_token_at = now
+        if ended and not self._rewrite:
+            return event
         return out_prefix + text + out_suffix
 
     def _choice(self, choice: dict[str, Any], now: float) -> bool:
