@@ -117,6 +117,8 @@ def _serve(config: Config, host: str | None, port: int | None, path: Path | None
         http="httptools",
         log_level="warning",
         access_log=False,
+        # Nothing here reads the client's address or scheme, which is all this would rewrite.
+        proxy_headers=False,
         timeout_graceful_shutdown=30,
     )
 

@@ -192,7 +192,7 @@ class Dispatcher:
                     first = await _first_block(resp)
                 else:
                     first = await resp.read()
-                _validate(call, first, native)
+                parsed = _validate(call, first, native)
         except TimeoutError:
             self._failed(call, upstream.name, "ttft_timeout", None, started)
             raise AttemptError(
@@ -222,7 +222,7 @@ class Dispatcher:
             Attempt(upstream.name, "ok", resp.status, time.perf_counter() - started)
         )
         gw.pool.succeeded(upstream.name)
-        return Opened(upstream, resp, first, native)
+        return Opened(upstream, resp, first, native, None if call.stream else parsed)
 
     def _failed(
         self, call: Call, name: str, outcome: str, status: int | None, started: float
@@ -233,14 +233,15 @@ class Dispatcher:
         call.record.attempts.append(Attempt(name, outcome, status, time.perf_counter() - started))
 
 
-def _validate(call: Call, first: bytes, native: bool = False) -> None:
-    """A 200 that is not what was asked for fails the attempt while fallback is still possible."""
+def _validate(call: Call, first: bytes, native: bool = False) -> Any:
+    """A 200 that is not what was asked for fails the attempt while fallback is still possible.
+    Returns the JSON read (a whole answer's, a stream's first event)."""
     if call.stream:
         start = first.find(b"data:")
         end = first.find(b"\n", start) if start >= 0 else -1
         payload = first[start + 5 : end if end >= 0 else None].strip() if start >= 0 else b""
         if payload == b"[DONE]":
-            return
+            return None
     else:
         payload = first
     try:
@@ -254,6 +255,7 @@ def _validate(call: Call, first: bytes, native: bool = False) -> None:
             raise AttemptError("malformed", "upstream sent no Responses API event")
     elif "choices" not in obj and "data" not in obj:
         raise AttemptError("malformed", "upstream sent JSON without choices")
+    return obj
 
 
 async def _first_block(resp: Reply) -> bytes:

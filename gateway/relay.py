@@ -155,6 +155,7 @@ def _whole(
             body = tap_body(
                 record,
                 opened.first,
+                parsed=opened.parsed,
                 split_think=split,
                 opened_in_prompt=opened_in_prompt,
                 chat=call.chat,

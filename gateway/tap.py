@@ -469,10 +469,12 @@ def tap_body(
     opened_in_prompt: bool = False,
     chat: bool = True,
     capture: Capture | None = None,
+    parsed: Any = None,
 ) -> bytes:
-    """Account for a non-streamed response and return the bytes to send to the client."""
+    """Account for a non-streamed response and return the bytes to send to the client.
+    `parsed`: `raw` already read as JSON (dispatch validated it)."""
     try:
-        obj = orjson.loads(raw)
+        obj = orjson.loads(raw) if parsed is None else parsed
     except orjson.JSONDecodeError:
         raise MalformedStream("upstream sent a body that is not JSON") from None
     if not isinstance(obj, dict) or "choices" not in obj:

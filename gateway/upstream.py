@@ -204,3 +204,4 @@ class Opened:
     response: Reply
     first: bytes = b""  # streams: the first block, read under the first-byte timeout
     native: bool = False  # a Responses request relayed as is (no translation)
+    parsed: Any = None  # a whole answer's JSON, as validated (read once)
