@@ -31,7 +31,8 @@ class WireError(OSError):
 
 
 class ReplyTimeout(TimeoutError):
-    """The silence sweep gave up on a reply (the same family aiohttp's read timeout is in)."""
+    """The silence sweep gave up on a reply: a `TimeoutError`, which the relay reports as an
+    upstream gone silent mid-stream."""
 
 
 @dataclass(frozen=True, slots=True)
