@@ -18,31 +18,47 @@ import aiohttp
 import uvicorn
 
 
+async def lifespan(receive: Any, send: Any, start: Any, stop: Any) -> None:
+    """Serve the ASGI lifespan: `start()` at startup, `await stop()` at shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            start()
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await stop()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def read_body(receive: Any) -> bytes:
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body
+
+
 class Floor:
     def __init__(self, upstream: str):
         self.upstream = upstream.rstrip("/")
         self.session: aiohttp.ClientSession | None = None
 
+    def start(self) -> None:
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+    async def stop(self) -> None:
+        assert self.session is not None
+        await self.session.close()
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    connector = aiohttp.TCPConnector(limit=0)
-                    self.session = aiohttp.ClientSession(connector=connector)
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    assert self.session is not None
-                    await self.session.close()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send, self.start, self.stop)
+            return
         assert self.session is not None
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         url = self.upstream + scope["path"]
         headers = {"content-type": "application/json"}
         method = scope["method"]
@@ -76,20 +92,9 @@ class WireFloor:
         from gateway.outlet import Outlet
 
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await self.wire.close()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+            await lifespan(receive, send, lambda: None, self.wire.close)
+            return
+        body = await read_body(receive)
         reply = await self.wire.post(
             self.origin, scope["path"], self.head, body, scope["method"].encode()
         )
