@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,7 +36,9 @@ def free_port() -> int:
 
 
 def config_from(data: dict[str, Any]) -> Config:
-    return parse_config(data)
+    """A config whose folder is a fresh temporary one: what a gateway writes beside its config
+    (gate decisions, the record spool, eval runs) stays out of the checkout."""
+    return parse_config(data, root=Path(tempfile.mkdtemp(prefix="plumbline-test-")))
 
 
 @contextlib.contextmanager
