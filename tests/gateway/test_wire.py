@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
+import trustme
 
 from gateway.wire import Origin, Reply, ReplyTimeout, Wire, WireError, head_block
 
@@ -236,3 +239,26 @@ async def test_a_failed_reply_reports_once_and_its_connection_is_not_reused() ->
         third.close()
         await wire.close()
     assert len(peers) == 3
+
+
+async def test_tls_origins_are_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """https upstreams (API providers) are spoken over TLS, and their certificate is checked
+    against the system's trust store: a server the store does not trust is refused."""
+    ca = trustme.CA()
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(served)
+    srv = await asyncio.start_server(keep_answering, "127.0.0.1", 0, ssl=served)
+    origin = Origin.parse(f"https://127.0.0.1:{srv.sockets[0].getsockname()[1]}/v1")
+    try:
+        with pytest.raises(WireError, match="cannot connect"):
+            await Wire(5.0).post(origin, "/models", HEAD, b"")
+        bundle = tmp_path / "ca.pem"
+        ca.cert_pem.write_to_path(str(bundle))
+        monkeypatch.setenv("SSL_CERT_FILE", str(bundle))  # read when the context is made
+        wire = Wire(5.0)
+        reply = await wire.post(origin, "/chat/completions", HEAD, b"{}")
+        assert reply.status == 200
+        assert await reply.read() == b'{"path":"/v1/chat/completions","got":2}'
+        await wire.close()
+    finally:
+        srv.close()
