@@ -328,15 +328,7 @@ class StreamTap:
         taken = whole if pos == 0 and stop == len(whole) else whole[pos:stop]
         if not _plain_bytes(taken):
             return None
-        n = taken.count(b"\n") >> 1  # the events hold no line break but their ends
-        self.record.chunks += n
-        self._token_events += n
-        gaps = self._gaps
-        if self._last_token_at is not None:
-            gaps.append(now - self._last_token_at)
-        if n > 1:
-            gaps.extend([0.0] * (n - 1))
-        self._last_token_at = now
+        self._plain_tokens(taken.count(b"\n") >> 1, now)  # no line break but the events' ends
         if not self._rewrite:
             return stop, taken
         # Each event's only "\n\n" ends it, so these replace exactly each event's suffix and
@@ -363,14 +355,21 @@ class StreamTap:
         assert self._text is not None
         if self._text.fullmatch(text) is None or not _plain_bytes(text):
             return None
-        self.record.chunks += 1
-        self._token_events += 1
-        if self._last_token_at is not None:
-            self._gaps.append(now - self._last_token_at)
-        self._last_token_at = now
+        self._plain_tokens(1, now)
         if ended and not self._rewrite:
             return event
         return out_prefix + text + out_suffix
+
+    def _plain_tokens(self, n: int, now: float) -> None:
+        """`n` plain token events arrived at `now`: one chunk and one token each, as the event
+        path counts them (the first gap since the last token, then none between them)."""
+        self.record.chunks += n
+        self._token_events += n
+        if self._last_token_at is not None:
+            self._gaps.append(now - self._last_token_at)
+        if n > 1:
+            self._gaps.extend([0.0] * (n - 1))
+        self._last_token_at = now
 
     def _choice(self, choice: dict[str, Any], now: float) -> bool:
         record = self.record

@@ -22,6 +22,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httptools
 
@@ -46,8 +47,6 @@ class Origin:
 
     @classmethod
     def parse(cls, url: str) -> Origin:
-        from urllib.parse import urlsplit
-
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
@@ -236,7 +235,6 @@ class Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.reply: Reply | None = None
         self.closed = False
-        self.reused = False
         self.idle_since = 0.0
         self._header_name = b""
         self._headers_waiter: asyncio.Future[None] | None = None
@@ -275,7 +273,7 @@ class Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         reply = self.reply
-        if reply is not None and self._until_eof and self.status_known:
+        if reply is not None and self._until_eof and reply.status:
             reply._complete()
             self.reply = None
         return None
@@ -333,10 +331,6 @@ class Connection(asyncio.Protocol):
             self.pool._idle(self)
         else:
             self.close()
-
-    @property
-    def status_known(self) -> bool:
-        return self.reply is not None and self.reply.status != 0
 
     # -- use ------------------------------------------------------------------------------
     async def send(self, request: bytes) -> Reply:
@@ -437,7 +431,6 @@ class Wire:
             if now - conn.idle_since > self.keepalive_s:
                 conn.close()
                 continue
-            conn.reused = True
             self._busy.add(conn)
             return conn
         return None
