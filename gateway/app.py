@@ -81,8 +81,9 @@ class Gateway:
             config, config.watchdog, self.metrics.registry, on_demote=self.pool.set_demoted
         )
         self.sampler = TextSampler.from_config(config.watchdog)
+        self.wire = Wire(s.connect_timeout_s)
         self.shadow = ShadowMirror.from_config(
-            config, lambda: self.wire, self.finish, registry=self.metrics.registry
+            config, self.wire, self.finish, registry=self.metrics.registry
         )
         self.gate_book = GateBook(config.root / "var" / "gate" / "decisions.json")
         self.sinks: list[RecordSink] = [self.metrics, self.watchdog, *(sinks or [])]
@@ -99,7 +100,6 @@ class Gateway:
         self.dispatcher = Dispatcher(self)
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
         self.scheduler = EvalScheduler(self, f"http://{host}:{s.port}/v1")
-        self.wire = Wire(s.connect_timeout_s)
         self._prober: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -155,7 +155,7 @@ class ShadowMirror:
         self,
         config: Config,
         shadows: Mapping[str, ShadowConfig],
-        wire: Callable[[], Wire],
+        wire: Wire,
         finish: Callable[[Record], None],
         *,
         registry: CollectorRegistry | None = None,
@@ -194,7 +194,7 @@ class ShadowMirror:
     def from_config(
         cls,
         config: Config,
-        wire: Callable[[], Wire],
+        wire: Wire,
         finish: Callable[[Record], None],
         **kw: Any,
     ) -> ShadowMirror:
@@ -268,7 +268,7 @@ class ShadowMirror:
         outcome = "ok"
         try:
             async with asyncio.timeout(cfg.timeout_s):
-                resp = await post(self._wire(), upstream, path, body_for(upstream, body, False))
+                resp = await post(self._wire, upstream, path, body_for(upstream, body, False))
                 try:
                     raw = await resp.read()
                 finally:

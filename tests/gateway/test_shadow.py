@@ -111,7 +111,7 @@ def _primary(text: str, status: int = 200) -> tuple[Record, Capture]:
 
 async def _mirror(cfg: Any, shadow: ShadowConfig, out: list[Record]) -> tuple[ShadowMirror, Any]:
     wire = Wire(5.0)
-    return ShadowMirror(cfg, {"smol": shadow}, lambda: wire, out.append), wire
+    return ShadowMirror(cfg, {"smol": shadow}, wire, out.append), wire
 
 
 async def test_mirror_pairs_shadow_with_primary_and_records_agreement(
