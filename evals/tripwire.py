@@ -29,6 +29,7 @@ configuration rather than the defaults — the tripwire's job is the degenerate 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ Verdict = Literal["ok", "degenerate", "wrong"]
 
 _TOKEN = re.compile(r"[^\W\d_]+|\d+|[^\w\s]")
 _DIGITS = re.compile(r"\d+")
+_ALNUM = re.compile(r"[^\W_]")  # a character that str.isalnum() accepts
 _RULE_CHARS = set("-=_*#~`.|+ \t\n\r")
 _CHAR_RUN = re.compile(r"(\S)\1{15,}")
 _REPEATED_DIGIT_RUN = re.compile(r"(?:\b(\d)\1+\b[\s,;]+){3,}\b(\d)\2+\b")
@@ -104,52 +106,58 @@ class Degeneration:
     detail: str
 
 
+# Unicode has more than ten decimal digits: a number may use up to all of them.
+_LETTERS = "".join(chr(ord("a") + i) for i in range(512))
+
+
+@functools.lru_cache(maxsize=4096)
+def _digit_pattern(digits: str) -> str:
+    """``"1231"`` → ``"#abca"``: a number as the pattern of its digits."""
+    seen = "".join(dict.fromkeys(digits))  # the distinct digits, in order of first appearance
+    return "#" + digits.translate(str.maketrans(seen, _LETTERS[: len(seen)]))
+
+
 def tokens(text: str) -> list[str]:
     """Lower-cased word / number / punctuation tokens, numbers replaced by their digit pattern."""
-    out = []
-    for tok in _TOKEN.findall(text.casefold()):
-        if tok.isdigit():
-            seen: dict[str, str] = {}
-            tok = "#" + "".join(seen.setdefault(ch, chr(ord("a") + len(seen))) for ch in tok)
-        out.append(tok)
-    return out
+    return [
+        _digit_pattern(tok) if tok.isdigit() else tok for tok in _TOKEN.findall(text.casefold())
+    ]
 
 
 def repeated_ngram_fraction(toks: Sequence[str], n: int = NGRAM) -> float:
     """Fraction of n-gram windows that repeat an earlier window (0 when there are none)."""
-    grams = [tuple(toks[i : i + n]) for i in range(len(toks) - n + 1)]
+    grams = list(zip(*(toks[i:] for i in range(n)), strict=False))
     if not grams:
         return 0.0
-    seen: set[tuple[str, ...]] = set()
-    repeats = 0
-    for gram in grams:
-        repeats += gram in seen
-        seen.add(gram)
-    return repeats / len(grams)
+    # Every window but the first of each distinct n-gram repeats an earlier one.
+    return (len(grams) - len(set(grams))) / len(grams)
 
 
 def min_distinct_ratio(toks: Sequence[str], window: int = WINDOW) -> float | None:
     """Lowest distinct/total ratio over sliding windows; None when the text is shorter."""
     if len(toks) < window:
         return None
-    counts = Counter(toks[:window])
-    best = len(counts) / window
-    for i in range(window, len(toks)):
-        counts[toks[i]] += 1
-        old = toks[i - window]
-        counts[old] -= 1
-        if not counts[old]:
+    counts: dict[str, int] = {}
+    for tok in toks[:window]:
+        counts[tok] = counts.get(tok, 0) + 1
+    fewest = len(counts)
+    for new, old in zip(toks[window:], toks, strict=False):
+        counts[new] = counts.get(new, 0) + 1
+        left = counts[old] - 1
+        if left:
+            counts[old] = left
+        else:
             del counts[old]
-        best = min(best, len(counts) / window)
-    return best
+        if len(counts) < fewest:
+            fewest = len(counts)
+    return fewest / window
 
 
 def degeneration(text: str | None) -> Degeneration | None:
     """The first collapse rule `text` trips, or None for a healthy (or empty) text."""
     if not text:
         return None
-    visible = [ch for ch in text if not ch.isspace()]
-    if len(visible) >= 3 and not any(ch.isalnum() for ch in visible):
+    if _ALNUM.search(text) is None and len("".join(text.split())) >= 3:
         return Degeneration("no_content", repr(text[:40]))
     for m in _CHAR_RUN.finditer(text):
         if m.group(1) not in _RULE_CHARS:

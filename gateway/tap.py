@@ -153,7 +153,9 @@ class StreamTap:
         self._token_events = 0
         self.done = False
         # Shaped events (see `_learn`); off in tests that compare them with the event path.
-        self.fast = capture is None and not split_think
+        self.fast = not split_think
+        # Whether shaped events' texts go to the capture (a sampled answer's choice 0).
+        self._capture_text = False
         # (prefix, suffix, output prefix, output suffix) of this stream's plain token events,
         # learnt from the first one the event path handled (see `_learn`).
         self._shape: tuple[bytes, bytes, bytes, bytes] | None = None
@@ -312,6 +314,10 @@ class StreamTap:
         )
         self._room_for_two = 2 * (len(prefix) + len(suffix) + 3)
         self._rewrite = (prefix, suffix + b"\n\n") != (out_prefix, out_suffix)
+        capture = self.capture
+        self._capture_text = (
+            capture is not None and capture.keep_text and choice.get("index", 0) == 0
+        )
         self._text = _CANONICAL_PLAIN_TEXT if self._rewrite else _PLAIN_TEXT
         self._run = _CANONICAL_RUN if self._rewrite else _RUN
 
@@ -329,6 +335,11 @@ class StreamTap:
         if not _plain_bytes(taken):
             return None
         self._plain_tokens(taken.count(b"\n") >> 1, now)  # no line break but the events' ends
+        if self._capture_text:
+            # A text holds no quote, and each suffix starts with one: the joins are exactly
+            # the events' ends. Escaped texts put together are their texts put together.
+            texts = taken[len(prefix) : -len(suffix) - 2].split(suffix + b"\n\n" + prefix)
+            self._captured(b"".join(texts))
         if not self._rewrite:
             return stop, taken
         # Each event's only "\n\n" ends it, so these replace exactly each event's suffix and
@@ -356,9 +367,16 @@ class StreamTap:
         if self._text.fullmatch(text) is None or not _plain_bytes(text):
             return None
         self._plain_tokens(1, now)
+        if self._capture_text:
+            self._captured(text)
         if ended and not self._rewrite:
             return event
         return out_prefix + text + out_suffix
+
+    def _captured(self, text: bytes) -> None:
+        """Shaped events' text (as escaped in JSON, checked plain) for a sampled answer."""
+        assert self.capture is not None
+        self.capture.text(0, orjson.loads(b'"' + text + b'"'))
 
     def _plain_tokens(self, n: int, now: float) -> None:
         """`n` plain token events arrived at `now`: one chunk and one token each, as the event

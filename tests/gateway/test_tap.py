@@ -14,12 +14,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import tap as tap_module
 from gateway.record import Record
 from gateway.tap import MalformedStream, StreamTap
+from gateway.watchdog import Capture
 
 PIECES = [*'ab "\\\n<>/{}:,é漢', "@@", "think>", "<think>", "</think>", '"error"', "\\u003c"]
 TEXT = st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map("".join)
@@ -103,14 +105,20 @@ def streams(draw: st.DrawFn) -> tuple[list[bytes], bool]:
     return blocks, chat
 
 
-def _run(blocks: list[bytes], chat: bool, wants_usage: bool, fast: bool) -> tuple[Any, ...]:
+def _run(
+    blocks: list[bytes], chat: bool, wants_usage: bool, fast: bool, keep: int | None = None
+) -> tuple[Any, ...]:
     clock = itertools.count()
     real = tap_module.time
     tap_module.time = SimpleNamespace(perf_counter=lambda: float(next(clock)))  # type: ignore[assignment]
     try:
         record = Record(request_id="r", door="chat", model="m", stream=True)
         record.t0 = 0.0
-        tap = StreamTap(record, client_wants_usage=wants_usage, split_think=False, chat=chat)
+        # `keep`: the answer is sampled, up to that many characters.
+        capture = None if keep is None else Capture(record, None, True, keep)
+        tap = StreamTap(
+            record, client_wants_usage=wants_usage, split_think=False, chat=chat, capture=capture
+        )
         tap.fast = fast
         out: list[bytes] = []
         error = None
@@ -125,26 +133,35 @@ def _run(blocks: list[bytes], chat: bool, wants_usage: bool, fast: bool) -> tupl
         tap_module.time = real
     fields = asdict(record)
     del fields["time"]  # the wall clock at creation
-    return b"".join(out), error, fields
+    answer = None if capture is None else (capture.answer, capture.reasoning, capture.tool_calls())
+    return b"".join(out), error, fields, answer
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(stream=streams(), wants_usage=st.booleans())
+@given(
+    stream=streams(),
+    wants_usage=st.booleans(),
+    keep=st.none() | st.integers(1, 12) | st.just(8192),
+)
 def test_plain_block_path_equals_event_path(
-    stream: tuple[list[bytes], bool], wants_usage: bool
+    stream: tuple[list[bytes], bool], wants_usage: bool, keep: int | None
 ) -> None:
     blocks, chat = stream
-    assert _run(blocks, chat, wants_usage, fast=True) == _run(blocks, chat, wants_usage, False)
+    fast = _run(blocks, chat, wants_usage, True, keep)
+    assert fast == _run(blocks, chat, wants_usage, False, keep)
 
 
-def test_shaped_events_are_taken_and_relayed() -> None:
+@pytest.mark.parametrize("sampled", [False, True])
+def test_shaped_events_are_taken_and_relayed(sampled: bool) -> None:
     """After the first content event, plain events take the shaped path; `"usage": null`
-    (which the gateway asked for) is still removed for a client that did not ask."""
+    (which the gateway asked for) is still removed for a client that did not ask. A sampled
+    answer gets their texts."""
     head = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"%d"},"finish_reason":null}]'
     role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
     events = [head % i + b',"usage":null}\n\n' for i in range(16)]
     record = Record(request_id="r", door="chat", model="m", stream=True)
-    tap = StreamTap(record, client_wants_usage=False, split_think=False)
+    capture = Capture(record, None, keep_text=True) if sampled else None
+    tap = StreamTap(record, client_wants_usage=False, split_think=False, capture=capture)
     shaped = 0  # events taken without parsing: one by one, or a whole block at once
     one, block = tap._shaped, tap._plain
 
@@ -166,3 +183,5 @@ def test_shaped_events_are_taken_and_relayed() -> None:
     assert out.count(b"data: ") == 17 and b"usage" not in out
     assert out.endswith(b"".join(events[3:]).replace(b',"usage":null', b""))
     assert record.chunks == 17
+    if capture is not None:
+        assert capture.answer == "".join(map(str, range(16)))
