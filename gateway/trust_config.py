@@ -99,8 +99,6 @@ class GateConfig(_Frozen):
     min_items: int = Field(30, ge=1)
     # USD per million tokens per upstream, overriding the price table / measured node cost.
     prices: dict[Name, float] = Field(default_factory=dict)
-    # Where decisions are kept, relative to the config folder.
-    decisions_path: str = "var/gate/decisions.json"
 
 
 def cross_check(config: Config) -> list[str]:
