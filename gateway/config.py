@@ -325,6 +325,15 @@ class Config(_Frozen):
                 return u
         raise KeyError(name)
 
+    def caps_thinking(self, upstream: Upstream) -> bool:
+        """Whether `upstream` can be told to cap thinking tokens: an API provider (OpenRouter's
+        `reasoning.max_tokens`), or vLLM serving a profile with a reasoning parser (vLLM counts
+        thinking tokens only with one, and refuses a budget without)."""
+        if upstream.kind == "openai":
+            return True
+        profile = self.profiles.get(upstream.profile) if upstream.profile else None
+        return upstream.kind == "vllm" and profile is not None and bool(profile.reasoning_parser)
+
     def profile_for(self, model: str) -> Profile | None:
         route = self.models.get(model)
         if route is None or route.profile is None:

@@ -31,7 +31,7 @@ from gateway.errors import (
 from gateway.gate import gated_order
 from gateway.record import Attempt, Record
 from gateway.routing import Features, candidates
-from gateway.upstream import AttemptError, Opened, Targets, body_for, post
+from gateway.upstream import THINKING_BUDGET, AttemptError, Opened, Targets, body_for, post
 from gateway.wire import Reply
 
 if TYPE_CHECKING:
@@ -179,6 +179,7 @@ class Dispatcher:
             call.native if native and call.native else call.body,
             call.stream,
             native=native,
+            caps_thinking=THINKING_BUDGET in call.body and gw.config.caps_thinking(upstream),
         )
         first_byte_budget = server.ttft_timeout_s if call.stream else server.request_timeout_s
         # A non-streamed answer is bounded by `first_byte_budget` (the whole request timeout)

@@ -37,6 +37,7 @@ HASHED = (
     "n",
     "chat_template_kwargs",
     "reasoning_effort",
+    "thinking_token_budget",
     "response_format",
     "logit_bias",
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from gateway.errors import BadRequest
 
@@ -55,6 +55,8 @@ class Sampled(_Open):
 
 class ChatRequest(Sampled):
     messages: list[Message] = Field(min_length=1)
+    # vLLM's cap on thinking tokens (-1: none); said in each upstream's dialect (`body_for`).
+    thinking_token_budget: StrictInt | None = Field(None, ge=-1)
     max_completion_tokens: int | None = Field(None, ge=1)
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[dict[str, Any]] | None = None

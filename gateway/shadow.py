@@ -268,7 +268,10 @@ class ShadowMirror:
         outcome = "ok"
         try:
             async with asyncio.timeout(cfg.timeout_s):
-                resp = await post(self._wire, upstream, path, body_for(upstream, body, False))
+                data = body_for(
+                    upstream, body, False, caps_thinking=self.config.caps_thinking(upstream)
+                )
+                resp = await post(self._wire, upstream, path, data)
                 try:
                     raw = await resp.read()
                 finally:

@@ -9,6 +9,7 @@ fallback.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ import orjson
 
 from gateway.config import Upstream
 from gateway.wire import Origin, Reply, Wire, head_block
+
+log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 
@@ -84,10 +87,51 @@ def headers_for(upstream: Upstream) -> dict[str, str]:
     return headers
 
 
-def body_for(upstream: Upstream, body: dict[str, Any], stream: bool, native: bool = False) -> bytes:
+# A cap on thinking tokens, by vLLM's name for it (the Messages door's `thinking.budget_tokens`).
+THINKING_BUDGET = "thinking_token_budget"
+
+
+_UNBUDGETED: set[str] = set()  # upstreams already logged as unable to cap thinking
+
+
+def _thinking_budget(upstream: Upstream, out: dict[str, Any], caps: bool) -> None:
+    """vLLM caps thinking tokens itself when it has a reasoning parser; API providers take
+    OpenRouter's `reasoning.max_tokens`. llama.cpp, and vLLM without a parser, cannot be told
+    (`caps`: `Config.caps_thinking`): the request goes without, and the first such request is
+    logged per upstream."""
+    budget = out.pop(THINKING_BUDGET)
+    if budget == -1:  # vLLM's "unlimited": no cap to say
+        return
+    if caps and upstream.kind == "vllm":
+        out[THINKING_BUDGET] = budget
+    elif caps and upstream.kind == "openai":
+        reasoning = dict(out.get("reasoning") or {})
+        if "max_tokens" not in reasoning and "effort" not in reasoning:
+            reasoning["max_tokens"] = budget
+        out["reasoning"] = reasoning
+    elif upstream.name not in _UNBUDGETED:
+        _UNBUDGETED.add(upstream.name)
+        log.warning(
+            "upstream %s (%s, no reasoning parser in its profile) cannot cap thinking tokens: "
+            "thinking budgets are not enforced there",
+            upstream.name,
+            upstream.kind,
+        )
+
+
+def body_for(
+    upstream: Upstream,
+    body: dict[str, Any],
+    stream: bool,
+    native: bool = False,
+    caps_thinking: bool = False,
+) -> bytes:
     """The request as this upstream wants it: its model id, usage in streams, its dialect.
-    A native Responses body carries its usage in `response.completed`: no stream_options."""
+    A native Responses body carries its usage in `response.completed`: no stream_options.
+    `caps_thinking`: the upstream can be told a thinking budget (`Config.caps_thinking`)."""
     out = dict(body)
+    if out.get(THINKING_BUDGET) is not None:
+        _thinking_budget(upstream, out, caps_thinking)
     out["model"] = upstream.model
     if stream and not native:
         options = dict(out.get("stream_options") or {})

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from gateway.doors.chunks import chat_usage, first_message, reasoning_of, tokens_of
 from gateway.doors.protocol_messages import EXTENSIONS
 from gateway.errors import BadRequest, GatewayError
+from gateway.upstream import THINKING_BUDGET
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -82,6 +83,9 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
         kwargs = dict(chat.get("chat_template_kwargs") or {})
         kwargs["enable_thinking"] = thinking["type"] != "disabled"
         chat["chat_template_kwargs"] = kwargs
+        if thinking["type"] == "enabled" and thinking.get("budget_tokens") is not None:
+            # vLLM's name; `upstream.body_for` says it in each upstream's dialect.
+            chat[THINKING_BUDGET] = thinking["budget_tokens"]
     return chat
 
 

@@ -263,6 +263,12 @@ def test_completions_and_models(fake: FakeHandle) -> None:
             "max_tokens",
         ),
         (b'{"model": "smol", "messages": [{"role": "wizard", "content": "x"}]}', 400, "role"),
+        (
+            b'{"model": "smol", "messages": [{"role": "user", "content": "x"}],'
+            b' "thinking_token_budget": true}',
+            400,
+            "thinking_token_budget",
+        ),
         (b"[1, 2]", 400, "JSON object"),
         (b"", 400, "empty"),
         (b'{"model": "smol", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, "JSON"),

@@ -28,7 +28,7 @@ from tests.gateway.test_responses import (
     stream_of,
     typed,
 )
-from tests.harness import ListSink, running_gateway
+from tests.harness import ListSink, config_from, running_gateway
 
 
 def claude(url: str) -> anthropic.Anthropic:
@@ -179,6 +179,44 @@ def test_images_thinking_off_and_api_key_header(fake: FakeHandle, gateway: Any) 
         "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="},
     }
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_thinking_budget_reaches_each_upstream_in_its_dialect(
+    fake: FakeHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`thinking.budget_tokens` is a cap the engine must apply: vLLM with a reasoning parser
+    gets `thinking_token_budget`, an API provider OpenRouter's `reasoning.max_tokens`; vLLM
+    without a parser (which refuses the field) and llama.cpp get nothing, and that is logged."""
+    ups = {
+        "parsed": {"kind": "vllm", "profile": "qwen3-thinking"},
+        "api": {"kind": "openai", "provider": {"only": ["X"]}},
+        "plain": {"kind": "vllm", "profile": "smollm2"},
+        "cpp": {"kind": "llamacpp", "profile": "smollm2"},
+    }
+    config = config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0},
+            "upstreams": [
+                {"name": n, "base_url": fake.base_url, "model": "fake-model", **u}
+                for n, u in ups.items()
+            ],
+            "models": {n: {"upstreams": [n]} for n in ups},
+        }
+    )
+    thinking = {"type": "enabled", "budget_tokens": 50}
+    with running_gateway(config) as url:
+        for name in ups:
+            reply = claude(url).messages.create(
+                model=name, max_tokens=100, messages=HI, thinking=thinking
+            )
+            assert reply.type == "message"
+    bodies = dict(zip(ups, (r["body"] for r in fake.requests()), strict=True))
+    assert bodies["parsed"]["thinking_token_budget"] == 50
+    assert bodies["api"]["reasoning"] == {"max_tokens": 50}
+    assert "thinking_token_budget" not in bodies["api"]
+    for name in ("plain", "cpp"):
+        assert "thinking_token_budget" not in bodies[name] and "reasoning" not in bodies[name]
+        assert f"upstream {name} " in caplog.text and "not enforced" in caplog.text
 
 
 def test_leaked_think_is_split_into_a_thinking_block(fake: FakeHandle, gateway: Any) -> None:
