@@ -215,6 +215,7 @@ async def health(request: Request) -> Response:
     }
     for name, st in gw.pool.states.items():
         upstreams[name]["demoted"] = st.demoted
+        upstreams[name]["engine"] = gw.engines.known.get(name)
     body = {
         "status": "ok",
         "upstreams": upstreams,

@@ -31,6 +31,7 @@ from gateway.config import Config, default_config_path, load_config, prometheus_
 from gateway.cost import price_record
 from gateway.dispatch import Dispatcher
 from gateway.edge import Edge, error_response
+from gateway.engine import Engines
 from gateway.errors import GatewayError
 from gateway.gate import GateBook
 from gateway.metrics import Metrics
@@ -82,6 +83,7 @@ class Gateway:
         )
         self.sampler = TextSampler.from_config(config.watchdog)
         self.wire = Wire(s.connect_timeout_s)
+        self.engines = Engines()
         self.shadow = ShadowMirror.from_config(
             config, self.wire, self.finish, registry=self.metrics.registry
         )
@@ -153,9 +155,14 @@ class Gateway:
         results = await asyncio.gather(
             *(probe(self.wire, u, timeout) for u in self.config.upstreams)
         )
+        due = []
         for upstream, ok in zip(self.config.upstreams, results, strict=True):
             self.pool.set_health(upstream.name, ok)
             self.metrics.set_health(upstream.name, ok)
+            if self.engines.due(upstream.name, ok):
+                due.append(upstream)
+        if due:
+            await self.engines.learn(self.wire, due, timeout)
 
     async def _probe_forever(self) -> None:
         while True:

@@ -7,7 +7,9 @@ stream chunks once per (plan, second) and substitutes only the request id, so an
 
 Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (stream and not),
 ``POST /v1/responses`` (non-stream), ``POST /v1/embeddings``, ``POST /tokenize`` (vLLM-style
-``{"count", "tokens", "max_model_len"}``), ``GET /v1/models``, ``GET /health``.
+``{"count", "tokens", "max_model_len"}``; with ``messages`` a token per message marks its chat
+template), ``GET /version``, ``GET /v1/models``, ``GET /health``. ``POST /_fake/engine`` sets
+the version and the chat template's name, as an engine upgrade would change them.
 
 Text: the prompt is "tokenized" by whitespace (``/tokenize`` and ``usage.prompt_tokens`` agree).
 The answer is ``tok0 tok1 ...`` (one token per stream chunk), or the words of ``text``.
@@ -605,6 +607,7 @@ class FakeUpstream:
         **defaults: Any,
     ) -> None:
         self.models = models or ["fake-model"]
+        self.version, self.chat_template = "0.0.0-fake", "plain"
         self.record = record
         self.max_model_len = max_model_len
         self.base_defaults = validate_behaviour(defaults)
@@ -617,6 +620,8 @@ class FakeUpstream:
             ("POST", "/v1/responses"): self._responses,
             ("POST", "/v1/embeddings"): self._embeddings,
             ("POST", "/tokenize"): self._tokenize,
+            ("GET", "/version"): self._version,
+            ("POST", "/_fake/engine"): self._ctl_engine,
             ("GET", "/v1/models"): self._models,
             ("GET", "/health"): self._health,
             ("POST", "/_fake/script"): self._ctl_script,
@@ -860,6 +865,9 @@ class FakeUpstream:
         if not isinstance(body, dict) or ("prompt" not in body and "messages" not in body):
             raise RequestError(400, "tokenize needs a JSON object with prompt or messages")
         ids = prompt_token_ids(body)
+        if "messages" in body:  # a rendered template adds its own tokens around each message
+            mark = zlib.crc32(self.chat_template.encode()) % 50000
+            ids = [mark] * len(body["messages"]) + ids
         return _json(
             200,
             orjson.dumps(
@@ -871,6 +879,16 @@ class FakeUpstream:
                 }
             ),
         )
+
+    async def _version(self, request: web.BaseRequest) -> web.StreamResponse:
+        return _json(200, orjson.dumps({"version": self.version}))
+
+    async def _ctl_engine(self, request: web.BaseRequest) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self.version = body.get("version", self.version)
+        self.chat_template = body.get("chat_template", self.chat_template)
+        said = {"version": self.version, "chat_template": self.chat_template}
+        return _json(200, orjson.dumps(said))
 
     def _down(self) -> web.StreamResponse | None:
         status = self.default.get("status", 200)
@@ -948,6 +966,7 @@ class FakeUpstream:
         self.script.clear()
         self.log.clear()
         self.default = dict(self.base_defaults)
+        self.version, self.chat_template = "0.0.0-fake", "plain"
         return _json(200, b"{}")
 
 
@@ -1028,6 +1047,11 @@ class FakeHandle:
     def set_default(self, **behaviour: Any) -> None:
         """Replace the default behaviour (over the start-up defaults)."""
         self._call("POST", "/_fake/default", behaviour)
+
+    def set_engine(self, version: str | None = None, chat_template: str | None = None) -> None:
+        """Change what ``/version`` and ``/tokenize`` say, as an engine upgrade would."""
+        change = {"version": version, "chat_template": chat_template}
+        self._call("POST", "/_fake/engine", {k: v for k, v in change.items() if v is not None})
 
     def requests(self) -> list[dict[str, Any]]:
         """Every recorded request: method, path, headers, body, behaviour, ignored_params."""

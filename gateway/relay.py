@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import responses_tap
 from gateway.dispatch import Call
+from gateway.engine import HEADER as ENGINE_HEADER
 from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
 from gateway.outlet import Outlet
 from gateway.tap import MalformedStream, StreamTap, tap_body, tap_embeddings
@@ -48,12 +49,15 @@ def _think_mode(gw: Gateway, call: Call, opened: Opened) -> tuple[bool, bool]:
     return True, opened_in_prompt
 
 
-def _headers(call: Call, opened: Opened) -> dict[str, str]:
+def _headers(gw: Gateway, call: Call, opened: Opened) -> dict[str, str]:
     record = call.record
     headers = {
         "x-plumbline-request-id": record.request_id,
         "x-plumbline-upstream": opened.upstream.name,
     }
+    engine = gw.engines.known.get(opened.upstream.name)
+    if engine is not None:
+        headers[ENGINE_HEADER] = engine
     if record.provider:
         headers["x-plumbline-provider"] = record.provider
     if record.params_hash:
@@ -163,7 +167,7 @@ def _whole(
             )
         record.status = 200
         record.ttft_s = record.ttfa_s = record.e2e_s
-        headers = _headers(call, opened)
+        headers = _headers(gw, call, opened)
         if call.translator is not None and not opened.native:
             body = call.translator.whole(orjson.loads(body))
         if record.truncated:
@@ -226,7 +230,7 @@ class StreamRelay(Response):
     ):
         self.status_code = 200
         self.background = None
-        self.init_headers({**_headers(call, opened), "cache-control": "no-cache"})
+        self.init_headers({**_headers(gw, call, opened), "cache-control": "no-cache"})
         self.gw = gw
         self.call = call
         self.opened = opened

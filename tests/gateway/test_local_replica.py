@@ -3,6 +3,7 @@ serving SmolLM2-135M. Protocol facts only — never the tiny model's wording."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +36,27 @@ def last(served: tuple[str, ListSink], n: int = 1) -> Record:
 
 
 MESSAGES = [{"role": "user", "content": "Name one planet."}]
+
+
+def test_the_real_engine_is_fingerprinted(local_stack: Config) -> None:
+    """vLLM's own /version and /tokenize of the probe conversation (its chat template), learnt
+    by the health prober (which the shared stack's gateway runs without)."""
+    import vllm
+
+    probed = local_stack.model_copy(
+        update={"server": local_stack.server.model_copy(update={"health_interval_s": 0.5})}
+    )
+    with running_gateway(probed) as url:
+        upstreams = lambda: httpx.get(url.removesuffix("/v1") + "/health").json()["upstreams"]  # noqa: E731
+        wait_for(lambda: upstreams()["smol-vllm"]["engine"] is not None, timeout=30)
+        fingerprint = upstreams()["smol-vllm"]["engine"]
+        assert upstreams()["smol-llamacpp"]["engine"] is None
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
+        raw = client.chat.completions.with_raw_response.create(
+            model="smollm2", messages=MESSAGES, max_tokens=2
+        )
+    assert re.fullmatch(rf"vllm {re.escape(vllm.__version__)} template [0-9a-f]{{12}}", fingerprint)
+    assert raw.headers["x-plumbline-engine"] == fingerprint
 
 
 def test_models_lists_the_public_names(client: openai.OpenAI) -> None:

@@ -1,0 +1,108 @@
+"""Which serving stack answers behind each upstream: engine version and chat template.
+
+Two eval runs of one target are only a noise-floor control when the same stack served both. A
+vLLM upgrade or a changed chat template moves scores with no change to the config, and the
+noise floor would then swallow a real difference. So the health prober learns a fingerprint of
+each vLLM upstream when it first finds it healthy, and again after every outage (a restart may
+be an upgrade):
+
+- the version, from vLLM's ``GET /version``;
+- the chat template, as a hash of the token ids ``POST /tokenize`` makes of a fixed
+  conversation with the generation prompt. It covers the template, the special tokens and the
+  tokenizer, which all change what the model is shown.
+
+Answers carry it as ``x-plumbline-engine``; the eval runner keeps it per item, and the report
+refuses two runs as a control when their fingerprints differ. llama-cpp-python serves neither
+endpoint, and an API provider's stack is named by its provider (``x-plumbline-provider``), so
+those have none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from gateway.config import Upstream
+from gateway.upstream import Target, root_url
+from gateway.wire import Origin, Wire
+
+log = logging.getLogger(__name__)
+
+HEADER = "x-plumbline-engine"
+
+# A conversation with every role a chat template renders: its token ids change when the
+# template, the special tokens or the tokenizer do.
+PROBE = (
+    {"role": "system", "content": "You are a probe."},
+    {"role": "user", "content": "Hello."},
+    {"role": "assistant", "content": "Hi."},
+    {"role": "user", "content": "Bye."},
+)
+
+
+async def _json(wire: Wire, origin: Origin, path: str, head: bytes, body: bytes | None) -> Any:
+    reply = await wire.post(origin, path, head, body or b"", b"POST" if body else b"GET")
+    data = await reply.read()
+    if reply.status >= 400:
+        raise ValueError(f"{path}: HTTP {reply.status}")
+    return orjson.loads(data)
+
+
+async def fingerprint(wire: Wire, upstream: Upstream, timeout: float) -> str | None:
+    """``vllm 0.32.0 template 1a2b3c4d5e6f`` for a vLLM upstream, None for other kinds. A part
+    the server does not answer is ``?``; None when neither is answered."""
+    if upstream.kind != "vllm":
+        return None
+    origin, head = Origin.parse(root_url(upstream)), Target.of(upstream).head
+    version = template = "?"
+    try:
+        async with asyncio.timeout(timeout):
+            version = str((await _json(wire, origin, "/version", head, None))["version"])
+    except (TimeoutError, OSError, ValueError, KeyError, TypeError) as e:
+        log.info("engine: no version from %s (%s)", upstream.name, e)
+    probe = {"model": upstream.model, "messages": PROBE, "add_generation_prompt": True}
+    try:
+        async with asyncio.timeout(timeout):
+            tokens = (await _json(wire, origin, "/tokenize", head, orjson.dumps(probe)))["tokens"]
+        template = hashlib.sha256(orjson.dumps(tokens)).hexdigest()[:12]
+    except (TimeoutError, OSError, ValueError, KeyError, TypeError) as e:
+        log.info("engine: no chat template fingerprint from %s (%s)", upstream.name, e)
+    if version == template == "?":
+        return None
+    return f"vllm {version} template {template}"
+
+
+class Engines:
+    """Each upstream's fingerprint, learnt by the health prober (`learn`)."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, str] = {}
+        self._seen: set[str] = set()  # upstreams tried at least once
+        self._down: set[str] = set()  # unhealthy at the last probe
+
+    def due(self, name: str, healthy: bool) -> bool:
+        """Whether to (re)learn `name` now: healthy, and never tried or down at the last probe."""
+        if not healthy:
+            self._down.add(name)
+            return False
+        due = name in self._down or name not in self._seen
+        self._down.discard(name)
+        self._seen.add(name)
+        return due
+
+    async def learn(self, wire: Wire, upstreams: Iterable[Upstream], timeout: float) -> None:
+        ups = list(upstreams)
+        found = await asyncio.gather(*(fingerprint(wire, u, timeout) for u in ups))
+        for upstream, fp in zip(ups, found, strict=True):
+            before = self.known.get(upstream.name)
+            if fp is None:
+                self.known.pop(upstream.name, None)
+            else:
+                self.known[upstream.name] = fp
+            if before is not None and fp != before:
+                log.warning("engine: %s changed from %s to %s", upstream.name, before, fp)
