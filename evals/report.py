@@ -7,7 +7,10 @@ target name, or `target@run` when the same target appears in more than one run. 
 the first arm is the baseline every other arm is paired against, and every two arms with the
 same target and the same sampling-parameter hash are taken as same-configuration-twice
 controls that fix the noise floor. A pairing the statistics refuse (different sampling
-parameters) is reported as refused, with the reason, rather than computed.
+parameters) is reported as refused, with the reason, rather than computed. So is a control
+whose two runs were served by different engines (vLLM version or chat template, as the gateway
+fingerprinted them): an upgrade between the runs is not noise, and a floor measured across one
+would hide real differences. An arm served by more than one engine is named in the Arms notes.
 
 The report is built once as a list of `Section`s (title, table, notes) and rendered twice, so
 the Markdown and the HTML cannot disagree.
@@ -127,8 +130,16 @@ def _item_set(results: Sequence[ItemResult]) -> str:
     return h.hexdigest()[:12]
 
 
+def _engines(results: Sequence[ItemResult]) -> frozenset[str]:
+    return frozenset(r.engine for r in results if r.engine)
+
+
+def _engine_text(results: Sequence[ItemResult]) -> str:
+    return ", ".join(sorted(_engines(results))) or "unknown"
+
+
 def _arms_section(arms: dict[str, list[ItemResult]]) -> Section:
-    rows = []
+    rows, notes = [], []
     for label, rs in arms.items():
         hashes = sorted({r.params_hash for r in rs})
         rows.append(
@@ -139,10 +150,19 @@ def _arms_section(arms: dict[str, list[ItemResult]]) -> Section:
                 str(len(rs)),
                 _item_set(rs),
                 ", ".join(h[:12] for h in hashes),
+                _engine_text(rs),
             )
         )
+        if len(_engines(rs)) > 1:
+            notes.append(
+                f"{label} was served by {len(_engines(rs))} engines ({_engine_text(rs)}): its "
+                "items do not come from one serving stack"
+            )
     return Section(
-        "Arms", ("arm", "target", "run", "items", "item set", "params hash"), tuple(rows)
+        "Arms",
+        ("arm", "target", "run", "items", "item set", "params hash", "engine"),
+        tuple(rows),
+        tuple(notes),
     )
 
 
@@ -251,6 +271,13 @@ def build_report(
 
     floor_rows, floor_notes, computed = [], [], []
     for a, b in control_pairs:
+        if _engines(arms[a]) != _engines(arms[b]):
+            floor_notes.append(
+                f"control {a} vs {b} refused: served by different engines "
+                f"({_engine_text(arms[a])} / {_engine_text(arms[b])}); a changed serving stack "
+                "is not noise"
+            )
+            continue
         got = _try_pair(arms, a, b)
         if isinstance(got, str):
             floor_notes.append(f"control {a} vs {b} refused: {got}")

@@ -3,7 +3,9 @@
 An `ItemResult` is flat and JSON-friendly so a run can be stored as JSON Lines (one result per
 line) and re-read without the builder. `item_digest` is `Item.digest()`: two arms are paired
 only on identical digests. `params_hash` is the hash of the effective sampling parameters the
-gateway applied; arms whose hashes differ are never paired (see `evals.stats.pair`).
+gateway applied; arms whose hashes differ are never paired (see `evals.stats.pair`). `engine`
+is the serving stack that answered; two runs of one target whose engines differ are not a
+noise-floor control (see `evals.report`).
 
 `run` names the run the result belongs to, so the same target evaluated twice (the noise-floor
 control) stays two arms.
@@ -38,6 +40,9 @@ class ItemResult:
     parts: dict[str, bool] = field(default_factory=dict)
     # The gateway found reasoning in the answer channel (no or the wrong reasoning parser).
     reasoning_leak: bool = False
+    # The serving stack that answered (`x-plumbline-engine`: vLLM version and chat template);
+    # empty where the gateway knows none (llama.cpp, API providers).
+    engine: str = ""
 
     @property
     def correct(self) -> bool:

@@ -146,7 +146,8 @@ class Runner:
             default_headers=LANE_HEADER,
         )
         self.fingerprints: dict[str, dict[str, set[str]]] = {
-            t: {"upstream": set(), "provider": set(), "params_hash": set()} for t in spec.targets
+            t: {"upstream": set(), "provider": set(), "params_hash": set(), "engine": set()}
+            for t in spec.targets
         }
 
     # -- one item ------------------------------------------------------------------------
@@ -204,6 +205,7 @@ class Runner:
             ("upstream", "x-plumbline-upstream"),
             ("provider", "x-plumbline-provider"),
             ("params_hash", "x-plumbline-params-hash"),
+            ("engine", "x-plumbline-engine"),
         ):
             if headers.get(header):
                 fp[key].add(headers[header])
@@ -221,6 +223,7 @@ class Runner:
             params_hash=headers.get("x-plumbline-params-hash", ""),
             parts=dict(verdict.parts),
             reasoning_leak=headers.get("x-plumbline-reasoning-leak") == "true",
+            engine=headers.get("x-plumbline-engine", ""),
         )
 
     # -- the whole run -------------------------------------------------------------------

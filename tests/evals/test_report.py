@@ -1,4 +1,5 @@
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ def run(
     params: str = "h1",
     cost: float | None = None,
     truncate: int = 0,
+    engine: str = "",
 ) -> list[ItemResult]:
     rng = random.Random(seed)
     out = []
@@ -46,6 +48,7 @@ def run(
                 run=run_id,
                 cost=cost,
                 parts=parts,
+                engine=engine,
             )
         )
     return out
@@ -90,6 +93,34 @@ def test_report_sections() -> None:
     )
     assert "noise floor: aggregate gap" in md
     assert "| overall | api | 80 |" in md
+
+
+def test_a_control_across_an_engine_change_is_refused() -> None:
+    """The same target run twice is no noise floor when vLLM or its chat template changed in
+    between: the report refuses it as a control and says why; an arm served by two engines is
+    named."""
+    old, new = "vllm 0.31.0 template aaaaaaaaaaaa", "vllm 0.32.0 template bbbbbbbbbbbb"
+    mixed = run("local", "r3", 0.6, 3, engine=old)
+    for i in range(40):
+        mixed[i] = replace(mixed[i], engine=new)
+    report = build_report(
+        run("local", "r1", 0.6, 1, engine=old) + run("local", "r2", 0.6, 2, engine=new) + mixed
+    )
+    arms, floor = report.sections[0], report.sections[3]
+    assert [row[-1] for row in arms.rows] == [old, new, f"{old}, {new}"]
+    assert arms.notes == (
+        f"local@r3 was served by 2 engines ({old}, {new}): its items do not come from one "
+        "serving stack",
+    )
+    refused = [n for n in floor.notes if "refused" in n]
+    assert len(refused) == 3 and all("different engines" in n for n in refused)
+    assert floor.rows == ()
+    assert "noise floor is unknown" in report.markdown()
+    # The same engine on both runs (or none known): an ordinary control.
+    same = build_report(
+        run("local", "r1", 0.6, 1, engine=old) + run("local", "r2", 0.6, 2, engine=old)
+    )
+    assert len(same.sections[3].rows) == 1
 
 
 def test_report_without_a_control_says_the_floor_is_unknown() -> None:

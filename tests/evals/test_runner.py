@@ -5,21 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from evals import runner
 from evals.report import write_report
 from evals.stats import by_family, summarise
 from gateway.fake_upstream import running_fake
-from tests.harness import config_from, running_gateway
+from tests.harness import config_from, running_gateway, wait_for
 
 SMOKE_ITEMS = sum(n or 0 for n in runner.SUITES["smoke"].values())
 
 
-def gateway_for(**fakes: str) -> Any:
+def gateway_for(probe_s: float = 0, **fakes: str) -> Any:
     return config_from(
         {
-            "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 0},
+            "server": {"health_interval_s": probe_s, "retry_backoff_s": 0, "retries": 0},
             "upstreams": [
                 {
                     "name": name,
@@ -48,7 +49,9 @@ def spec(url: str, targets: list[str], tmp_path: Path, **kw: Any) -> runner.RunS
 
 
 def test_smoke_run_scores_every_item_and_resumes(tmp_path: Path) -> None:
-    with running_fake(tokens=6) as fake, running_gateway(gateway_for(ok=fake.base_url)) as url:
+    with running_fake(tokens=6) as fake, running_gateway(gateway_for(0.2, ok=fake.base_url)) as url:
+        health = url.removesuffix("/v1") + "/health"
+        wait_for(lambda: httpx.get(health).json()["upstreams"]["ok"]["engine"] is not None)
         path = runner.run(spec(url, ["ok"], tmp_path, run_id="r1"), show_progress=False)
         sent = len(fake.requests())
         meta, results = runner.load_run(path)
@@ -62,6 +65,10 @@ def test_smoke_run_scores_every_item_and_resumes(tmp_path: Path) -> None:
     # "tok0 tok1 …" answers nothing (it may happen to obey a format instruction, e.g. lowercase)
     assert not any(r.correct for r in results if r.family != "ifeval")
     assert meta["fingerprints"]["ok"]["upstream"] == ["ok"]
+    # The serving stack the gateway fingerprinted, on every item and in the run's metadata.
+    [engine] = meta["fingerprints"]["ok"]["engine"]
+    assert engine.startswith("vllm 0.0.0-fake template ")
+    assert {r.engine for r in results} == {engine}
     assert "max_tokens" not in body  # no cap by default
     assert body["temperature"] == 0.2  # served per the target's profile
 
