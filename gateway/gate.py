@@ -212,6 +212,16 @@ def pinned_upstream(
     return name
 
 
+def control_pair(control: str, first: Sequence[ItemResult], second: Sequence[ItemResult]) -> Paired:
+    """The control upstream's two runs, paired: refused (`PairingError`) when a different
+    serving stack answered them (a restart onto another vLLM or chat template mid-run), since
+    that difference is not noise."""
+    engines = [sorted({r.engine for r in rs if r.engine}) for rs in (first, second)]
+    if engines[0] != engines[1]:
+        raise PairingError(f"served by different engines: {engines[0]} / {engines[1]}")
+    return pair(first, second, f"{control} run 1", f"{control} run 2")
+
+
 def gate_arms(model: str, upstreams: Sequence[str], control: str) -> list[tuple[str, str]]:
     """(arm label, pinned upstream) the scheduler runs: each upstream once, the control twice."""
     arms = [(f"{model}@{u}", u) for u in upstreams]

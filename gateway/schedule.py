@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from evals.result import ItemResult
 from evals.runner import Runner, RunSpec, load_run
-from evals.stats import PairingError, pair
-from gateway.gate import PIN_HEADER, GateDecision, decide, gate_arms
+from evals.stats import PairingError
+from gateway.gate import PIN_HEADER, GateDecision, control_pair, decide, gate_arms
 from gateway.report import window_economics
 from gateway.trust_config import GateConfig
 
@@ -108,14 +108,9 @@ class EvalScheduler:
         controls = []
         try:
             controls.append(
-                pair(
-                    primary[control],
-                    by_label.get(control_label, []),
-                    f"{control} run 1",
-                    f"{control} run 2",
-                )
+                control_pair(control, primary.get(control, []), by_label.get(control_label, []))
             )
-        except (KeyError, PairingError) as e:
+        except PairingError as e:
             log.warning("gate %s: no usable control pair (%s)", model, e)
         decision = decide(
             model,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from evals.result import ItemResult
-from evals.stats import NoiseFloor, against_floor, pair, wilson
+from evals.stats import NoiseFloor, PairingError, against_floor, pair, wilson
 from gateway.gate import (
     GateBook,
+    control_pair,
     decide,
     gate_arms,
     gated_order,
@@ -181,3 +183,14 @@ def test_a_gap_inside_the_floor_is_not_presented_as_real() -> None:
     p = pair(arm("api", a), arm("node", b))
     verdict = against_floor(p, NoiseFloor.from_controls([CONTROL]))
     assert not verdict.exceeds and "McNemar" in verdict.reason
+
+
+def test_a_control_that_changed_engine_mid_run_is_refused() -> None:
+    """The control upstream's two runs are only noise when one serving stack answered both."""
+    first = arm("dear", flips(N, {1, 2}))
+    second = [replace(r, engine="vllm 0.32.0 template bbbbbbbbbbbb") for r in first]
+    first = [replace(r, engine="vllm 0.31.0 template aaaaaaaaaaaa") for r in first]
+    with pytest.raises(PairingError, match="different engines"):
+        control_pair("dear", first, second)
+    same = control_pair("dear", first, first)
+    assert same.n == N and same.discordant == 0 and same.a == "dear run 1"
