@@ -42,7 +42,8 @@ from gateway.report import window_economics
 from gateway.schedule import EvalScheduler
 from gateway.shadow import ShadowMirror
 from gateway.silence import Silence
-from gateway.store import RecordQueue, Store
+from gateway.spool import RecordQueue
+from gateway.store import Store
 from gateway.upstream import probe
 from gateway.watchdog import TextSampler, Watchdog, annotate
 from gateway.wire import Wire

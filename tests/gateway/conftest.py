@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from gateway.fake_upstream import FakeHandle, running_fake
+from gateway.store import Store
+from tests.gateway import pg
 
 
 @pytest.fixture
@@ -25,3 +28,23 @@ def fast_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     import gateway.dispatch
 
     monkeypatch.setattr(gateway.dispatch, "MAX_RETRY_AFTER_S", 0.0)
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> Iterator[str]:
+    """A real PostgreSQL server for the session (each test takes a fresh database)."""
+    if pg.bin_dir() is None:
+        pytest.skip("PostgreSQL server binaries absent: apt-get install postgresql")
+    with pg.server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A record store on SQLite, then on a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        s = Store("sqlite:///var/records.db", root=tmp_path)
+    else:
+        s = Store(pg.fresh_database(request.getfixturevalue("pg_admin")))
+    yield s
+    s.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -208,14 +207,6 @@ def test_config_rejects_unknown_models_and_duplicate_keys(fake: FakeHandle) -> N
 
 
 # ---- the budget statement racing itself ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pg_admin() -> Iterator[str]:
-    if pg.bin_dir() is None:
-        pytest.skip("PostgreSQL binaries not installed")
-    with pg.server() as url:
-        yield url
 
 
 def _race(accesses: list[Access], limit: int, attempts: int) -> int:

@@ -22,7 +22,8 @@ from gateway.app import create_app
 from gateway.config import Config
 from gateway.fake_upstream import FakeHandle
 from gateway.record import Record
-from gateway.store import RecordQueue, Store
+from gateway.spool import RecordQueue
+from gateway.store import Store
 from tests.harness import config_from, free_port, serving_server, wait_for
 
 BODY = {"model": "smol", "messages": [{"role": "user", "content": "hello"}]}
