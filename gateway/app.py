@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import admin, api, doors
 from gateway.access import Access, AccessGuard
+from gateway.capture import TextSampler
 from gateway.config import Config, default_config_path, load_config, prometheus_multiproc_dir
 from gateway.cost import price_record
 from gateway.dispatch import Dispatcher
@@ -45,7 +46,7 @@ from gateway.silence import Silence
 from gateway.spool import RecordQueue
 from gateway.store import Store
 from gateway.upstream import probe
-from gateway.watchdog import TextSampler, Watchdog, annotate
+from gateway.watchdog import Watchdog, annotate
 from gateway.wire import Wire
 
 log = logging.getLogger("plumbline")

@@ -43,7 +43,7 @@ def report_health_cmd(
     format: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
 ) -> None:
     """Per upstream: watchdog rates (truncation, leaks, degenerate, tool calls, provider, drift)."""
-    from gateway.watchdog import report_health
+    from gateway.report import report_health
 
     _report(report_health, config, since, format)
 

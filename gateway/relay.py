@@ -20,13 +20,13 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway import responses_tap
+from gateway.capture import Capture
 from gateway.dispatch import Call
 from gateway.engine import HEADER as ENGINE_HEADER
 from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
 from gateway.outlet import Outlet
 from gateway.tap import MalformedStream, StreamTap, tap_body, tap_embeddings
 from gateway.upstream import Opened
-from gateway.watchdog import Capture
 
 if TYPE_CHECKING:
     from gateway.app import Gateway

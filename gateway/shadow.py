@@ -40,13 +40,13 @@ from prometheus_client import CollectorRegistry, Counter
 from rich.console import Console
 from rich.table import Table
 
+from gateway.capture import Capture, ToolCall
 from gateway.config import Config
 from gateway.cost import request_cost
 from gateway.record import Attempt, Record
 from gateway.tap import MalformedStream, tap_body
 from gateway.trust_config import ShadowConfig
 from gateway.upstream import AttemptError, body_for, post
-from gateway.watchdog import Capture, ToolCall
 from gateway.wire import Wire
 
 log = logging.getLogger("plumbline.shadow")

@@ -25,9 +25,9 @@ from typing import Any
 
 import orjson
 
+from gateway.capture import Capture
 from gateway.reasoning import ThinkSplitter, split_text
 from gateway.record import Record
-from gateway.watchdog import Capture
 
 DONE = b"[DONE]"
 

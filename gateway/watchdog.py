@@ -5,7 +5,7 @@ Each finished record is one observation per check that applies to it:
     check               relevant responses                      flagged when
     truncation          completed (status 200)                  finish_reason = length
     reasoning_leak      completed, upstream has a parser        <think> text arrived in content
-    degenerate          answer text sampled (`TextSampler`)     evals.tripwire.degeneration fires
+    degenerate          answer text sampled (`capture.py`)      evals.tripwire.degeneration fires
     tool_call           responses with tool calls               invalid JSON, unknown tool, schema
     provider_mismatch   pinned provider route, provider known   another provider answered
     cost_drift          provider reported usage.cost            charged vs computed beyond threshold
@@ -22,211 +22,29 @@ demoting): `sampling_parity` (a provider upstream with `provider` routing but wi
 `thinking_mismatch` (two routes being compared — a shadow and its primary, eval targets, a gated
 route's upstreams — whose profiles differ in enable_thinking or reasoning_effort).
 
-`report_health` reads the same flags back from the store (`plumbline report health`).
+`gateway.report.report_health` reads the same flags back from the store (`plumbline report
+health`).
 """
 
 from __future__ import annotations
 
-import io
-import json
 import logging
-import random
 import re
-import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, NamedTuple
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-import sqlalchemy as sa
-from jsonschema import SchemaError
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from rich.console import Console
-from rich.table import Table
 
-from evals.tripwire import reply_degeneration
 from gateway.config import Config, Profile, Upstream
 from gateway.cost import drifted
 from gateway.record import Record
-from gateway.trust_config import CHECKS, WatchdogConfig
+from gateway.trust_config import WatchdogConfig
 
 log = logging.getLogger("plumbline.watchdog")
 Format = Literal["table", "csv", "json"]
 _SLUG = re.compile(r"[^a-z0-9]+")
-
-
-# ---- tool calls ------------------------------------------------------------------------------
-
-
-class ToolCall(NamedTuple):
-    name: str | None
-    arguments: str
-
-
-def _tool_schemas(request_tools: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
-    schemas: dict[str, Any] = {}
-    for tool in request_tools or ():
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-            schemas[fn["name"]] = fn.get("parameters")
-    return schemas
-
-
-def check_tool_calls(
-    request_tools: Sequence[dict[str, Any]] | None, calls: Sequence[ToolCall]
-) -> list[str]:
-    """Problems with the calls a model made, each "kind: detail" with kind one of
-    invalid_json | unknown_tool | schema. Empty when every call is valid."""
-    schemas = _tool_schemas(request_tools)
-    problems: list[str] = []
-    for call in calls:
-        if call.name not in schemas:
-            problems.append(f"unknown_tool: {call.name!r} was not offered")
-            continue
-        raw = call.arguments if call.arguments.strip() else "{}"
-        try:
-            args = json.loads(raw)
-        except json.JSONDecodeError as e:
-            problems.append(f"invalid_json: {call.name}: {e.msg} at {e.pos}")
-            continue
-        if not isinstance(args, dict):
-            problems.append(f"invalid_json: {call.name}: arguments are not a JSON object")
-            continue
-        schema = schemas[call.name]
-        if not isinstance(schema, dict):
-            continue
-        cls = validator_for(schema)
-        try:
-            cls.check_schema(schema)
-        except SchemaError:
-            continue  # the client's schema is broken: not the model's fault
-        error = best_match(cls(schema).iter_errors(args))
-        if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"
-            problems.append(f"schema: {call.name}: {where}: {error.message[:160]}")
-    return problems
-
-
-# ---- capturing answers -----------------------------------------------------------------------
-
-
-class Capture:
-    """What one request answered (choice 0): text when sampled, tool calls when tools were offered.
-
-    The taps call `delta(index, delta)` per streamed chat choice (after the reasoning split),
-    `message(index, message)` per non-streamed choice and `text(index, piece)` for completions;
-    the relay calls `finish()` once before the record is handed on."""
-
-    __slots__ = (
-        "record",
-        "tools",
-        "keep_text",
-        "max_chars",
-        "_text",
-        "_reasoning",
-        "_size",
-        "_calls",
-    )
-
-    def __init__(
-        self,
-        record: Record,
-        tools: list[dict[str, Any]] | None,
-        keep_text: bool,
-        max_chars: int = 8192,
-    ):
-        self.record = record
-        self.tools = tools
-        self.keep_text = keep_text
-        self.max_chars = max_chars
-        self._text: list[str] = []
-        self._reasoning: list[str] = []
-        self._size = 0
-        self._calls: dict[int, list[Any]] = {}
-
-    def _keep(self, parts: list[str], piece: Any) -> None:
-        if self.keep_text and isinstance(piece, str) and piece and self._size < self.max_chars:
-            piece = piece[: self.max_chars - self._size]
-            parts.append(piece)
-            self._size += len(piece)
-
-    def text(self, index: int, piece: Any) -> None:
-        if index == 0:
-            self._keep(self._text, piece)
-
-    def delta(self, index: int, delta: dict[str, Any]) -> None:
-        if index != 0:
-            return
-        self._keep(self._text, delta.get("content"))
-        self._keep(self._reasoning, delta.get("reasoning_content") or delta.get("reasoning"))
-        for tc in delta.get("tool_calls") or ():
-            slot = self._calls.setdefault(tc.get("index", 0), [None, []])
-            fn = tc.get("function") or {}
-            if fn.get("name"):
-                slot[0] = fn["name"]
-            args = fn.get("arguments")
-            if isinstance(args, str) and sum(map(len, slot[1])) < 4 * self.max_chars:
-                slot[1].append(args)
-
-    def message(self, index: int, message: dict[str, Any]) -> None:
-        if index != 0:
-            return
-        self._keep(self._text, message.get("content"))
-        self._keep(self._reasoning, message.get("reasoning_content") or message.get("reasoning"))
-        for i, tc in enumerate(message.get("tool_calls") or ()):
-            fn = tc.get("function") or {}
-            args = fn.get("arguments")
-            self._calls[i] = [fn.get("name"), [args if isinstance(args, str) else json.dumps(args)]]
-
-    @property
-    def answer(self) -> str:
-        return "".join(self._text)
-
-    @property
-    def reasoning(self) -> str:
-        return "".join(self._reasoning)
-
-    def tool_calls(self) -> list[ToolCall]:
-        return [ToolCall(name, "".join(parts)) for _, (name, parts) in sorted(self._calls.items())]
-
-    def finish(self) -> None:
-        """Set the record's `sampled`, `degenerate` and `tool_call_error` flags."""
-        record = self.record
-        if self.keep_text and (self._text or self._reasoning):
-            record.sampled = True
-            record.degenerate = reply_degeneration(self.answer, self.reasoning) is not None
-        calls = self.tool_calls()
-        if calls:
-            problems = check_tool_calls(self.tools, calls)
-            record.tool_call_error = problems[0].split(":", 1)[0] if problems else None
-
-
-class TextSampler:
-    """Decides per request whether to capture its answer. Cheap when not: one random draw."""
-
-    def __init__(
-        self, rate: float, max_chars: int = 8192, rand: Callable[[], float] = random.random
-    ):
-        self.rate = rate
-        self.max_chars = max_chars
-        self._rand = rand
-
-    @classmethod
-    def from_config(cls, cfg: WatchdogConfig) -> TextSampler:
-        return cls(cfg.sample_rate if cfg.enabled else 0.0, cfg.sample_chars)
-
-    def start(
-        self, record: Record, body: dict[str, Any], *, always: bool = False
-    ) -> Capture | None:
-        """A capture for this request, or None. `always`: a shadowed request (its answer is
-        compared with the shadow's). Requests offering tools always get one (tool checks)."""
-        tools = body.get("tools")
-        keep = always or (self.rate > 0 and self._rand() < self.rate)
-        if not keep and not tools:
-            return None
-        return Capture(record, tools if isinstance(tools, list) else None, keep, self.max_chars)
 
 
 # ---- per-record flags from the config --------------------------------------------------------
@@ -510,166 +328,3 @@ class Watchdog:
 def demote_order(names: Sequence[str], demoted: set[str] | frozenset[str]) -> list[str]:
     """Routing's order with demoted upstreams moved behind the rest (stable)."""
     return [n for n in names if n not in demoted] + [n for n in names if n in demoted]
-
-
-# ---- the health report -----------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class HealthRow:
-    upstream: str
-    requests: int
-    completed: int
-    rates: dict[str, float | None]
-    samples: dict[str, int]
-    capped_truncations: int  # truncations where the client had sent max_tokens
-    tripped: list[str]
-
-
-def _health_query(since: float, until: float) -> Any:
-    from gateway.store import REQUESTS as t
-
-    one = sa.literal(1)
-
-    def count_if(cond: Any) -> Any:
-        return sa.func.sum(sa.case((cond, one), else_=0))
-
-    ok = sa.and_(t.c.status == 200, t.c.error_class.is_(None), t.c.door != "embeddings")
-    return (
-        sa.select(
-            t.c.upstream,
-            sa.func.count(),
-            count_if(ok),
-            count_if(sa.and_(ok, t.c.truncated == sa.true())),
-            count_if(sa.and_(ok, t.c.truncated == sa.true(), t.c.max_tokens.is_not(None))),
-            count_if(sa.and_(ok, t.c.reasoning_leak == sa.true())),
-            count_if(t.c.sampled == sa.true()),
-            count_if(t.c.degenerate == sa.true()),
-            count_if(sa.or_(t.c.tool_calls > 0, t.c.tool_call_error.is_not(None))),
-            count_if(t.c.tool_call_error.is_not(None)),
-            count_if(t.c.provider.is_not(None)),
-            count_if(t.c.provider_mismatch == sa.true()),
-            count_if(t.c.charged_cost_usd.is_not(None)),
-            count_if(t.c.cost_drift == sa.true()),
-        )
-        .where(t.c.time >= since, t.c.time < until, t.c.upstream.is_not(None))
-        .group_by(t.c.upstream)
-        .order_by(t.c.upstream)
-    )
-
-
-def health_rows(
-    config: Config, raw: Iterable[Sequence[Any]], cfg: WatchdogConfig
-) -> list[HealthRow]:
-    findings = config_findings(config)
-    rows = []
-    for r in raw:
-        name = r[0]
-        try:
-            upstream: Upstream | None = config.upstream(name)
-        except KeyError:
-            upstream = None
-        v = [int(x or 0) for x in r[1:]]
-        total, ok, trunc, capped, leak, sampled, degen, tooled, bad, provs, mism, charged, drift = v
-        pinned = upstream is not None and bool(pinned_providers(upstream))
-        parser = upstream is None or upstream.reasoning == "parser"
-        pairs = {
-            "truncation": (trunc, ok),
-            "reasoning_leak": (leak, ok if parser else 0),
-            "degenerate": (degen, sampled),
-            "tool_call": (bad, tooled),
-            "provider_mismatch": (mism, provs if pinned else 0),
-            "cost_drift": (drift, charged),
-        }
-        rates = {c: (k / n if n else None) for c, (k, n) in pairs.items()}
-        tripped = [
-            c
-            for c, (k, n) in pairs.items()
-            if n >= cfg.threshold(c).min_samples and k / n >= cfg.threshold(c).rate
-        ]
-        tripped += [f.check for f in findings if f.upstream == name]
-        rows.append(
-            HealthRow(
-                name, total, ok, rates, {c: n for c, (_, n) in pairs.items()}, capped, tripped
-            )
-        )
-    return rows
-
-
-def report_health(
-    config: Config,
-    since: str = "24h",
-    fmt: Format = "table",
-    *,
-    store: Any = None,
-    now: float | None = None,
-    cfg: WatchdogConfig | None = None,
-) -> str:
-    """Per upstream: the watchdog rates over the window and the checks past their thresholds."""
-    from gateway.report import parse_since
-    from gateway.store import Store
-
-    window = parse_since(since)
-    now = time.time() if now is None else now
-    cfg = cfg if cfg is not None else getattr(config, "watchdog", WatchdogConfig())
-    own = store is None
-    store = store or Store.from_config(config)
-    try:
-        with store.engine.connect() as conn:
-            raw = list(conn.execute(_health_query(now - window, now)))
-    finally:
-        if own:
-            store.close()
-    rows = health_rows(config, raw, cfg or WatchdogConfig())
-    findings = [asdict(f) for f in config_findings(config)]
-    if fmt == "json":
-        return json.dumps(
-            {
-                "since": now - window,
-                "until": now,
-                "rows": [asdict(r) for r in rows],
-                "findings": findings,
-            },
-            indent=2,
-        )
-    if fmt == "csv":
-        head = [
-            "upstream",
-            "requests",
-            "completed",
-            *(f"{c}_rate" for c in CHECKS),
-            "capped_truncations",
-            "tripped",
-        ]
-        lines = [",".join(head)]
-        for r in rows:
-            rates = ["" if r.rates[c] is None else f"{r.rates[c]:.6f}" for c in CHECKS]
-            lines.append(
-                ",".join(
-                    [
-                        r.upstream,
-                        str(r.requests),
-                        str(r.completed),
-                        *rates,
-                        str(r.capped_truncations),
-                        ";".join(r.tripped),
-                    ]
-                )
-            )
-        return "\n".join(lines) + "\n"
-    if fmt != "table":
-        raise ValueError(f"unknown format {fmt!r}")
-    table = Table(title=f"Upstream health, last {since}", title_justify="left")
-    for name in ("upstream", "requests", *(f"{c} %" for c in CHECKS), "tripped"):
-        table.add_column(name, justify="left" if name in ("upstream", "tripped") else "right")
-    for r in rows:
-        cells = [
-            "–" if (rate := r.rates[c]) is None else f"{100 * rate:.1f} (n={r.samples[c]})"
-            for c in CHECKS
-        ]
-        table.add_row(r.upstream, f"{r.requests:,}", *cells, ", ".join(r.tripped) or "–")
-    console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
-    console.print(table)
-    for f in findings:
-        console.print(f"{f['check']} on {f['upstream']}: {f['detail']}")
-    return console.file.getvalue()  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""`plumbline report cost` from a real SQLite store."""
+"""`plumbline report cost` and `plumbline report health` from a real SQLite store."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 from gateway.config import Config
 from gateway.metrics import Metrics
 from gateway.record import Record
-from gateway.report import parse_since, report_cost, window_economics
+from gateway.report import parse_since, report_cost, report_health, window_economics
 from gateway.store import Store, record_row
+from tests.gateway import test_watchdog as watchdog
 
 NOW = 1_800_000_000.0
 
@@ -153,3 +154,43 @@ def test_window_economics_feed_the_gauges(cfg: Config) -> None:
     body = metrics.render()[0].decode()
     ratio = (100_000 * 0.42 + 10_000 * 3.00) / 1e6 / 4.40
     assert f'gateway_api_node_cost_ratio{{model="qwen"}} {ratio!r}' in body
+
+
+# ---- health --------------------------------------------------------------------------------
+
+
+def test_report_health_reads_flags_back_from_the_store(tmp_path: Path) -> None:
+    cfg = watchdog.config()
+    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    rows = []
+    for i in range(30):
+        r = watchdog.record(
+            "a",
+            truncated=i < 12,
+            max_tokens=16 if i < 6 else None,
+            sampled=i < 10,
+            degenerate=i < 3,
+        )
+        r.request_id, r.time = f"req-{i}", 1000.0 + i
+        rows.append(record_row(r))
+    for i in range(10):
+        r = watchdog.record(
+            "or", provider="Other" if i < 2 else "DeepInfra", provider_mismatch=i < 2
+        )
+        r.request_id, r.time = f"or-{i}", 1000.0 + i
+        rows.append(record_row(r))
+    store.write(rows)
+    try:
+        doc = json.loads(report_health(cfg, "1h", "json", store=store, now=2000.0))
+        table = report_health(cfg, "1h", "table", store=store, now=2000.0)
+        csv = report_health(cfg, "1h", "csv", store=store, now=2000.0)
+    finally:
+        store.close()
+    by = {r["upstream"]: r for r in doc["rows"]}
+    assert by["a"]["rates"]["truncation"] == pytest.approx(12 / 30)
+    assert by["a"]["capped_truncations"] == 6
+    assert by["a"]["rates"]["degenerate"] == pytest.approx(0.3)
+    assert set(by["a"]["tripped"]) == {"truncation", "degenerate"}
+    assert by["or"]["rates"]["provider_mismatch"] == pytest.approx(0.2)
+    assert by["or"]["tripped"] == ["provider_mismatch"]
+    assert "truncation" in table and csv.splitlines()[0].startswith("upstream,requests")

@@ -10,6 +10,7 @@ from typing import Any
 import openai
 import pytest
 
+from gateway.capture import Capture, ToolCall
 from gateway.config import RouteConfig
 from gateway.fake_upstream import FakeHandle, running_fake
 from gateway.record import Record
@@ -24,7 +25,6 @@ from gateway.shadow import (
 )
 from gateway.store import Store, record_row
 from gateway.trust_config import ShadowConfig
-from gateway.watchdog import Capture, ToolCall
 from gateway.wire import Wire
 from tests.harness import config_from, running_gateway, wait_for
 

@@ -21,11 +21,12 @@ from evals.item import Item, Reply
 from evals.result import ItemResult
 from evals.runner import Runner, RunSpec
 from evals.stats import NoiseFloor, ParamsMismatch, against_floor, pair, summarise
+from gateway.capture import Capture
 from gateway.fake_upstream import FakeHandle
 from gateway.gate import decide
 from gateway.record import Record
 from gateway.trust_config import CHECKS, Threshold, WatchdogConfig
-from gateway.watchdog import Capture, Watchdog, config_findings
+from gateway.watchdog import Watchdog, config_findings
 from tests.harness import config_from, running_gateway
 
 MESSAGES = [{"role": "user", "content": "hello"}]

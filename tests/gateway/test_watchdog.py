@@ -1,8 +1,7 @@
-"""Watchdogs: tool-call checks, the text sampler, sliding windows, trips, demotion, the report."""
+"""Watchdogs: sliding windows, trips, demotion, config findings, the sink on a live gateway."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,19 +12,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gateway.config import Config
 from gateway.fake_upstream import FakeHandle
 from gateway.record import Record
-from gateway.store import Store, record_row
 from gateway.trust_config import Threshold, WatchdogConfig
 from gateway.watchdog import (
-    Capture,
-    TextSampler,
-    ToolCall,
     Watchdog,
     Window,
     annotate,
-    check_tool_calls,
     config_findings,
     demote_order,
-    report_health,
 )
 from tests.harness import config_from, running_gateway
 
@@ -83,87 +76,6 @@ def record(upstream: str = "a", **fields: Any) -> Record:
     for k, v in fields.items():
         setattr(r, k, v)
     return r
-
-
-# ---- tool calls ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("call", "kind"),
-    [
-        (ToolCall("add", '{"a": 1, "b": 2}'), None),
-        (ToolCall("add", '{"a": 1, "b": '), "invalid_json"),
-        (ToolCall("add", "[1, 2]"), "invalid_json"),
-        (ToolCall("mul", '{"a": 1, "b": 2}'), "unknown_tool"),
-        (ToolCall("add", '{"a": "1", "b": 2}'), "schema"),
-        (ToolCall("add", '{"a": 1}'), "schema"),
-        (ToolCall("add", '{"a": 1, "b": 2, "c": 3}'), "schema"),
-        (ToolCall(None, "{}"), "unknown_tool"),
-    ],
-)
-def test_check_tool_calls_names_the_problem(call: ToolCall, kind: str | None) -> None:
-    problems = check_tool_calls([ADD], [call])
-    assert [p.split(":")[0] for p in problems] == ([kind] if kind else [])
-
-
-def test_a_broken_client_schema_is_not_the_models_fault() -> None:
-    broken = {"type": "function", "function": {"name": "f", "parameters": {"type": 12}}}
-    assert check_tool_calls([broken], [ToolCall("f", '{"x": 1}')]) == []
-
-
-# ---- capture and sampler -------------------------------------------------------------------
-
-
-def test_capture_assembles_streamed_tool_calls_and_flags_schema_breaks() -> None:
-    r = record()
-    cap = Capture(r, [ADD], keep_text=False)
-    first = {"index": 0, "function": {"name": "add", "arguments": '{"a": 1'}}
-    cap.delta(0, {"tool_calls": [first]})
-    cap.delta(0, {"tool_calls": [{"index": 0, "function": {"arguments": ', "b": "two"}'}}]})
-    cap.delta(1, {"tool_calls": [{"index": 0, "function": {"name": "zzz", "arguments": "{}"}}]})
-    cap.finish()
-    assert cap.tool_calls() == [ToolCall("add", '{"a": 1, "b": "two"}')]
-    assert r.tool_call_error == "schema"
-    assert r.sampled is False and cap.answer == ""
-
-
-def test_capture_flags_degenerate_answers_and_reasoning_only_when_sampled() -> None:
-    r = record()
-    cap = Capture(r, None, keep_text=True)
-    for piece in ["111", "222", "333", "444", "111", "222", "333", "444"]:
-        cap.delta(0, {"content": piece + " "})
-    cap.finish()
-    assert r.sampled and r.degenerate
-    healthy = record()
-    cap = Capture(healthy, None, keep_text=True)
-    cap.message(0, {"content": "Paris is the capital of France.", "reasoning_content": "easy"})
-    cap.finish()
-    assert healthy.sampled and not healthy.degenerate
-    loop = record()
-    cap = Capture(loop, None, keep_text=True)
-    cap.message(0, {"content": "ok", "reasoning": "wait " * 80})
-    cap.finish()
-    assert loop.degenerate
-
-
-def test_capture_keeps_a_bounded_amount_of_text() -> None:
-    cap = Capture(record(), None, keep_text=True, max_chars=300)
-    for _ in range(100):
-        cap.delta(0, {"content": "abcdefghij"})
-    assert len(cap.answer) == 300
-
-
-def test_sampler_is_cheap_when_not_sampling() -> None:
-    draws = iter([0.9, 0.01])
-    sampler = TextSampler(0.05, rand=lambda: next(draws))
-    assert sampler.start(record(), {"messages": MESSAGES}) is None  # 0.9: not sampled
-    sampled = sampler.start(record(), {"messages": MESSAGES})
-    assert sampled is not None and sampled.keep_text
-    never = TextSampler(0.0)
-    with_tools = never.start(record(), {"messages": MESSAGES, "tools": [ADD]})
-    assert with_tools is not None and not with_tools.keep_text  # tools: always checked
-    shadowed = never.start(record(), {"messages": MESSAGES}, always=True)
-    assert shadowed is not None and shadowed.keep_text
 
 
 # ---- windows, trips, demotion ----------------------------------------------------------------
@@ -279,44 +191,6 @@ def test_config_findings_parity_and_thinking() -> None:
 def test_demote_order_is_stable() -> None:
     assert demote_order(["a", "b", "c", "d"], {"b", "a"}) == ["c", "d", "a", "b"]
     assert demote_order(["a"], set()) == ["a"]
-
-
-# ---- the report ------------------------------------------------------------------------------
-
-
-def test_report_health_reads_flags_back_from_the_store(tmp_path: Path) -> None:
-    cfg = config()
-    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
-    rows = []
-    for i in range(30):
-        r = record(
-            "a",
-            truncated=i < 12,
-            max_tokens=16 if i < 6 else None,
-            sampled=i < 10,
-            degenerate=i < 3,
-        )
-        r.request_id, r.time = f"req-{i}", 1000.0 + i
-        rows.append(record_row(r))
-    for i in range(10):
-        r = record("or", provider="Other" if i < 2 else "DeepInfra", provider_mismatch=i < 2)
-        r.request_id, r.time = f"or-{i}", 1000.0 + i
-        rows.append(record_row(r))
-    store.write(rows)
-    try:
-        doc = __import__("json").loads(report_health(cfg, "1h", "json", store=store, now=2000.0))
-        table = report_health(cfg, "1h", "table", store=store, now=2000.0)
-        csv = report_health(cfg, "1h", "csv", store=store, now=2000.0)
-    finally:
-        store.close()
-    by = {r["upstream"]: r for r in doc["rows"]}
-    assert by["a"]["rates"]["truncation"] == pytest.approx(12 / 30)
-    assert by["a"]["capped_truncations"] == 6
-    assert by["a"]["rates"]["degenerate"] == pytest.approx(0.3)
-    assert set(by["a"]["tripped"]) == {"truncation", "degenerate"}
-    assert by["or"]["rates"]["provider_mismatch"] == pytest.approx(0.2)
-    assert by["or"]["tripped"] == ["provider_mismatch"]
-    assert "truncation" in table and csv.splitlines()[0].startswith("upstream,requests")
 
 
 # ---- end to end: the sink on a running gateway (works before the tap wiring) ------------------
