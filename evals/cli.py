@@ -61,9 +61,9 @@ def run_cmd(
         max_tokens=max_tokens,
         datasets=datasets,
     )
-    path = runner.run(spec)
-    meta, results = runner.load_run(path)
-    typer.echo(f"run {meta['run']}: {len(results)} results in {path}")
+    run_dir = runner.run(spec)
+    meta, results = runner.load_run(run_dir)
+    typer.echo(f"run {meta['run']}: {len(results)} results in {run_dir}")
     _print_summary(results)
 
 

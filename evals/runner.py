@@ -142,7 +142,7 @@ class Runner:
             base_url=spec.base_url,
             api_key=spec.api_key,
             max_retries=0,
-            timeout=httpx.Timeout(spec.timeout_s, connect=10.0),
+            timeout=openai.Timeout(spec.timeout_s, connect=10.0),
             default_headers=LANE_HEADER,
         )
         self.fingerprints: dict[str, dict[str, set[str]]] = {
@@ -177,7 +177,7 @@ class Runner:
         return orjson.loads(raw.content), dict(raw.headers), elapsed
 
     async def run_item(self, target: str, item: Item) -> ItemResult:
-        base = {
+        base: dict[str, Any] = {
             "target": target,
             "item_id": item.id,
             "item_digest": item.digest(),

@@ -257,14 +257,10 @@ def create_app(
         for route in app.router.routes
         if isinstance(route, APIRoute) and route.path in HOT_PATHS and "POST" in route.methods
     }
-    guard = {
-        "access": access,
-        "max_body_bytes": s.max_body_bytes,
-        "max_header_bytes": s.max_header_bytes,
-    }
-    app.front = AccessGuard(Edge(app.rest, routes=hot), **guard)
+    limits = {"max_body_bytes": s.max_body_bytes, "max_header_bytes": s.max_header_bytes}
+    app.front = AccessGuard(Edge(app.rest, routes=hot), access, **limits)
     app.hot = frozenset(hot)
-    app.add_middleware(AccessGuard, **guard)
+    app.add_middleware(AccessGuard, access=access, **limits)
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:

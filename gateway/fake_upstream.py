@@ -7,8 +7,8 @@ stream chunks once per (plan, second) and substitutes only the request id, so an
 
 Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (stream and not),
 ``POST /v1/responses`` (non-stream), ``POST /v1/embeddings``, ``POST /tokenize`` (vLLM-style
-``{"count", "tokens", "max_model_len"}``; with ``messages`` a token per message marks its chat
-template), ``GET /version``, ``GET /v1/models``, ``GET /health``. ``POST /_fake/engine`` sets
+``{"count", "tokens", "max_model_len"}``; with ``messages`` the ids depend on the chat
+template's name), ``GET /version``, ``GET /v1/models``, ``GET /health``. ``POST /_fake/engine`` sets
 the version and the chat template's name, as an engine upgrade would change them.
 
 Text: the prompt is "tokenized" by whitespace (``/tokenize`` and ``usage.prompt_tokens`` agree).
@@ -865,9 +865,11 @@ class FakeUpstream:
         if not isinstance(body, dict) or ("prompt" not in body and "messages" not in body):
             raise RequestError(400, "tokenize needs a JSON object with prompt or messages")
         ids = prompt_token_ids(body)
-        if "messages" in body:  # a rendered template adds its own tokens around each message
-            mark = zlib.crc32(self.chat_template.encode()) % 50000
-            ids = [mark] * len(body["messages"]) + ids
+        if "messages" in body and self.chat_template != "plain":
+            # Another template renders the same words as other tokens (the count, which usage
+            # agrees with, stays).
+            shift = zlib.crc32(self.chat_template.encode())
+            ids = [(i + shift) % 50000 for i in ids]
         return _json(
             200,
             orjson.dumps(

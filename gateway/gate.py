@@ -262,4 +262,5 @@ class GateBook:
 
     def view(self) -> dict[str, Any]:
         """For `GET /admin/gate`: the latest decision of every gated model."""
-        return self._read()["latest"]  # type: ignore[no-any-return]
+        latest: dict[str, Any] = self._read()["latest"]
+        return latest

@@ -21,6 +21,7 @@ workers x `max_providers` values at most.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -305,7 +306,7 @@ class Metrics:
         mode each worker pushes its changes instead (`inflight`)."""
         for name, state in upstreams.items():
             child = self.inflight_gauge.labels(self.upstream(name))
-            child.set_function(lambda state=state: state.inflight)
+            child.set_function(functools.partial(getattr, state, "inflight"))
 
     def inflight(self, upstream: str, delta: int) -> None:
         self._child(self.inflight_gauge, self.upstream(upstream)).inc(delta)

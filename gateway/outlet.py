@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any
+from typing import Any, cast
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -54,7 +54,11 @@ class Outlet:
         if self._task is not None:
             self._backlog.append((data, more))
             return
-        coro = self._send({"type": "http.response.body", "body": data, "more_body": more})
+        # Servers' `send` are coroutine functions (Starlette types them as returning Awaitable).
+        coro = cast(
+            Coroutine[Any, Any, Any],
+            self._send({"type": "http.response.body", "body": data, "more_body": more}),
+        )
         try:
             waiting = coro.send(None)
         except StopIteration:

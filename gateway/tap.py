@@ -195,9 +195,9 @@ class StreamTap:
                 event = whole[pos:stop]
                 pos = stop + 2
                 if self._shape is not None:
-                    rendered = self._shaped(event, now)
-                    if rendered is not None:
-                        out.append(rendered)
+                    shaped = self._shaped(event, now)
+                    if shaped is not None:
+                        out.append(shaped)
                         may_run = True
                         continue
                 learnt = self._shape is not None

@@ -67,7 +67,8 @@ class WatchdogConfig(_Frozen):
     def threshold(self, check: str) -> Threshold:
         if check not in CHECKS:
             raise KeyError(check)
-        return getattr(self, check)  # type: ignore[no-any-return]
+        threshold: Threshold = getattr(self, check)
+        return threshold
 
 
 class ShadowConfig(_Frozen):
