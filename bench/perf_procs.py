@@ -198,6 +198,7 @@ def plumbline(fake: Proc, scratch: Path, workers: int = 1, record: bool = True) 
             "--log-level",
             "warning",
             "--no-access-log",
+            "--no-proxy-headers",  # as `plumbline serve` runs
         ]
         env = {"PLUMBLINE_CONFIG": str(config), "PROMETHEUS_MULTIPROC_DIR": str(scratch / "prom")}
         (scratch / "prom").mkdir(exist_ok=True)

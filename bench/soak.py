@@ -107,6 +107,7 @@ def gateway_process(fake_url: str, folder: Path) -> Iterator[tuple[str, subproce
             "--log-level",
             "warning",
             "--no-access-log",
+            "--no-proxy-headers",  # as `plumbline serve` runs: nothing reads them
             "--timeout-graceful-shutdown",
             "30",
         ],
