@@ -163,6 +163,7 @@ class Dispatcher:
             if keys:
                 gw.prefix.remember(keys, name)
             call.record.upstream = name
+            call.record.engine = gw.engines.known.get(name)
             return opened
         message = f"every upstream for {call.model!r} failed: " + " | ".join(causes)
         raise (UpstreamTimeout if timed_out else AllUpstreamsFailed)(message, causes)

@@ -36,6 +36,7 @@ class Record:
     lane: str = "prod"  # prod | eval | shadow
     upstream: str | None = None
     provider: str | None = None
+    engine: str | None = None  # the serving stack behind the upstream (gateway/engine.py)
     attempts: list[Attempt] = field(default_factory=list)
     status: int = 0
     error_class: str | None = None

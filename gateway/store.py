@@ -77,6 +77,7 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
     lane: str = Field(max_length=16)
     upstream: str | None = Field(default=None, max_length=128)
     provider: str | None = Field(default=None, max_length=128)
+    engine: str | None = Field(default=None, max_length=128)
     attempts: str = Field(sa_type=sa.Text)
     status: int
     error_class: str | None = Field(default=None, max_length=64)

@@ -9,7 +9,7 @@ import httpx
 import openai
 
 from gateway.fake_upstream import FakeHandle
-from tests.harness import config_from, running_gateway, wait_for
+from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 FINGERPRINT = re.compile(r"vllm (\S+) template ([0-9a-f]{12})")
@@ -32,7 +32,8 @@ def test_fingerprint_is_learnt_relearnt_after_an_outage_and_sent(fake: FakeHandl
         }
     )
     client_of = lambda url: openai.OpenAI(base_url=url, api_key="unused", max_retries=0)  # noqa: E731
-    with running_gateway(config) as url:
+    sink = ListSink()
+    with running_gateway(config, sinks=[sink]) as url:
         wait_for(lambda: engines(url)["v"] is not None)
         first = engines(url)
         assert first["c"] is None  # llama-cpp-python says neither
@@ -44,6 +45,8 @@ def test_fingerprint_is_learnt_relearnt_after_an_outage_and_sent(fake: FakeHandl
             model="c", messages=MESSAGES
         )
         assert "x-plumbline-engine" not in other.headers
+        wait_for(lambda: len(sink.records) == 2)
+        assert [r.engine for r in sink.records] == [first["v"], None]  # on the record too
 
         fake.set_engine(version="0.0.1-fake", chat_template="chatml")
         # The replica restarts, upgraded: down for a probe, then up again.

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from gateway.record import Attempt, Record
-from gateway.store import DAY, REQUESTS, Content, Store, record_row
+from gateway.store import CONTENTS, DAY, REQUESTS, Content, Store, record_row
 
 
 def full_record(request_id: str = "r1", t: float | None = None, **kw: object) -> Record:
@@ -25,6 +25,7 @@ def full_record(request_id: str = "r1", t: float | None = None, **kw: object) ->
         lane="eval",
         upstream="u1",
         provider="DeepInfra",
+        engine="vllm 0.32.0 template c410ab55bc15",
         attempts=[Attempt("u0", "http_503", 503, 0.01), Attempt("u1", "ok", 200, 0.5)],
         status=200,
         error_class=None,
@@ -56,6 +57,15 @@ def full_record(request_id: str = "r1", t: float | None = None, **kw: object) ->
 def test_every_record_field_has_a_column() -> None:
     row = record_row(full_record())
     assert set(row) == {c.name for c in REQUESTS.columns}
+
+
+def test_the_migrated_schema_is_the_models(store: Store) -> None:
+    """Alembic's revisions build exactly the tables the code writes (a column added to the model
+    without a revision, or the other way round, fails here)."""
+    inspector = sa.inspect(store.engine)
+    for table in (REQUESTS, CONTENTS):
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        assert have == {c.name for c in table.columns}, table.name
 
 
 def test_round_trip(store: Store) -> None:
@@ -146,6 +156,6 @@ def test_workers_starting_together_all_migrate(tmp_path: Path) -> None:
     try:
         with store.engine.connect() as conn:
             version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
-        assert version == "0002"
+        assert version == "0003"
     finally:
         store.close()
