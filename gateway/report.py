@@ -16,12 +16,13 @@ Both render as a rich table, CSV or JSON.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -115,6 +116,25 @@ def window_economics(
     return usage, hours, economics(config, usage, hours)
 
 
+def span(since: str, now: float | None = None) -> tuple[float, float]:
+    """The window `since` (e.g. "24h") up to `now` (default: the clock), as (start, end)."""
+    end = time.time() if now is None else now
+    return end - parse_since(since), end
+
+
+@contextlib.contextmanager
+def reading(config: Config, store: Store | None) -> Iterator[Store]:
+    """`store`, or the config's own store, opened for one report and closed after it."""
+    if store is not None:
+        yield store
+        return
+    own = Store.from_config(config)
+    try:
+        yield own
+    finally:
+        own.close()
+
+
 def report_cost(
     config: Config,
     since: str = "24h",
@@ -124,15 +144,10 @@ def report_cost(
     now: float | None = None,
 ) -> str:
     """The cost report over the last `since` (e.g. "24h") as a table, CSV or JSON."""
-    window = parse_since(since)
-    now = time.time() if now is None else now
-    own = store is None
-    store = store or Store.from_config(config)
-    try:
-        usage, hours, econ = window_economics(config, store, window, now)
-    finally:
-        if own:
-            store.close()
+    start, now = span(since, now)
+    window = now - start
+    with reading(config, store) as db:
+        usage, hours, econ = window_economics(config, db, window, now)
     rows = cost_rows(config, usage, econ)
     if fmt == "json":
         return json.dumps(_document(config, rows, econ, hours, window, now), indent=2)
@@ -335,28 +350,21 @@ def report_health(
     since: str = "24h",
     fmt: Format = "table",
     *,
-    store: Any = None,
+    store: Store | None = None,
     now: float | None = None,
     cfg: WatchdogConfig | None = None,
 ) -> str:
     """Per upstream: the watchdog rates over the window and the checks past their thresholds."""
-    window = parse_since(since)
-    now = time.time() if now is None else now
+    start, now = span(since, now)
     cfg = cfg if cfg is not None else getattr(config, "watchdog", WatchdogConfig())
-    own = store is None
-    store = store or Store.from_config(config)
-    try:
-        with store.engine.connect() as conn:
-            raw = list(conn.execute(_health_query(now - window, now)))
-    finally:
-        if own:
-            store.close()
+    with reading(config, store) as db, db.engine.connect() as conn:
+        raw = list(conn.execute(_health_query(start, now)))
     rows = health_rows(config, raw, cfg or WatchdogConfig())
     findings = [asdict(f) for f in config_findings(config)]
     if fmt == "json":
         return json.dumps(
             {
-                "since": now - window,
+                "since": start,
                 "until": now,
                 "rows": [asdict(r) for r in rows],
                 "findings": findings,

@@ -421,22 +421,14 @@ def report_shadow(
     now: float | None = None,
 ) -> str:
     """Per (model, primary, shadow): pairs, agreement with its interval, latency, tokens, cost."""
-    from gateway.report import parse_since
-    from gateway.store import Store
+    from gateway.report import reading, span
 
-    window = parse_since(since)
-    now = time.time() if now is None else now
-    own = store is None
-    store = store or Store.from_config(config)
-    try:
-        with store.engine.connect() as conn:
-            rows = shadow_rows(list(conn.execute(_shadow_query(now - window, now))))
-    finally:
-        if own:
-            store.close()
+    start, now = span(since, now)
+    with reading(config, store) as db, db.engine.connect() as conn:
+        rows = shadow_rows(list(conn.execute(_shadow_query(start, now))))
     if fmt == "json":
         return json.dumps(
-            {"since": now - window, "until": now, "rows": [asdict(r) for r in rows]}, indent=2
+            {"since": start, "until": now, "rows": [asdict(r) for r in rows]}, indent=2
         )
     if fmt == "csv":
         lines = [
