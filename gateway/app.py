@@ -34,7 +34,7 @@ from gateway.dispatch import Dispatcher
 from gateway.edge import Edge, error_response
 from gateway.engine import Engines
 from gateway.errors import GatewayError
-from gateway.gate import GateBook
+from gateway.gate import GateBook, SharedGateBook
 from gateway.metrics import Metrics
 from gateway.pool import Pool
 from gateway.prefix import PrefixIndex
@@ -89,7 +89,11 @@ class Gateway:
         self.shadow = ShadowMirror.from_config(
             config, self.wire, self.finish, registry=self.metrics.registry
         )
-        self.gate_book = GateBook(config.root / "var" / "gate" / "decisions.json")
+        self.gate_book = (
+            SharedGateBook(store)
+            if store is not None
+            else GateBook(config.root / "var" / "gate" / "decisions.json")
+        )
         self.sinks: list[RecordSink] = [self.metrics, self.watchdog, *(sinks or [])]
         if self.queue is not None:
             self.sinks.insert(0, self.queue)
@@ -133,11 +137,17 @@ class Gateway:
             self.store.close()
 
     async def _housekeeping(self) -> None:
-        """Publish node-vs-API economics every minute; apply retention every hour."""
+        """Every minute: reload the gate decisions other gateways on the store recorded, publish
+        node-vs-API economics; every hour: apply retention."""
         assert self.store is not None
         store, cfg = self.store, self.config
         ticks = 0
         while True:
+            if isinstance(self.gate_book, SharedGateBook):
+                try:
+                    await asyncio.to_thread(self.gate_book.refresh)
+                except Exception:
+                    log.exception("gate decisions could not be read from the store")
             try:
                 economics = await asyncio.to_thread(window_economics, cfg, store, 86400.0)
                 self.metrics.set_economics(economics[2])

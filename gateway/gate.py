@@ -11,9 +11,11 @@ that differ, too few paired items, no control. A refused or unproven upstream ne
 price; with no usable evidence the best scorer keeps the traffic.
 
 The decision carries its evidence (scores, n, intervals, discordant counts, p-values, floor,
-prices, chosen, reason) and is kept by `GateBook` (a JSON file) so it is visible and survives
-restarts. `gated_order` applies it to routing; `pinned_upstream` is the eval-lane pin the
-scheduler needs to evaluate each upstream of a route separately.
+prices, chosen, reason) and is kept so it is visible and survives restarts: by `GateBook` (a
+JSON file beside the config) for a gateway without a store, by `SharedGateBook` (rows) when
+there is one, so gateways sharing a store route alike. `gated_order` applies it to routing;
+`pinned_upstream` is the eval-lane pin the scheduler needs to evaluate each upstream of a route
+separately.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evals.result import ItemResult
 from evals.stats import NoiseFloor, Paired, PairingError, against_floor, pair, summarise
+
+if TYPE_CHECKING:
+    from gateway.store import Store
 
 PIN_HEADER = "x-plumbline-upstream"
 
@@ -264,3 +269,27 @@ class GateBook:
         """For `GET /admin/gate`: the latest decision of every gated model."""
         latest: dict[str, Any] = self._read()["latest"]
         return latest
+
+
+class SharedGateBook(GateBook):
+    """The gate book of gateways sharing a store: decisions are rows (`gate_decisions`), so every
+    gateway routes by the same latest one. Routing reads the copy in memory, which `refresh`
+    reloads (at start, then with the app's housekeeping each minute) and `record` updates."""
+
+    def __init__(self, store: Store, history: int = 50):
+        self.store = store
+        self.history = history
+        self._data: dict[str, Any] = {"latest": {}, "history": []}
+
+    def _read(self) -> dict[str, Any]:
+        return self._data
+
+    def refresh(self) -> None:
+        latest, history = self.store.decisions(self.history)
+        self._data = {"latest": latest, "history": history}
+
+    def record(self, decision: GateDecision) -> None:
+        entry = json.loads(json.dumps(decision.to_dict()))  # as the other gateways read it
+        self.store.record_decision(decision.model, decision.decided_at, entry)
+        history = [*self._data["history"], entry][-self.history :]
+        self._data = {"latest": {**self._data["latest"], decision.model: entry}, "history": history}

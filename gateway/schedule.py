@@ -8,6 +8,10 @@ and `gateway.gate.decide` picks the cheapest upstream not worse than the best be
 Its requests carry the eval lane header (routing keeps them off the prefix index) and its own
 concurrency cap, so production traffic never queues behind it. Runs are written to
 `[evals].runs_dir`, like manual runs; gate decisions go to the gate book (shown in /health).
+
+Several gateways on one store (several workers, or several nodes on PostgreSQL) run one round
+per interval between them, not one each: a round is claimed in the store first, and the decision
+it reaches is a row every gateway routes by (`gateway.gate.SharedGateBook`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +36,10 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
 
 log = logging.getLogger("plumbline.schedule")
+
+# How often a gateway with a store looks for a due round (it runs one only if no other did).
+LOOK_S = 60.0
+GATEWAY_ID = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class EvalScheduler:
@@ -148,10 +159,25 @@ class EvalScheduler:
         return out
 
     async def _forever(self) -> None:
+        """A round every `every_hours`, the first one interval after start. With a store, one
+        round per interval across every gateway on it: each looks every minute (or each
+        interval, if shorter) and the first to claim a due round (`Store.claim_round`) runs it."""
         interval = self.gw.config.evals.every_hours * 3600
+        store = self.gw.store
+        look = interval if store is None else min(interval, LOOK_S)
+        first = time.time() + interval
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(look)
+            now = time.time()
+            if now < first:
+                continue
             try:
+                if store is not None:
+                    claimed = await asyncio.to_thread(store.claim_round, now, interval, GATEWAY_ID)
+                    if not claimed:
+                        continue
                 await self.run_once()
+                if store is not None:
+                    await asyncio.to_thread(store.finish_round, now, time.time())
             except Exception:
                 log.exception("scheduled eval failed")

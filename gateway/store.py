@@ -122,8 +122,33 @@ class ContentRow(SQLModel, table=True, metadata=metadata):
     response: str | None = Field(default=None, sa_type=sa.Text)
 
 
+class GateDecisionRow(SQLModel, table=True, metadata=metadata):
+    """A quality-gate decision (`gateway.gate.GateDecision` as JSON), kept so every gateway on
+    the store routes by the same one."""
+
+    __tablename__ = "gate_decisions"
+
+    model: str = Field(primary_key=True, max_length=128)
+    time: float = Field(primary_key=True)
+    decision: str = Field(sa_type=sa.Text)
+
+
+class EvalRoundRow(SQLModel, table=True, metadata=metadata):
+    """A scheduled eval round, claimed by one gateway (`Store.claim_round`)."""
+
+    __tablename__ = "eval_rounds"
+
+    started: float = Field(primary_key=True)
+    gateway: str = Field(max_length=128)
+    finished: float | None = None
+
+
 REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
 CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
+DECISIONS: sa.Table = GateDecisionRow.__table__  # type: ignore[attr-defined]
+ROUNDS: sa.Table = EvalRoundRow.__table__  # type: ignore[attr-defined]
+# The PostgreSQL advisory lock that makes claiming a round one gateway at a time ("plum").
+ROUND_LOCK = 0x706C756D
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +341,47 @@ class Store:
             except sa.exc.IntegrityError:  # another gateway created it at the same moment
                 pass
             self._days.add((table, day))
+
+    # -- several gateways on one store ---------------------------------------------------------
+
+    def claim_round(self, now: float, interval_s: float, gateway: str) -> bool:
+        """Whether `gateway` runs the scheduled eval round now. True (and the round recorded)
+        when no gateway has started one in the last `interval_s`. Claims are taken one at a
+        time (SQLite's write lock, a PostgreSQL advisory lock), so of several gateways asking
+        at once exactly one gets it."""
+        with writing(self.engine) as conn:
+            if self.postgres:
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": ROUND_LOCK})
+            last = conn.execute(sa.select(sa.func.max(ROUNDS.c.started))).scalar()
+            if last is not None and now - last < interval_s:
+                return False
+            conn.execute(ROUNDS.insert().values(started=now, gateway=gateway))
+            return True
+
+    def finish_round(self, started: float, now: float) -> None:
+        with writing(self.engine) as conn:
+            conn.execute(ROUNDS.update().where(ROUNDS.c.started == started).values(finished=now))
+
+    def record_decision(self, model: str, time: float, decision: dict[str, Any]) -> None:
+        with writing(self.engine) as conn:
+            conn.execute(
+                DECISIONS.insert().values(model=model, time=time, decision=json.dumps(decision))
+            )
+
+    def decisions(self, history: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(the latest decision per model, the newest `history` decisions oldest first)."""
+        t = DECISIONS
+        newest = (
+            sa.select(t.c.model, sa.func.max(t.c.time).label("time")).group_by(t.c.model).subquery()
+        )
+        latest_q = sa.select(t.c.model, t.c.decision).join(
+            newest, sa.and_(t.c.model == newest.c.model, t.c.time == newest.c.time)
+        )
+        recent_q = sa.select(t.c.decision).order_by(t.c.time.desc()).limit(history)
+        with self.engine.connect() as conn:
+            latest = {m: json.loads(d) for m, d in conn.execute(latest_q)}
+            recent = [json.loads(d) for (d,) in conn.execute(recent_q)]
+        return latest, recent[::-1]
 
     # -- retention -------------------------------------------------------------------------
 

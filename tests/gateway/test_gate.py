@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,12 +12,14 @@ from evals.result import ItemResult
 from evals.stats import NoiseFloor, PairingError, against_floor, pair, wilson
 from gateway.gate import (
     GateBook,
+    SharedGateBook,
     control_pair,
     decide,
     gate_arms,
     gated_order,
     pinned_upstream,
 )
+from gateway.store import Store
 
 
 def arm(
@@ -153,6 +156,22 @@ def test_book_persists_latest_and_history(tmp_path: Path) -> None:
     assert latest.arms[0].ci == pytest.approx(wilson(160, 200))
     assert len(book._read()["history"]) == 2 and book.latest("other") is None
     assert set(book.view()) == {"m"}
+
+
+def test_gateways_on_one_store_route_by_the_same_decision(store: Store) -> None:
+    """A decision one gateway records is the one every other gateway on the store routes by,
+    once it reloads (the app does every minute); a restarted gateway starts from it."""
+    here, there = SharedGateBook(store, history=2), SharedGateBook(store, history=2)
+    for t in (1.0, 2.0, 3.0):
+        here.record(decide("m", {"api": arm("api", BEST)}, None, {"api": 0.6}, now=t))
+    assert there.latest("m") is None  # not reloaded yet
+    there.refresh()
+    latest = there.latest("m")
+    assert latest is not None and latest.decided_at == 3.0 and latest.chosen == "api"
+    assert latest.arms[0].ci == pytest.approx(wilson(160, 200))
+    assert [d["decided_at"] for d in there._read()["history"]] == [2.0, 3.0]
+    assert json.dumps(there.view()) == json.dumps(here.view())
+    assert gated_order(["x", "api"], latest) == ["api", "x"]
 
 
 def test_order_pin_and_arms() -> None:

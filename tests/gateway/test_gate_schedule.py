@@ -4,11 +4,16 @@ the gateway itself (pinned on the eval lane), decides, and live routing follows 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
+import sqlalchemy as sa
 
 from gateway.fake_upstream import running_fake
+from gateway.schedule import EvalScheduler
+from gateway.store import ROUNDS, Store
 from tests.harness import config_from, free_port, serving
 
 
@@ -83,3 +88,37 @@ def test_gate_switches_to_the_cheapest_upstream_within_the_floor(tmp_path: Path)
 
 def gw_loop(app: object) -> asyncio.AbstractEventLoop:
     return app.state.gateway.loop  # type: ignore[attr-defined]
+
+
+def test_gateways_on_one_store_run_one_round_per_interval(tmp_path: Path) -> None:
+    """Two gateways' schedulers on one store: a round starts at most once per interval between
+    them (each claims it in the store first), not once per gateway. The rounds' eval work is
+    counted, not run: `test_gate_switches_to_the_cheapest_upstream_within_the_floor` runs one."""
+    interval = 0.25
+    store = Store("sqlite:///var/records.db", root=tmp_path)
+    ran: list[str] = []
+
+    class Counting(EvalScheduler):
+        async def run_once(self) -> None:  # type: ignore[override]
+            ran.append(self.base_url)
+
+    evals = SimpleNamespace(every_hours=interval / 3600)
+    gateways = [
+        Counting(SimpleNamespace(config=SimpleNamespace(evals=evals), store=store), name)  # type: ignore[arg-type]
+        for name in ("one", "two")
+    ]
+
+    async def both() -> None:
+        tasks = [asyncio.create_task(s._forever()) for s in gateways]
+        await asyncio.sleep(8 * interval)
+        for task in tasks:
+            task.cancel()
+
+    try:
+        asyncio.run(both())
+        with store.engine.connect() as conn:
+            started = sorted(conn.execute(sa.select(ROUNDS.c.started)).scalars())
+    finally:
+        store.close()
+    assert len(ran) == len(started) >= 3
+    assert all(b - a >= interval for a, b in itertools.pairwise(started))
