@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway import admin, api, doors
-from gateway.access import Access, AccessGuard
+from gateway.access import Access
 from gateway.capture import TextSampler
 from gateway.config import Config, default_config_path, load_config, prometheus_multiproc_dir
 from gateway.cost import price_record
@@ -35,6 +35,7 @@ from gateway.edge import Edge, error_response
 from gateway.engine import Engines
 from gateway.errors import GatewayError
 from gateway.gate import GateBook, SharedGateBook
+from gateway.guard import AccessGuard
 from gateway.metrics import Metrics
 from gateway.pool import Pool
 from gateway.prefix import PrefixIndex
