@@ -172,7 +172,7 @@ class Gateway:
         for upstream, ok in zip(self.config.upstreams, results, strict=True):
             self.pool.set_health(upstream.name, ok)
             self.metrics.set_health(upstream.name, ok)
-            if self.engines.due(upstream.name, ok):
+            if self.engines.due(upstream, ok):
                 due.append(upstream)
         if due:
             await self.engines.learn(self.wire, due, timeout)

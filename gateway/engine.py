@@ -64,45 +64,53 @@ async def fingerprint(wire: Wire, upstream: Upstream, timeout: float) -> str | N
         async with asyncio.timeout(timeout):
             version = str((await _json(wire, origin, "/version", head, None))["version"])
     except (TimeoutError, OSError, ValueError, KeyError, TypeError) as e:
-        log.info("engine: no version from %s (%s)", upstream.name, e)
+        log.debug("engine: no version from %s (%s)", upstream.name, e)
     probe = {"model": upstream.model, "messages": PROBE, "add_generation_prompt": True}
     try:
         async with asyncio.timeout(timeout):
             tokens = (await _json(wire, origin, "/tokenize", head, orjson.dumps(probe)))["tokens"]
         template = hashlib.sha256(orjson.dumps(tokens)).hexdigest()[:12]
     except (TimeoutError, OSError, ValueError, KeyError, TypeError) as e:
-        log.info("engine: no chat template fingerprint from %s (%s)", upstream.name, e)
+        log.debug("engine: no chat template fingerprint from %s (%s)", upstream.name, e)
     if version == template == "?":
         return None
     return f"vllm {version} template {template}"
 
 
 class Engines:
-    """Each upstream's fingerprint, learnt by the health prober (`learn`)."""
+    """Each upstream's fingerprint, learnt by the health prober (`due`, then `learn`)."""
 
     def __init__(self) -> None:
         self.known: dict[str, str] = {}
-        self._seen: set[str] = set()  # upstreams tried at least once
         self._down: set[str] = set()  # unhealthy at the last probe
+        self._unanswered: set[str] = set()  # vLLM upstreams already logged as not answering
 
-    def due(self, name: str, healthy: bool) -> bool:
-        """Whether to (re)learn `name` now: healthy, and never tried or down at the last probe."""
+    def due(self, upstream: Upstream, healthy: bool) -> bool:
+        """Whether to (re)learn a vLLM upstream now: healthy, and unknown or down at the last
+        probe (a restart may be an upgrade)."""
         if not healthy:
-            self._down.add(name)
+            self._down.add(upstream.name)
             return False
-        due = name in self._down or name not in self._seen
-        self._down.discard(name)
-        self._seen.add(name)
-        return due
+        was_down = upstream.name in self._down
+        self._down.discard(upstream.name)
+        return upstream.kind == "vllm" and (was_down or upstream.name not in self.known)
 
     async def learn(self, wire: Wire, upstreams: Iterable[Upstream], timeout: float) -> None:
         ups = list(upstreams)
         found = await asyncio.gather(*(fingerprint(wire, u, timeout) for u in ups))
         for upstream, fp in zip(ups, found, strict=True):
-            before = self.known.get(upstream.name)
+            name = upstream.name
+            before = self.known.pop(name, None)
             if fp is None:
-                self.known.pop(upstream.name, None)
-            else:
-                self.known[upstream.name] = fp
+                if name not in self._unanswered:
+                    self._unanswered.add(name)
+                    log.warning(
+                        "engine: %s answers neither /version nor /tokenize: an engine change "
+                        "behind it cannot be told apart in evals (asked again each probe)",
+                        name,
+                    )
+                continue
+            self.known[name] = fp
+            self._unanswered.discard(name)
             if before is not None and fp != before:
-                log.warning("engine: %s changed from %s to %s", upstream.name, before, fp)
+                log.warning("engine: %s changed from %s to %s", name, before, fp)
