@@ -88,7 +88,7 @@ class Gateway:
         self.wire = Wire(s.connect_timeout_s)
         self.engines = Engines()
         self.shadow = ShadowMirror.from_config(
-            config, self.wire, self.finish, registry=self.metrics.registry
+            config, self.wire, self.finish, registry=self.metrics.registry, store=store
         )
         self.gate_book = (
             SharedGateBook(store)

@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 import sqlalchemy as sa
@@ -48,6 +48,9 @@ from gateway.tap import MalformedStream, tap_body
 from gateway.trust_config import ShadowConfig
 from gateway.upstream import AttemptError, body_for, post
 from gateway.wire import Wire
+
+if TYPE_CHECKING:
+    from gateway.store import Store
 
 log = logging.getLogger("plumbline.shadow")
 Format = Literal["table", "csv", "json"]
@@ -162,8 +165,12 @@ class ShadowMirror:
         scorer: Scorer | None = None,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.time,
+        store: Store | None = None,
     ):
         self.config = config
+        # With a store, the daily budgets are counted in it (`Store.shadow_reserve`), across
+        # every gateway on it and across restarts; the counts in memory are this process's.
+        self._store = store
         self.shadows = dict(shadows)
         self._wire = wire
         self._finish = finish
@@ -226,7 +233,8 @@ class ShadowMirror:
             return None
         budget.sent += 1
         self.inflight[model] += 1
-        self.requests.labels(model, cfg.upstream, "mirrored").inc()
+        if self._store is None:
+            self.requests.labels(model, cfg.upstream, "mirrored").inc()
         shadow_body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         shadow_body["stream"] = False
         shadow = Record(
@@ -262,6 +270,9 @@ class ShadowMirror:
         self, pending: Pending, cfg: ShadowConfig, path: str, body: dict[str, Any]
     ) -> None:
         record = pending.shadow_record
+        day = self.budgets[pending.model].day
+        if self._store is not None and not await self._reserve(pending, cfg, day):
+            return
         upstream = self.config.upstream(cfg.upstream)
         capture = Capture(record, pending.tools, keep_text=True, max_chars=pending.capture_chars)
         started = time.perf_counter()
@@ -298,11 +309,38 @@ class ShadowMirror:
         record.cost_usd = request_cost(record, self.config.prices.get(upstream.name))
         spent = record.charged_cost_usd if record.charged_cost_usd is not None else record.cost_usd
         self.budgets[pending.model].spent_usd += spent or 0.0
+        if self._store is not None and spent:
+            try:
+                await asyncio.to_thread(self._store.shadow_spent, pending.model, day, spent)
+            except Exception:
+                log.exception("shadow: could not count $%.6f against %s", spent, pending.model)
         if outcome != "ok":
             self.requests.labels(pending.model, cfg.upstream, "failed").inc()
         answer = Answer(outcome == "ok", capture.answer, tuple(capture.tool_calls()))
         pending.shadow = self._scored(pending, answer)
         self._maybe_resolve(pending)
+
+    async def _reserve(self, pending: Pending, cfg: ShadowConfig, day: int) -> bool:
+        """Take one request of the shadow's daily budget in the store. Refused, or the store
+        unreachable (a shadow costs money: no budget, no shadow): nothing is sent and no shadow
+        record is written."""
+        try:
+            allowed = await asyncio.to_thread(
+                self._store.shadow_reserve,  # type: ignore[union-attr]
+                pending.model,
+                day,
+                cfg.budget_requests_per_day,
+                cfg.budget_usd_per_day,
+            )
+        except Exception:
+            log.exception("shadow: the budget could not be read from the store")
+            allowed = False
+        outcome = "mirrored" if allowed else "skipped_budget"
+        self.requests.labels(pending.model, cfg.upstream, outcome).inc()
+        if not allowed:
+            self.inflight[pending.model] -= 1
+            pending.done = True  # the primary's end resolves nothing
+        return allowed
 
     def _scored(self, pending: Pending, answer: Answer) -> Answer:
         if self.scorer is None or pending.item_id is None or not answer.ok:

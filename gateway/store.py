@@ -43,6 +43,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config as AlembicConfig
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlmodel import Field, SQLModel
 
@@ -143,10 +144,22 @@ class EvalRoundRow(SQLModel, table=True, metadata=metadata):
     finished: float | None = None
 
 
+class ShadowUsageRow(SQLModel, table=True, metadata=metadata):
+    """What a route's shadow has used of its daily budget, across every gateway on the store."""
+
+    __tablename__ = "shadow_usage"
+
+    model: str = Field(primary_key=True, max_length=128)
+    day: int = Field(primary_key=True)  # UTC day: epoch seconds // 86400
+    requests: int = 0
+    usd: float = 0.0
+
+
 REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
 CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
 DECISIONS: sa.Table = GateDecisionRow.__table__  # type: ignore[attr-defined]
 ROUNDS: sa.Table = EvalRoundRow.__table__  # type: ignore[attr-defined]
+SHADOW_USAGE: sa.Table = ShadowUsageRow.__table__  # type: ignore[attr-defined]
 # The PostgreSQL advisory lock that makes claiming a round one gateway at a time ("plum").
 ROUND_LOCK = 0x706C756D
 
@@ -361,6 +374,34 @@ class Store:
     def finish_round(self, started: float, now: float) -> None:
         with writing(self.engine) as conn:
             conn.execute(ROUNDS.update().where(ROUNDS.c.started == started).values(finished=now))
+
+    def shadow_reserve(
+        self, model: str, day: int, max_requests: int | None, max_usd: float | None
+    ) -> bool:
+        """Count one more shadow request against `model`'s budget for UTC `day`, if it allows
+        one: under `max_requests`, and under `max_usd` spent. One conditional UPDATE, so
+        gateways reserving at once never overshoot the request limit (the USD limit is checked
+        against what finished requests spent; those in flight may pass it by their cost)."""
+        t = SHADOW_USAGE
+        fresh = {"model": model, "day": day, "requests": 0, "usd": 0.0}
+        dialect = postgresql if self.postgres else sqlite
+        allowed = [t.c.model == model, t.c.day == day]
+        if max_requests is not None:
+            allowed.append(t.c.requests + 1 <= max_requests)
+        if max_usd is not None:
+            allowed.append(t.c.usd < max_usd)
+        with writing(self.engine) as conn:
+            conn.execute(dialect.insert(t).values(**fresh).on_conflict_do_nothing())
+            taken = conn.execute(t.update().where(*allowed).values(requests=t.c.requests + 1))
+            return taken.rowcount == 1
+
+    def shadow_spent(self, model: str, day: int, usd: float) -> None:
+        """Add what a finished shadow request cost to `model`'s usage for UTC `day`."""
+        t = SHADOW_USAGE
+        with writing(self.engine) as conn:
+            conn.execute(
+                t.update().where(t.c.model == model, t.c.day == day).values(usd=t.c.usd + usd)
+            )
 
     def record_decision(self, model: str, time: float, decision: dict[str, Any]) -> None:
         with writing(self.engine) as conn:

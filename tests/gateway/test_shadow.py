@@ -277,3 +277,37 @@ def test_wired_shadow_run_end_to_end(
         store.close()
     [row] = doc["rows"]
     assert row["pairs"] == 2 and row["agreements"] == {"normalised": 2}
+
+
+async def test_mirrors_on_one_store_share_the_daily_budget(
+    fake: FakeHandle, shadow_fake: FakeHandle, tmp_path: Path
+) -> None:
+    """Two gateways (or one restarted) mirror against one store: the day's request budget is
+    theirs together, not each one's; a refused mirror sends nothing and writes no record."""
+    cfg = _config(fake.base_url, shadow_fake.base_url)
+    shadow = ShadowConfig(upstream="shadow", fraction=1.0, budget_requests_per_day=3)
+    store = Store("sqlite:///var/records.db", root=tmp_path)
+    out: list[Record] = []
+    wire = Wire(5.0)
+    mirrors = [ShadowMirror(cfg, {"smol": shadow}, wire, out.append, store=store) for _ in "ab"]
+    body = {"model": "smol", "messages": MESSAGES}
+    try:
+        for i in range(3):
+            for mirror in mirrors:
+                record, capture = _primary("hello")
+                record.request_id = f"req-{i}-{id(mirror)}"
+                pending = mirror.consider("smol", "/chat/completions", body, record)
+                assert pending is not None  # each process alone is still under 3 a day
+                await mirror.drain()
+                mirror.primary_done(pending, record, capture)
+    finally:
+        await wire.close()
+        store.close()
+    counts: dict[str, float] = {}
+    for mirror in mirrors:
+        for metric in mirror.requests.collect():
+            for s in metric.samples:
+                if s.name.endswith("_total"):
+                    counts[s.labels["outcome"]] = counts.get(s.labels["outcome"], 0) + s.value
+    assert counts == {"mirrored": 3, "skipped_budget": 3}
+    assert len(shadow_fake.requests()) == 3 and len(out) == 3

@@ -198,3 +198,23 @@ def test_gate_decisions_latest_per_model_and_history(store: Store) -> None:
     latest, history = store.decisions(history=2)
     assert latest == {"m": {"model": "m", "chosen": "b"}, "n": {"model": "n", "chosen": "x"}}
     assert [d["chosen"] for d in history] == ["x", "b"]  # the newest two, oldest first
+
+
+def test_shadow_budget_is_counted_across_gateways(store: Store) -> None:
+    """Sixteen reservations at once against a limit of five: exactly five pass; the USD limit
+    refuses once what finished has spent reaches it; a new UTC day starts afresh."""
+    barrier = threading.Barrier(16)
+
+    def reserve(_: int) -> bool:
+        barrier.wait()
+        return store.shadow_reserve("m", 100, 5, None)
+
+    with ThreadPoolExecutor(16) as pool:
+        assert sum(pool.map(reserve, range(16))) == 5
+    assert store.shadow_reserve("m", 100, None, 0.01)  # no USD spent yet
+    store.shadow_spent("m", 100, 0.004)
+    store.shadow_spent("m", 100, 0.007)
+    assert not store.shadow_reserve("m", 100, None, 0.01)
+    assert store.shadow_reserve("m", 101, 5, 0.01) and store.shadow_reserve("other", 100, 1, None)
+    [row] = [r for r in _rows(store, "shadow_usage") if r["model"] == "m" and r["day"] == 100]
+    assert row["requests"] == 6 and row["usd"] == pytest.approx(0.011)

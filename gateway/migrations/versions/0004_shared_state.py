@@ -1,9 +1,10 @@
-"""gate decisions and eval rounds: what several gateways on one store share
+"""gate decisions, eval rounds, shadow usage: what several gateways on one store share
 
 `gate_decisions` keeps every quality-gate decision, so all gateways route a gated model by the
 same latest one (it was a file beside each gateway's config). `eval_rounds` records each
 scheduled eval round and the gateway that claimed it, so one round runs per interval however
-many gateways there are.
+many gateways there are. `shadow_usage` counts each shadow's requests and spend per UTC day, so
+its daily budget holds across gateways and restarts (it was counted in each process).
 
 Revision ID: 0004
 Revises: 0003
@@ -34,8 +35,16 @@ def upgrade() -> None:
         sa.Column("gateway", sa.String(128), nullable=False),
         sa.Column("finished", sa.Float),
     )
+    op.create_table(
+        "shadow_usage",
+        sa.Column("model", sa.String(128), primary_key=True),
+        sa.Column("day", sa.Integer, primary_key=True),
+        sa.Column("requests", sa.Integer, nullable=False),
+        sa.Column("usd", sa.Float, nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("shadow_usage")
     op.drop_table("eval_rounds")
     op.drop_table("gate_decisions")
