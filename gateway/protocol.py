@@ -51,12 +51,12 @@ class Sampled(_Open):
     stop: str | list[str] | None = None
     logprobs: bool | int | None = None
     user: str | None = None
+    # vLLM's cap on thinking tokens (-1: none); said in each upstream's dialect (`body_for`).
+    thinking_token_budget: StrictInt | None = Field(None, ge=-1)
 
 
 class ChatRequest(Sampled):
     messages: list[Message] = Field(min_length=1)
-    # vLLM's cap on thinking tokens (-1: none); said in each upstream's dialect (`body_for`).
-    thinking_token_budget: StrictInt | None = Field(None, ge=-1)
     max_completion_tokens: int | None = Field(None, ge=1)
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[dict[str, Any]] | None = None

@@ -391,3 +391,22 @@ def test_a_slow_client_gets_the_whole_stream_and_holds_back_its_upstream(
     assert text.endswith("data: [DONE]\n\n\r\n0\r\n\r\n")  # the chunked body ends whole
     [record] = sink.records
     assert record.status == 200 and record.completion_tokens == tokens
+
+
+def test_a_thinking_budget_is_checked_on_both_generation_doors(fake: FakeHandle) -> None:
+    """vLLM's `thinking_token_budget`: an integer of at least -1 (unlimited), or a clear 400."""
+    with running_gateway(gateway_config(("a", fake.base_url))) as url:
+        for path, body in (
+            ("/chat/completions", {"messages": MESSAGES}),
+            ("/completions", {"prompt": "Once upon"}),
+        ):
+            bad = httpx.post(
+                f"{url}{path}", json={"model": "smol", **body, "thinking_token_budget": "lots"}
+            )
+            assert bad.status_code == 400
+            assert bad.json()["error"]["param"] == "thinking_token_budget"
+            good = httpx.post(
+                f"{url}{path}", json={"model": "smol", **body, "thinking_token_budget": -1}
+            )
+            assert good.status_code == 200
+    assert len(fake.requests()) == 2
