@@ -84,18 +84,41 @@ def report_cmd(
     runs_dir: RunsDir = Path("var/evals"),
     out: Annotated[Path | None, typer.Option(help="Output folder")] = None,
     baseline: Annotated[str | None, typer.Option(help="Arm to compare the others against")] = None,
+    from_store: Annotated[
+        bool, typer.Option(help="Read the runs (ids) from the gateway's store: scheduled runs")
+    ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="Gateway config whose store to read (default: $PLUMBLINE_CONFIG)"),
+    ] = None,
 ) -> None:
     """Markdown + HTML report with intervals, paired tests, noise floor and a chart."""
     from evals.report import write_report
 
     results: list[ItemResult] = []
-    for run in runs:
+    if from_store:
+        results = _stored_runs([str(r) for r in runs], config)
+        if not results:
+            raise typer.BadParameter(f"no results of {[str(r) for r in runs]} in the store")
+    for run in [] if from_store else runs:
         folder = run if run.exists() else runs_dir / str(run)
         results.extend(runner.load_run(folder)[1])
-    target = out or (runs[0] if runs[0].exists() else runs_dir / str(runs[0])) / "report"
+    first = runs_dir / str(runs[0]) if from_store or not runs[0].exists() else runs[0]
+    target = out or first / "report"
     paths = write_report(results, target, baseline=baseline)
     for kind, path in paths.items():
         typer.echo(f"{kind}: {path}")
+
+
+def _stored_runs(runs: list[str], config_path: Path | None) -> list[ItemResult]:
+    from gateway.config import default_config_path, load_config
+    from gateway.store import Store
+
+    store = Store.from_config(load_config(config_path or default_config_path()))
+    try:
+        return [ItemResult.from_dict(r) for r in store.eval_results(runs)]
+    finally:
+        store.close()
 
 
 @app.command("tripwire")

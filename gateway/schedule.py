@@ -11,7 +11,8 @@ concurrency cap, so production traffic never queues behind it. Runs are written 
 
 Several gateways on one store (several workers, or several nodes on PostgreSQL) run one round
 per interval between them, not one each: a round is claimed in the store first, and the decision
-it reaches is a row every gateway routes by (`gateway.gate.SharedGateBook`).
+it reaches is a row every gateway routes by (`gateway.gate.SharedGateBook`). Each run's results
+are kept in the store as well (`eval_results`), for `plumbline eval report --from-store`.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class EvalScheduler:
         if targets:
             self.last_run = await Runner(self._spec(targets)).run()
             log.info("scheduled eval finished: %s", self.last_run)
+            await self._keep(load_run(self.last_run)[1])
         for model in self.gated_models():
             await self.run_gate(model)
         return self.last_run
@@ -106,6 +108,7 @@ class EvalScheduler:
         )
         path = await Runner(spec).run()
         _, results = load_run(path)
+        await self._keep(results)
         by_label: dict[str, list[ItemResult]] = {}
         for r in results:
             by_label.setdefault(r.target, []).append(r)
@@ -157,6 +160,18 @@ class EvalScheduler:
             else:
                 out[name] = None
         return out
+
+    async def _keep(self, results: list[ItemResult]) -> None:
+        """A run's results into the store too (when there is one): the runs folder is this
+        gateway's disk, which on a cluster does not outlive the pod."""
+        store = self.gw.store
+        if store is None or not results:
+            return
+        rows = [r.to_dict() for r in results]
+        try:
+            await asyncio.to_thread(store.write_eval_results, rows, time.time())
+        except Exception:
+            log.exception("eval run %s could not be kept in the store", results[0].run)
 
     async def _forever(self) -> None:
         """A round every `every_hours`, the first one interval after start. With a store, one

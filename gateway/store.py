@@ -155,11 +155,25 @@ class ShadowUsageRow(SQLModel, table=True, metadata=metadata):
     usd: float = 0.0
 
 
+class EvalResultRow(SQLModel, table=True, metadata=metadata):
+    """One scored item of a scheduled eval run (`evals.result.ItemResult` as JSON), kept in the
+    store so a run outlives the gateway (a pod's disk) that ran it."""
+
+    __tablename__ = "eval_results"
+
+    run: str = Field(primary_key=True, max_length=128)
+    target: str = Field(primary_key=True, max_length=256)
+    item_digest: str = Field(primary_key=True, max_length=128)
+    time: float
+    result: str = Field(sa_type=sa.Text)
+
+
 REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
 CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
 DECISIONS: sa.Table = GateDecisionRow.__table__  # type: ignore[attr-defined]
 ROUNDS: sa.Table = EvalRoundRow.__table__  # type: ignore[attr-defined]
 SHADOW_USAGE: sa.Table = ShadowUsageRow.__table__  # type: ignore[attr-defined]
+EVAL_RESULTS: sa.Table = EvalResultRow.__table__  # type: ignore[attr-defined]
 # The PostgreSQL advisory lock that makes claiming a round one gateway at a time ("plum").
 ROUND_LOCK = 0x706C756D
 
@@ -402,6 +416,32 @@ class Store:
             conn.execute(
                 t.update().where(t.c.model == model, t.c.day == day).values(usd=t.c.usd + usd)
             )
+
+    def write_eval_results(self, results: Sequence[dict[str, Any]], time: float) -> None:
+        """Keep a run's scored items (`ItemResult.to_dict()`); items already kept are left."""
+        t = EVAL_RESULTS
+        rows = [
+            {
+                "run": r["run"],
+                "target": r["target"],
+                "item_digest": r["item_digest"],
+                "time": time,
+                "result": json.dumps(r),
+            }
+            for r in results
+        ]
+        if not rows:
+            return
+        dialect = postgresql if self.postgres else sqlite
+        with writing(self.engine) as conn:
+            conn.execute(dialect.insert(t).on_conflict_do_nothing(), rows)
+
+    def eval_results(self, runs: Sequence[str]) -> list[dict[str, Any]]:
+        """The kept items of these runs, in the order they were kept."""
+        t = EVAL_RESULTS
+        query = sa.select(t.c.result).where(t.c.run.in_(list(runs))).order_by(t.c.time, t.c.run)
+        with self.engine.connect() as conn:
+            return [json.loads(r) for (r,) in conn.execute(query)]
 
     def record_decision(self, model: str, time: float, decision: dict[str, Any]) -> None:
         with writing(self.engine) as conn:

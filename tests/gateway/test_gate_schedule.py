@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
 import sqlalchemy as sa
+from typer.testing import CliRunner
 
+from evals.result import ItemResult
+from evals.runner import load_run
+from gateway import cli
 from gateway.fake_upstream import running_fake
 from gateway.schedule import EvalScheduler
 from gateway.store import ROUNDS, Store
@@ -54,7 +59,7 @@ def test_gate_switches_to_the_cheapest_upstream_within_the_floor(tmp_path: Path)
     # dear one happens to pass: a 2-to-0 split, well inside the noise floor.
     with running_fake(tokens=6) as dear, running_fake(tokens=6, finish_reason="length") as cheap:
         cfg = gated_config(dear.base_url, cheap.base_url, tmp_path)
-        with serving(cfg, own_port=True) as (url, app):
+        with serving(cfg, own_port=True, record=True) as (url, app):
             gw = app.state.gateway
             before = {
                 httpx.post(
@@ -122,3 +127,41 @@ def test_gateways_on_one_store_run_one_round_per_interval(tmp_path: Path) -> Non
         store.close()
     assert len(ran) == len(started) >= 3
     assert all(b - a >= interval for a, b in itertools.pairwise(started))
+
+
+def test_a_scheduled_run_is_kept_in_the_store_and_reported_from_it(tmp_path: Path) -> None:
+    """The gate's eval run outlives the runs folder: its results are rows, and `plumbline eval
+    report --from-store` builds the same report from them."""
+    with running_fake(tokens=6) as dear, running_fake(tokens=6) as cheap:
+        cfg = gated_config(dear.base_url, cheap.base_url, tmp_path)
+        with serving(cfg, own_port=True, record=True) as (_url, app):
+            gw = app.state.gateway
+            asyncio.run_coroutine_threadsafe(gw.scheduler.run_gate("smol"), gw_loop(app)).result(
+                timeout=120
+            )
+    [folder] = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    _, on_disk = load_run(folder)
+    store = Store(cfg.store.url, root=cfg.root)  # type: ignore[attr-defined]
+    try:
+        kept = [ItemResult.from_dict(r) for r in store.eval_results([folder.name])]
+    finally:
+        store.close()
+    assert len(kept) == len(on_disk) > 0
+    assert sorted(map(repr, kept)) == sorted(map(repr, on_disk))
+    shutil.rmtree(folder)  # the pod is gone
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{cfg.root}/var/plumbline.db"\n')  # type: ignore[attr-defined]
+    out = tmp_path / "report"
+    args = [
+        "eval",
+        "report",
+        folder.name,
+        "--from-store",
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+    ]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    assert "noise floor" in (out / "report.md").read_text().lower()

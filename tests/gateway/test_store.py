@@ -218,3 +218,19 @@ def test_shadow_budget_is_counted_across_gateways(store: Store) -> None:
     assert store.shadow_reserve("m", 101, 5, 0.01) and store.shadow_reserve("other", 100, 1, None)
     [row] = [r for r in _rows(store, "shadow_usage") if r["model"] == "m" and r["day"] == 100]
     assert row["requests"] == 6 and row["usd"] == pytest.approx(0.011)
+
+
+def test_eval_results_are_kept_per_run(store: Store) -> None:
+    """A scheduled run's scored items, read back by run id; a run kept twice is kept once."""
+    items = [
+        {"run": run, "target": "t", "item_digest": f"d{i}", "outcome": "correct", "engine": "e"}
+        for run in ("r1", "r2")
+        for i in range(3)
+    ]
+    store.write_eval_results(items[:3], 10.0)
+    store.write_eval_results(items, 20.0)
+    assert store.eval_results(["r1"]) == items[:3]
+    assert sorted(r["item_digest"] for r in store.eval_results(["r1", "r2"])) == sorted(
+        [f"d{i}" for i in range(3)] * 2
+    )
+    assert store.eval_results(["nope"]) == []
