@@ -95,15 +95,14 @@ def report_cmd(
     """Markdown + HTML report with intervals, paired tests, noise floor and a chart."""
     from evals.report import write_report
 
-    results: list[ItemResult] = []
+    folders = [r if r.exists() and not from_store else runs_dir / str(r) for r in runs]
     if from_store:
         results = _stored_runs([str(r) for r in runs], config)
         if not results:
             raise typer.BadParameter(f"no results of {[str(r) for r in runs]} in the store")
-    for run in [] if from_store else runs:
-        folder = run if run.exists() else runs_dir / str(run)
-        results.extend(runner.load_run(folder)[1])
-    first = runs_dir / str(runs[0]) if from_store or not runs[0].exists() else runs[0]
+    else:
+        results = [item for folder in folders for item in runner.load_run(folder)[1]]
+    first = folders[0]
     target = out or first / "report"
     paths = write_report(results, target, baseline=baseline)
     for kind, path in paths.items():

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evals.result import ItemResult
+from evals.result import ItemResult, engines
 from evals.stats import (
     NoiseFloor,
     Paired,
@@ -130,12 +130,8 @@ def _item_set(results: Sequence[ItemResult]) -> str:
     return h.hexdigest()[:12]
 
 
-def _engines(results: Sequence[ItemResult]) -> frozenset[str]:
-    return frozenset(r.engine for r in results if r.engine)
-
-
 def _engine_text(results: Sequence[ItemResult]) -> str:
-    return ", ".join(sorted(_engines(results))) or "unknown"
+    return ", ".join(sorted(engines(results))) or "unknown"
 
 
 def _arms_section(arms: dict[str, list[ItemResult]]) -> Section:
@@ -153,9 +149,9 @@ def _arms_section(arms: dict[str, list[ItemResult]]) -> Section:
                 _engine_text(rs),
             )
         )
-        if len(_engines(rs)) > 1:
+        if len(engines(rs)) > 1:
             notes.append(
-                f"{label} was served by {len(_engines(rs))} engines ({_engine_text(rs)}): its "
+                f"{label} was served by {len(engines(rs))} engines ({_engine_text(rs)}): its "
                 "items do not come from one serving stack"
             )
     return Section(
@@ -271,7 +267,7 @@ def build_report(
 
     floor_rows, floor_notes, computed = [], [], []
     for a, b in control_pairs:
-        if _engines(arms[a]) != _engines(arms[b]):
+        if engines(arms[a]) != engines(arms[b]):
             floor_notes.append(
                 f"control {a} vs {b} refused: served by different engines "
                 f"({_engine_text(arms[a])} / {_engine_text(arms[b])}); a changed serving stack "

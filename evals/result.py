@@ -58,6 +58,11 @@ class ItemResult:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def engines(results: Iterable[ItemResult]) -> frozenset[str]:
+    """The serving stacks that answered these results (those the gateway fingerprinted)."""
+    return frozenset(r.engine for r in results if r.engine)
+
+
 def write_results(path: Path, results: Iterable[ItemResult]) -> None:
     """Write results as JSON Lines."""
     with path.open("wb") as fh:

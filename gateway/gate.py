@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evals.result import ItemResult
+from evals.result import ItemResult, engines
 from evals.stats import NoiseFloor, Paired, PairingError, against_floor, pair, summarise
 
 if TYPE_CHECKING:
@@ -221,9 +221,9 @@ def control_pair(control: str, first: Sequence[ItemResult], second: Sequence[Ite
     """The control upstream's two runs, paired: refused (`PairingError`) when a different
     serving stack answered them (a restart onto another vLLM or chat template mid-run), since
     that difference is not noise."""
-    engines = [sorted({r.engine for r in rs if r.engine}) for rs in (first, second)]
-    if engines[0] != engines[1]:
-        raise PairingError(f"served by different engines: {engines[0]} / {engines[1]}")
+    a, b = engines(first), engines(second)
+    if a != b:
+        raise PairingError(f"served by different engines: {sorted(a)} / {sorted(b)}")
     return pair(first, second, f"{control} run 1", f"{control} run 2")
 
 

@@ -55,9 +55,8 @@ def _headers(gw: Gateway, call: Call, opened: Opened) -> dict[str, str]:
         "x-plumbline-request-id": record.request_id,
         "x-plumbline-upstream": opened.upstream.name,
     }
-    engine = gw.engines.known.get(opened.upstream.name)
-    if engine is not None:
-        headers[ENGINE_HEADER] = engine
+    if record.engine is not None:
+        headers[ENGINE_HEADER] = record.engine
     if record.provider:
         headers["x-plumbline-provider"] = record.provider
     if record.params_hash:

@@ -48,6 +48,7 @@ class EvalScheduler:
         self.gw = gw
         self.base_url = base_url
         self.last_run: Path | None = None
+        self.first_round = 0.0  # no round before this time (`_forever` sets it an interval on)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -178,21 +179,27 @@ class EvalScheduler:
         round per interval across every gateway on it: each looks every minute (or each
         interval, if shorter) and the first to claim a due round (`Store.claim_round`) runs it."""
         interval = self.gw.config.evals.every_hours * 3600
-        store = self.gw.store
-        look = interval if store is None else min(interval, LOOK_S)
-        first = time.time() + interval
+        look = interval if self.gw.store is None else min(interval, LOOK_S)
+        self.first_round = time.time() + interval
         while True:
             await asyncio.sleep(look)
-            now = time.time()
-            if now < first:
-                continue
             try:
-                if store is not None:
-                    claimed = await asyncio.to_thread(store.claim_round, now, interval, GATEWAY_ID)
-                    if not claimed:
-                        continue
-                await self.run_once()
-                if store is not None:
-                    await asyncio.to_thread(store.finish_round, now, time.time())
+                await self.tick(time.time())
             except Exception:
                 log.exception("scheduled eval failed")
+
+    async def tick(self, now: float) -> bool:
+        """One look at the clock: run the round if it is due (`first_round` has come, and with
+        a store no gateway started one in the last interval) and this gateway claims it. True
+        when it ran."""
+        if now < self.first_round:
+            return False
+        store = self.gw.store
+        if store is not None:
+            interval = self.gw.config.evals.every_hours * 3600
+            if not await asyncio.to_thread(store.claim_round, now, interval, GATEWAY_ID):
+                return False
+        await self.run_once()
+        if store is not None:
+            await asyncio.to_thread(store.finish_round, now, time.time())
+        return True

@@ -389,6 +389,10 @@ class Store:
         with writing(self.engine) as conn:
             conn.execute(ROUNDS.update().where(ROUNDS.c.started == started).values(finished=now))
 
+    def _insert_new(self, table: sa.Table) -> Any:
+        """An INSERT that leaves rows already present alone (ON CONFLICT DO NOTHING)."""
+        return (postgresql if self.postgres else sqlite).insert(table).on_conflict_do_nothing()
+
     def shadow_reserve(
         self, model: str, day: int, max_requests: int | None, max_usd: float | None
     ) -> bool:
@@ -398,14 +402,13 @@ class Store:
         against what finished requests spent; those in flight may pass it by their cost)."""
         t = SHADOW_USAGE
         fresh = {"model": model, "day": day, "requests": 0, "usd": 0.0}
-        dialect = postgresql if self.postgres else sqlite
         allowed = [t.c.model == model, t.c.day == day]
         if max_requests is not None:
             allowed.append(t.c.requests + 1 <= max_requests)
         if max_usd is not None:
             allowed.append(t.c.usd < max_usd)
         with writing(self.engine) as conn:
-            conn.execute(dialect.insert(t).values(**fresh).on_conflict_do_nothing())
+            conn.execute(self._insert_new(t).values(**fresh))
             taken = conn.execute(t.update().where(*allowed).values(requests=t.c.requests + 1))
             return taken.rowcount == 1
 
@@ -432,9 +435,8 @@ class Store:
         ]
         if not rows:
             return
-        dialect = postgresql if self.postgres else sqlite
         with writing(self.engine) as conn:
-            conn.execute(dialect.insert(t).on_conflict_do_nothing(), rows)
+            conn.execute(self._insert_new(t), rows)
 
     def eval_results(self, runs: Sequence[str]) -> list[dict[str, Any]]:
         """The kept items of these runs, in the order they were kept."""

@@ -102,13 +102,13 @@ def _thinking_budget(upstream: Upstream, out: dict[str, Any], caps: bool) -> Non
     budget = out.pop(THINKING_BUDGET)
     if budget == -1:  # vLLM's "unlimited": no cap to say
         return
-    if caps and upstream.kind == "vllm":
-        out[THINKING_BUDGET] = budget
-    elif caps and upstream.kind == "openai":
+    if caps and upstream.kind == "openai":
         reasoning = dict(out.get("reasoning") or {})
         if "max_tokens" not in reasoning and "effort" not in reasoning:
             reasoning["max_tokens"] = budget
         out["reasoning"] = reasoning
+    elif caps:  # vLLM with a reasoning parser
+        out[THINKING_BUDGET] = budget
     elif upstream.name not in _UNBUDGETED:
         _UNBUDGETED.add(upstream.name)
         log.warning(

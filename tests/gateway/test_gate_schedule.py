@@ -4,7 +4,6 @@ the gateway itself (pinned on the eval lane), decides, and live routing follows 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -96,9 +95,9 @@ def gw_loop(app: object) -> asyncio.AbstractEventLoop:
 
 
 def test_gateways_on_one_store_run_one_round_per_interval(tmp_path: Path) -> None:
-    """Two gateways' schedulers on one store: a round starts at most once per interval between
-    them (each claims it in the store first), not once per gateway. The rounds' eval work is
-    counted, not run: `test_gate_switches_to_the_cheapest_upstream_within_the_floor` runs one."""
+    """Two gateways' schedulers on one store look at the same clock: a round runs at most once
+    per interval between them (each claims it in the store first), not once per gateway. The
+    rounds' eval work is counted, not run: the test above runs one."""
     interval = 0.25
     store = Store("sqlite:///var/records.db", root=tmp_path)
     ran: list[str] = []
@@ -108,25 +107,29 @@ def test_gateways_on_one_store_run_one_round_per_interval(tmp_path: Path) -> Non
             ran.append(self.base_url)
 
     evals = SimpleNamespace(every_hours=interval / 3600)
-    gateways = [
-        Counting(SimpleNamespace(config=SimpleNamespace(evals=evals), store=store), name)  # type: ignore[arg-type]
-        for name in ("one", "two")
-    ]
+    gw = SimpleNamespace(config=SimpleNamespace(evals=evals), store=store)
+    one, two = (Counting(gw, name) for name in ("one", "two"))  # type: ignore[arg-type]
+    one.first_round = two.first_round = 1.0
 
-    async def both() -> None:
-        tasks = [asyncio.create_task(s._forever()) for s in gateways]
-        await asyncio.sleep(8 * interval)
-        for task in tasks:
-            task.cancel()
+    async def look(now: float) -> list[bool]:
+        return [await one.tick(now), await two.tick(now)]
+
+    async def clock() -> list[list[bool]]:
+        return [await look(now) for now in (0.9, 1.0, 1.1, 1.25, 1.3, 1.5, 1.75)]
 
     try:
-        asyncio.run(both())
+        looks = asyncio.run(clock())
         with store.engine.connect() as conn:
             started = sorted(conn.execute(sa.select(ROUNDS.c.started)).scalars())
     finally:
         store.close()
-    assert len(ran) == len(started) >= 3
-    assert all(b - a >= interval for a, b in itertools.pairwise(started))
+    # Before its first round nothing runs; then whoever looks first at a due round runs it.
+    assert looks == [[False, False], [True, False], [False, False], [True, False]] + [
+        [False, False],
+        [True, False],
+        [True, False],
+    ]
+    assert ran == ["one"] * 4 and started == [1.0, 1.25, 1.5, 1.75]
 
 
 def test_a_scheduled_run_is_kept_in_the_store_and_reported_from_it(tmp_path: Path) -> None:

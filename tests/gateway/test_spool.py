@@ -70,6 +70,18 @@ def test_spools_while_the_database_is_locked_and_replays_after(tmp_path: Path) -
     assert q.stats.replayed == 50
 
 
+def _next_start_replays(store: Store, spool: Path, n: int) -> RecordQueue:
+    """A new queue on the same spool (the next start) writes the `n` spooled records; the store
+    is closed after."""
+    queue = RecordQueue(store, spool, flush_interval_s=0.01)
+    try:
+        assert _wait_for(lambda: store.count() == n)
+    finally:
+        queue.close()
+        store.close()
+    return queue
+
+
 def test_spool_left_at_shutdown_is_replayed_by_the_next_start(tmp_path: Path) -> None:
     store = Store("sqlite:///records.db", root=tmp_path, busy_timeout_s=0.05)
     locker = _lock(tmp_path / "records.db")
@@ -80,12 +92,7 @@ def test_spool_left_at_shutdown_is_replayed_by_the_next_start(tmp_path: Path) ->
     assert q.stats.spooled == 20 and store.count() == 0
     locker.execute("ROLLBACK")
     locker.close()
-    q2 = RecordQueue(store, tmp_path / "spool", flush_interval_s=0.01)
-    try:
-        assert _wait_for(lambda: store.count() == 20)
-    finally:
-        q2.close()
-        store.close()
+    _next_start_replays(store, tmp_path / "spool", 20)
 
 
 def test_a_full_queue_spools_instead_of_growing(tmp_path: Path) -> None:
@@ -120,10 +127,4 @@ def test_unreachable_postgres_spools_and_the_next_start_replays(
     dead.close()
     assert q.stats.spooled == 10 and q.stats.written == 0
     live = Store(pg.fresh_database(pg_admin))
-    q2 = RecordQueue(live, tmp_path / "spool", flush_interval_s=0.01)
-    try:
-        assert _wait_for(lambda: live.count() == 10)
-    finally:
-        q2.close()
-        live.close()
-    assert q2.stats.replayed == 10
+    assert _next_start_replays(live, tmp_path / "spool", 10).stats.replayed == 10
