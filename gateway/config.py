@@ -21,6 +21,7 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -131,6 +132,11 @@ class Upstream(_Frozen):
     stream_usage: bool = True
     weight: float = Field(1.0, ge=0)
     launch: LaunchConfig | None = None
+    # How the server is told a cap on thinking tokens (the Messages door's
+    # thinking.budget_tokens): vLLM's "thinking_token_budget", OpenRouter's
+    # "reasoning.max_tokens", or "none". Unset: vLLM with a reasoning parser in its profile takes
+    # the first, OpenRouter (its host, or provider routing set) the second, the rest none.
+    thinking_budget: Literal["thinking_token_budget", "reasoning.max_tokens", "none"] | None = None
 
     def api_key(self) -> str | None:
         if self.api_key_env is None:
@@ -294,6 +300,12 @@ class Config(_Frozen):
                 problems.append(f"upstreams.{u.name}.node: unknown node {u.node!r}")
             if u.launch and not u.is_local:
                 problems.append(f"upstreams.{u.name}.launch: only local kinds can be launched")
+            parser = u.profile in self.profiles and self.profiles[u.profile].reasoning_parser
+            if u.thinking_budget == "thinking_token_budget" and u.kind == "vllm" and not parser:
+                problems.append(
+                    f"upstreams.{u.name}.thinking_budget: vLLM refuses thinking_token_budget "
+                    "without a reasoning parser, and this upstream's profile names none"
+                )
         for model, route in self.models.items():
             for ref in [*route.upstreams, *route.fallback]:
                 if ref not in known:
@@ -325,14 +337,23 @@ class Config(_Frozen):
                 return u
         raise KeyError(name)
 
-    def caps_thinking(self, upstream: Upstream) -> bool:
-        """Whether `upstream` can be told to cap thinking tokens: an API provider (OpenRouter's
-        `reasoning.max_tokens`), or vLLM serving a profile with a reasoning parser (vLLM counts
-        thinking tokens only with one, and refuses a budget without)."""
+    def thinking_cap(self, upstream: Upstream) -> str | None:
+        """How `upstream` is told to cap thinking tokens (`Upstream.thinking_budget`), or None
+        when it cannot be. Unset, it follows from the upstream: vLLM serving a profile with a
+        reasoning parser takes `thinking_token_budget` (vLLM counts thinking tokens only with
+        one, and refuses a budget without); OpenRouter takes `reasoning.max_tokens`. Other API
+        providers are not guessed at: OpenAI's own API refuses `reasoning` on chat completions."""
+        said = upstream.thinking_budget
+        if said is not None:
+            return None if said == "none" else said
         if upstream.kind == "openai":
-            return True
+            host = urlsplit(upstream.base_url).hostname or ""
+            openrouter = host == "openrouter.ai" or host.endswith(".openrouter.ai")
+            return "reasoning.max_tokens" if openrouter or upstream.provider else None
         profile = self.profiles.get(upstream.profile) if upstream.profile else None
-        return upstream.kind == "vllm" and profile is not None and bool(profile.reasoning_parser)
+        if upstream.kind == "vllm" and profile is not None and profile.reasoning_parser:
+            return "thinking_token_budget"
+        return None
 
     def profile_for(self, model: str) -> Profile | None:
         route = self.models.get(model)

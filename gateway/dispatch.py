@@ -180,7 +180,7 @@ class Dispatcher:
             call.native if native and call.native else call.body,
             call.stream,
             native=native,
-            caps_thinking=THINKING_BUDGET in call.body and gw.config.caps_thinking(upstream),
+            thinking_cap=gw.config.thinking_cap(upstream) if THINKING_BUDGET in call.body else None,
         )
         first_byte_budget = server.ttft_timeout_s if call.stream else server.request_timeout_s
         # A non-streamed answer is bounded by `first_byte_budget` (the whole request timeout)

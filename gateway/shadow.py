@@ -280,7 +280,7 @@ class ShadowMirror:
         try:
             async with asyncio.timeout(cfg.timeout_s):
                 data = body_for(
-                    upstream, body, False, caps_thinking=self.config.caps_thinking(upstream)
+                    upstream, body, False, thinking_cap=self.config.thinking_cap(upstream)
                 )
                 resp = await post(self._wire, upstream, path, data)
                 try:

@@ -94,26 +94,26 @@ THINKING_BUDGET = "thinking_token_budget"
 _UNBUDGETED: set[str] = set()  # upstreams already logged as unable to cap thinking
 
 
-def _thinking_budget(upstream: Upstream, out: dict[str, Any], caps: bool) -> None:
-    """vLLM caps thinking tokens itself when it has a reasoning parser; API providers take
-    OpenRouter's `reasoning.max_tokens`. llama.cpp, and vLLM without a parser, cannot be told
-    (`caps`: `Config.caps_thinking`): the request goes without, and the first such request is
-    logged per upstream."""
+def _thinking_budget(upstream: Upstream, out: dict[str, Any], cap: str | None) -> None:
+    """Said as `cap` (`Config.thinking_cap`): vLLM's own field, or OpenRouter's
+    `reasoning.max_tokens` (a client's own `reasoning` effort or cap stands). An upstream that
+    cannot be told (llama.cpp, vLLM without a reasoning parser, an API that is not OpenRouter)
+    gets the request without, and the first such request is logged per upstream."""
     budget = out.pop(THINKING_BUDGET)
     if budget == -1:  # vLLM's "unlimited": no cap to say
         return
-    if caps and upstream.kind == "openai":
+    if cap == "reasoning.max_tokens":
         reasoning = dict(out.get("reasoning") or {})
         if "max_tokens" not in reasoning and "effort" not in reasoning:
             reasoning["max_tokens"] = budget
         out["reasoning"] = reasoning
-    elif caps:  # vLLM with a reasoning parser
+    elif cap == THINKING_BUDGET:
         out[THINKING_BUDGET] = budget
     elif upstream.name not in _UNBUDGETED:
         _UNBUDGETED.add(upstream.name)
         log.warning(
-            "upstream %s (%s, no reasoning parser in its profile) cannot cap thinking tokens: "
-            "thinking budgets are not enforced there",
+            "upstream %s (%s) cannot be told a thinking budget: thinking budgets are not "
+            "enforced there (set [[upstreams]] thinking_budget if it takes one)",
             upstream.name,
             upstream.kind,
         )
@@ -124,14 +124,14 @@ def body_for(
     body: dict[str, Any],
     stream: bool,
     native: bool = False,
-    caps_thinking: bool = False,
+    thinking_cap: str | None = None,
 ) -> bytes:
     """The request as this upstream wants it: its model id, usage in streams, its dialect.
     A native Responses body carries its usage in `response.completed`: no stream_options.
-    `caps_thinking`: the upstream can be told a thinking budget (`Config.caps_thinking`)."""
+    `thinking_cap`: how the upstream is told a thinking budget (`Config.thinking_cap`)."""
     out = dict(body)
     if out.get(THINKING_BUDGET) is not None:
-        _thinking_budget(upstream, out, caps_thinking)
+        _thinking_budget(upstream, out, thinking_cap)
     out["model"] = upstream.model
     if stream and not native:
         options = dict(out.get("stream_options") or {})

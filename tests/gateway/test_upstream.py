@@ -6,18 +6,19 @@ from typing import Any
 
 import orjson
 import pytest
+from pydantic import ValidationError
 
-from gateway.config import Upstream
+from gateway.config import Config, Upstream
 from gateway.upstream import body_for
 
 
-def said(kind: str, body: dict[str, Any], caps: bool, **extra: Any) -> dict[str, Any]:
+def said(kind: str, body: dict[str, Any], cap: str | None, **extra: Any) -> dict[str, Any]:
     upstream = Upstream(name="u", kind=kind, base_url="http://127.0.0.1:1/v1", model="m", **extra)
-    return orjson.loads(body_for(upstream, {"model": "public", **body}, False, caps_thinking=caps))
+    return orjson.loads(body_for(upstream, {"model": "public", **body}, False, thinking_cap=cap))
 
 
 def test_model_and_provider_are_the_upstreams() -> None:
-    out = said("openai", {}, False, provider={"only": ["X"], "require_parameters": True})
+    out = said("openai", {}, None, provider={"only": ["X"], "require_parameters": True})
     assert out == {"model": "m", "provider": {"only": ["X"], "require_parameters": True}}
 
 
@@ -37,16 +38,82 @@ def test_model_and_provider_are_the_upstreams() -> None:
 def test_api_providers_get_openrouters_reasoning_max_tokens(
     body: dict[str, Any], reasoning: dict[str, Any]
 ) -> None:
-    out = said("openai", body, True)
+    out = said("openai", body, "reasoning.max_tokens")
     assert out["reasoning"] == reasoning and "thinking_token_budget" not in out
 
 
 def test_vllm_keeps_the_budget_only_with_a_reasoning_parser() -> None:
-    assert said("vllm", {"thinking_token_budget": 64}, True)["thinking_token_budget"] == 64
-    assert "thinking_token_budget" not in said("vllm", {"thinking_token_budget": 64}, False)
-    assert "thinking_token_budget" not in said("llamacpp", {"thinking_token_budget": 64}, False)
+    tell = "thinking_token_budget"
+    assert said("vllm", {"thinking_token_budget": 64}, tell)["thinking_token_budget"] == 64
+    assert "thinking_token_budget" not in said("vllm", {"thinking_token_budget": 64}, None)
+    assert "thinking_token_budget" not in said("llamacpp", {"thinking_token_budget": 64}, None)
 
 
 def test_unlimited_is_no_cap() -> None:
-    assert said("openai", {"thinking_token_budget": -1}, True) == {"model": "m"}
-    assert said("vllm", {"thinking_token_budget": -1}, True) == {"model": "m"}
+    assert said("openai", {"thinking_token_budget": -1}, "reasoning.max_tokens") == {"model": "m"}
+    assert said("vllm", {"thinking_token_budget": -1}, "thinking_token_budget") == {"model": "m"}
+
+
+def _cap(upstream: dict[str, Any]) -> str | None:
+    profiles = {"thinks": {"reasoning_parser": "qwen3"}, "plain": {}}
+    config = Config.model_validate(
+        {
+            "upstreams": [{"name": "u", "model": "m", **upstream}],
+            "models": {"m": {"upstreams": ["u"]}},
+            "profiles": profiles,
+        }
+    )
+    return config.thinking_cap(config.upstream("u"))
+
+
+@pytest.mark.parametrize(
+    ("upstream", "cap"),
+    [
+        (
+            {"kind": "vllm", "base_url": "http://10.0.0.1/v1", "profile": "thinks"},
+            "thinking_token_budget",
+        ),
+        ({"kind": "vllm", "base_url": "http://10.0.0.1/v1", "profile": "plain"}, None),
+        ({"kind": "llamacpp", "base_url": "http://10.0.0.1/v1"}, None),
+        ({"kind": "openai", "base_url": "https://openrouter.ai/api/v1"}, "reasoning.max_tokens"),
+        (
+            {"kind": "openai", "base_url": "https://gw.example/v1", "provider": {"only": ["X"]}},
+            "reasoning.max_tokens",
+        ),
+        # OpenAI's own API refuses `reasoning` on chat completions: not guessed.
+        ({"kind": "openai", "base_url": "https://api.openai.com/v1"}, None),
+        # Said outright: a remote vLLM behind an API, an OpenRouter-like reseller, or none.
+        (
+            {
+                "kind": "openai",
+                "base_url": "https://x.example/v1",
+                "thinking_budget": "thinking_token_budget",
+            },
+            "thinking_token_budget",
+        ),
+        (
+            {
+                "kind": "openai",
+                "base_url": "https://openrouter.ai/api/v1",
+                "thinking_budget": "none",
+            },
+            None,
+        ),
+    ],
+)
+def test_how_each_upstream_is_told_a_thinking_budget(
+    upstream: dict[str, Any], cap: str | None
+) -> None:
+    assert _cap(upstream) == cap
+
+
+def test_a_budget_field_vllm_would_refuse_is_a_config_error() -> None:
+    with pytest.raises(ValidationError, match="thinking_budget: vLLM refuses"):
+        _cap(
+            {
+                "kind": "vllm",
+                "base_url": "http://10.0.0.1/v1",
+                "profile": "plain",
+                "thinking_budget": "thinking_token_budget",
+            }
+        )
