@@ -1,9 +1,10 @@
 """Shaped events (bytes compared, not parsed) must leave exactly what the event path leaves.
 
-Streams are generated (content with quotes, backslashes, `<think>`, unicode; logprobs; tool
-calls; errors; `"usage": null` on every chunk or not; usage at the end or not), cut into blocks
-at random byte offsets and fed to two taps: one allowed shaped events, one not. The bytes
-relayed and every field of the record must be identical; a fake clock makes the timings equal.
+Streams are generated (content with quotes, backslashes, `<think>`, unicode, DEL; logprobs;
+tool calls; errors; the token key in other fields; `"usage": null` on every chunk or not; usage
+at the end or not), cut into blocks at random byte offsets and fed to two taps: one allowed
+shaped events, one not. The bytes relayed and every field of the record must be identical; a
+fake clock makes the timings equal.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from gateway.capture import Capture
 from gateway.record import Record
 from gateway.tap import MalformedStream, StreamTap
 
-PIECES = [*'ab "\\\n<>/{}:,é漢', "@@", "think>", "<think>", "</think>", '"error"', "\\u003c"]
+PIECES = [*'ab "\\\n<>/{}:,é漢\x7f', "@@", "think>", "<think>", "</think>", '"error"', "\\u003c"]
 TEXT = st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map("".join)
-PLAIN_TEXT = st.lists(st.sampled_from(PIECES[:16]), min_size=1, max_size=8).map("".join)
+PLAIN_TEXT = st.lists(st.sampled_from(PIECES[:17]), min_size=1, max_size=8).map("".join)
 # What other servers may write inside a JSON string where the text had "@@" (orjson writes none
 # of these): other escapes, escaped ASCII that hides a think tag, surrogates (paired and lone),
 # and bytes no JSON string may hold (a bad escape, a raw tab, invalid UTF-8).
@@ -55,6 +56,10 @@ def streams(draw: st.DrawFn) -> tuple[list[bytes], bool]:
         "created": 1,
         "model": "m",
     }
+    if draw(st.booleans()):  # the token key, and its text, in front of the token's own
+        head["meta"] = {"content": "c", "text": "t"}
+    # Logprobs on some chunks and not others, or on all or none (runs of one shape).
+    mixed_logprobs, with_logprobs = draw(st.booleans()), draw(st.booleans())
     events: list[dict[str, Any]] = []
 
     def chunk(piece: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -63,7 +68,7 @@ def streams(draw: st.DrawFn) -> tuple[list[bytes], bool]:
             choice["delta"] = piece
         else:
             choice["text"] = piece.get("content", "")
-        if draw(st.booleans()):
+        if draw(st.booleans()) if mixed_logprobs else with_logprobs:
             choice["logprobs"] = {"content": [{"token": "t", "logprob": -0.5, "bytes": [116]}]}
         else:
             choice["logprobs"] = None
@@ -163,7 +168,7 @@ def test_shaped_events_are_taken_and_relayed(sampled: bool) -> None:
     capture = Capture(record, None, keep_text=True) if sampled else None
     tap = StreamTap(record, client_wants_usage=False, split_think=False, capture=capture)
     shaped = 0  # events taken without parsing: one by one, or a whole block at once
-    one, block = tap._shaped, tap._plain
+    one, block, run = tap._shaped, tap._block, tap._plain
 
     def spy_one(event: bytes, now: float) -> bytes | None:
         nonlocal shaped
@@ -171,13 +176,16 @@ def test_shaped_events_are_taken_and_relayed(sampled: bool) -> None:
         shaped += out is not None
         return out
 
-    def spy_block(whole: bytes, pos: int, now: float) -> tuple[int, bytes] | None:
-        nonlocal shaped
-        out = block(whole, pos, now)
-        shaped += out[1].count(b"\n\n") if out is not None else 0
-        return out
+    def spy(taker: Any) -> Any:
+        def taken(whole: bytes, pos: int, now: float) -> tuple[int, bytes] | None:
+            nonlocal shaped
+            out = taker(whole, pos, now)
+            shaped += out[1].count(b"\n\n") if out is not None else 0
+            return out
 
-    tap._shaped, tap._plain = spy_one, spy_block  # type: ignore[method-assign]
+        return taken
+
+    tap._shaped, tap._block, tap._plain = spy_one, spy(block), spy(run)  # type: ignore[method-assign]
     out = tap.feed(role) + tap.feed(b"".join(events[:3])) + tap.feed(b"".join(events[3:]))
     assert shaped == 15
     assert out.count(b"data: ") == 17 and b"usage" not in out
