@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import openai
 import typer
 
 from evals import runner
 from evals.result import ItemResult
+
+if TYPE_CHECKING:
+    from gateway.store import Store
 
 app = typer.Typer(no_args_is_help=True, help="Evaluate targets through the gateway.")
 
@@ -37,8 +41,23 @@ def run_cmd(
         list[str] | None,
         typer.Option(help="FILE.jsonl:SCORER, repeatable (scorers: see evals/dataset.py)"),
     ] = None,
+    keep: Annotated[
+        bool,
+        typer.Option(
+            "--keep",
+            help="Also keep the results in the gateway's store (see --config), where "
+            "eval report --from-store finds them, as it finds scheduled runs",
+        ),
+    ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="Gateway config whose store --keep writes to (default: $PLUMBLINE_CONFIG)"
+        ),
+    ] = None,
 ) -> None:
     """Run a suite (default | smoke | none) and/or user datasets; resumable with --resume."""
+    store = _store(config) if keep else None  # a store that cannot be opened fails first
     datasets = []
     for entry in dataset or []:
         path, _, scorer = entry.rpartition(":")
@@ -61,9 +80,16 @@ def run_cmd(
         max_tokens=max_tokens,
         datasets=datasets,
     )
-    run_dir = runner.run(spec)
-    meta, results = runner.load_run(run_dir)
-    typer.echo(f"run {meta['run']}: {len(results)} results in {run_dir}")
+    try:
+        run_dir = runner.run(spec)
+        meta, results = runner.load_run(run_dir)
+        typer.echo(f"run {meta['run']}: {len(results)} results in {run_dir}")
+        if store is not None:
+            store.write_eval_results([r.to_dict() for r in results], time.time())
+            typer.echo(f"kept in the store: eval report {meta['run']} --from-store")
+    finally:
+        if store is not None:
+            store.close()
     _print_summary(results)
 
 
@@ -109,11 +135,15 @@ def report_cmd(
         typer.echo(f"{kind}: {path}")
 
 
-def _stored_runs(runs: list[str], config_path: Path | None) -> list[ItemResult]:
+def _store(config_path: Path | None) -> Store:
     from gateway.config import default_config_path, load_config
     from gateway.store import Store
 
-    store = Store.from_config(load_config(config_path or default_config_path()))
+    return Store.from_config(load_config(config_path or default_config_path()))
+
+
+def _stored_runs(runs: list[str], config_path: Path | None) -> list[ItemResult]:
+    store = _store(config_path)
     try:
         return [ItemResult.from_dict(r) for r in store.eval_results(runs)]
     finally:

@@ -4,7 +4,9 @@ The client only ever sees the primary's answer. For a sampled request `ShadowMir
 starts a fire-and-forget task that sends the same effective body (same sampling parameters, so
 the same params hash; never streamed) to the route's shadow upstream, under the shadow's own
 concurrency cap and daily budget (USD or requests, per UTC day). It never waits: a request that
-finds the cap full or the budget spent is simply not mirrored, and counted.
+finds the cap full or the budget spent is simply not mirrored, and counted. A mirrored request
+holds the most it can cost (`most_it_can_cost`) against the USD budget until its own cost is
+known, so shadows in flight cannot pass the limit.
 
 The shadow's answer gets its own `Record` (lane "shadow", `shadow_of` = the primary's request id,
 the primary's accept time, so the pair joins on the primary key). When both sides have finished
@@ -41,7 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.capture import Capture, ToolCall
-from gateway.config import Config
+from gateway.config import Config, Price
 from gateway.cost import request_cost
 from gateway.record import Attempt, Record
 from gateway.tap import MalformedStream, tap_body
@@ -122,13 +124,29 @@ class DailyBudget:
     spent_usd: float = 0.0
     sent: int = 0
 
-    def allows(self, now: float) -> bool:
+    def allows(self, now: float, hold_usd: float = 0.0) -> bool:
+        """Room for one more request that may cost `hold_usd` (`Store.shadow_reserve`)."""
         day = int(now // 86_400)
         if day != self.day:
             self.day, self.spent_usd, self.sent = day, 0.0, 0
         if self.requests is not None and self.sent >= self.requests:
             return False
-        return self.usd is None or self.spent_usd < self.usd
+        if self.usd is None:
+            return True
+        return self.spent_usd + hold_usd <= self.usd if hold_usd > 0 else self.spent_usd < self.usd
+
+
+def most_it_can_cost(body: dict[str, Any], max_tokens: int | None, price: Price | None) -> float:
+    """The most a shadow request can cost, held against the USD budget while it runs: every
+    byte of its body a prompt token (a token is at least one byte of text; images excepted) and
+    `max_tokens` of output for each of its `n` choices. 0 when it has no price, or no
+    `max_tokens` to bound it: then only finished requests' costs are counted."""
+    if price is None or max_tokens is None:
+        return 0.0
+    n = body.get("n")
+    output = max_tokens * (n if isinstance(n, int) and n > 1 else 1)
+    prompt = len(orjson.dumps(body))
+    return (prompt * max(price.input, price.cached_input or 0.0) + output * price.output) / 1e6
 
 
 # ---- the mirror ------------------------------------------------------------------------------
@@ -146,6 +164,8 @@ class Pending:
     done: bool = False
     capture_chars: int = 65_536
     tools: list[dict[str, Any]] | None = field(default=None)
+    # USD held against the daily budget until the shadow's own cost is known.
+    hold_usd: float = 0.0
 
 
 Scorer = Callable[[str, Answer], str | None]
@@ -228,10 +248,14 @@ class ShadowMirror:
             self.requests.labels(model, cfg.upstream, "skipped_cap").inc()
             return None
         budget = self.budgets[model]
-        if not budget.allows(self._clock()):
+        hold = 0.0
+        if cfg.budget_usd_per_day is not None:
+            hold = most_it_can_cost(body, record.max_tokens, self.config.prices.get(cfg.upstream))
+        if not budget.allows(self._clock(), hold):
             self.requests.labels(model, cfg.upstream, "skipped_budget").inc()
             return None
         budget.sent += 1
+        budget.spent_usd += hold
         self.inflight[model] += 1
         if self._store is None:
             self.requests.labels(model, cfg.upstream, "mirrored").inc()
@@ -251,7 +275,7 @@ class ShadowMirror:
             shadow_of=record.request_id,
         )
         tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-        pending = Pending(model, shadow, item_id, tools=tools)
+        pending = Pending(model, shadow, item_id, tools=tools, hold_usd=hold)
         task = asyncio.get_running_loop().create_task(self._run(pending, cfg, path, shadow_body))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -308,12 +332,13 @@ class ShadowMirror:
         record.e2e_s = elapsed
         record.cost_usd = request_cost(record, self.config.prices.get(upstream.name))
         spent = record.charged_cost_usd if record.charged_cost_usd is not None else record.cost_usd
-        self.budgets[pending.model].spent_usd += spent or 0.0
-        if self._store is not None and spent:
+        settle = (spent or 0.0) - pending.hold_usd  # the hold is given back, the cost counted
+        self.budgets[pending.model].spent_usd += settle
+        if self._store is not None and settle:
             try:
-                await asyncio.to_thread(self._store.shadow_spent, pending.model, day, spent)
+                await asyncio.to_thread(self._store.shadow_spent, pending.model, day, settle)
             except Exception:
-                log.exception("shadow: could not count $%.6f against %s", spent, pending.model)
+                log.exception("shadow: could not count $%.6f against %s", settle, pending.model)
         if outcome != "ok":
             self.requests.labels(pending.model, cfg.upstream, "failed").inc()
         answer = Answer(outcome == "ok", capture.answer, tuple(capture.tool_calls()))
@@ -331,6 +356,7 @@ class ShadowMirror:
                 day,
                 cfg.budget_requests_per_day,
                 cfg.budget_usd_per_day,
+                pending.hold_usd,
             )
         except Exception:
             log.exception("shadow: the budget could not be read from the store")

@@ -394,26 +394,33 @@ class Store:
         return (postgresql if self.postgres else sqlite).insert(table).on_conflict_do_nothing()
 
     def shadow_reserve(
-        self, model: str, day: int, max_requests: int | None, max_usd: float | None
+        self,
+        model: str,
+        day: int,
+        max_requests: int | None,
+        max_usd: float | None,
+        hold_usd: float = 0.0,
     ) -> bool:
-        """Count one more shadow request against `model`'s budget for UTC `day`, if it allows
-        one: under `max_requests`, and under `max_usd` spent. One conditional UPDATE, so
-        gateways reserving at once never overshoot the request limit (the USD limit is checked
-        against what finished requests spent; those in flight may pass it by their cost)."""
+        """Count one more shadow request against `model`'s budget for UTC `day`, and hold
+        `hold_usd` (the most it can cost) of its USD, if the budget allows: under `max_requests`,
+        and the hold within `max_usd` (with nothing to hold: under it). One conditional UPDATE,
+        so gateways reserving at once never overshoot either limit. `shadow_spent` settles."""
         t = SHADOW_USAGE
         fresh = {"model": model, "day": day, "requests": 0, "usd": 0.0}
         allowed = [t.c.model == model, t.c.day == day]
         if max_requests is not None:
             allowed.append(t.c.requests + 1 <= max_requests)
         if max_usd is not None:
-            allowed.append(t.c.usd < max_usd)
+            allowed.append(t.c.usd + hold_usd <= max_usd if hold_usd > 0 else t.c.usd < max_usd)
+        taking = {"requests": t.c.requests + 1, "usd": t.c.usd + hold_usd}
         with writing(self.engine) as conn:
             conn.execute(self._insert_new(t).values(**fresh))
-            taken = conn.execute(t.update().where(*allowed).values(requests=t.c.requests + 1))
+            taken = conn.execute(t.update().where(*allowed).values(**taking))
             return taken.rowcount == 1
 
     def shadow_spent(self, model: str, day: int, usd: float) -> None:
-        """Add what a finished shadow request cost to `model`'s usage for UTC `day`."""
+        """Add `usd` to `model`'s usage for UTC `day`: what a finished shadow request cost,
+        less what its reservation held (so it may be negative)."""
         t = SHADOW_USAGE
         with writing(self.engine) as conn:
             conn.execute(

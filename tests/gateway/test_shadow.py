@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from gateway.capture import Capture, ToolCall
-from gateway.config import RouteConfig
+from gateway.config import Price, RouteConfig
 from gateway.fake_upstream import FakeHandle, running_fake
 from gateway.record import Record
 from gateway.shadow import (
@@ -19,6 +19,7 @@ from gateway.shadow import (
     DailyBudget,
     ShadowMirror,
     agreement,
+    most_it_can_cost,
     report_shadow,
     text_agreement,
     tool_agreement,
@@ -71,6 +72,20 @@ def test_daily_budget_resets_each_utc_day() -> None:
     assert b.allows(86_400 * 6 + 1)  # next day
     b.spent_usd = 0.02
     assert not b.allows(86_400 * 6 + 2)
+
+
+def test_the_most_a_request_can_cost_is_held_against_the_usd_limit() -> None:
+    price = Price(input=1.0, cached_input=0.5, output=2.0)
+    body = {"messages": MESSAGES, "n": 2}
+    bound = (len(json.dumps(body, separators=(",", ":"))) * 1.0 + 2 * 100 * 2.0) / 1e6
+    assert most_it_can_cost(body, 100, price) == pytest.approx(bound)
+    # Nothing bounds it, or nothing prices it: nothing held.
+    assert most_it_can_cost(body, None, price) == 0 == most_it_can_cost(body, 100, None)
+    b = DailyBudget(usd=0.01, requests=None)
+    assert b.allows(5.0, 0.004)
+    b.spent_usd = 0.008  # two such requests in flight
+    assert not b.allows(5.0, 0.004) and b.allows(5.0, 0.002)
+    assert b.allows(5.0)  # unbounded requests: under the limit is enough
 
 
 @pytest.fixture
@@ -311,3 +326,34 @@ async def test_mirrors_on_one_store_share_the_daily_budget(
                     counts[s.labels["outcome"]] = counts.get(s.labels["outcome"], 0) + s.value
     assert counts == {"mirrored": 3, "skipped_budget": 3}
     assert len(shadow_fake.requests()) == 3 and len(out) == 3
+
+
+async def test_shadows_in_flight_cannot_pass_the_usd_limit(
+    fake: FakeHandle, shadow_fake: FakeHandle
+) -> None:
+    """Each mirrored request holds the most it can cost until its cost is known: with shadows
+    that have not answered yet, the day's USD limit still holds; what they did not spend is
+    given back."""
+    shadow_fake.set_default(hang_before_first_byte=30)
+    cfg = _config(fake.base_url, shadow_fake.base_url)
+    out: list[Record] = []
+    shadow = ShadowConfig(
+        upstream="shadow", fraction=1.0, max_concurrency=8, budget_usd_per_day=0.005, timeout_s=0.5
+    )
+    mirror, wire = await _mirror(cfg, shadow, out)
+    body = {"model": "smol", "messages": MESSAGES, "max_tokens": 1000}  # ~$0.0021 at most
+    try:
+        primaries = [_primary("a")[0] for _ in "abcd"]
+        for primary in primaries:
+            primary.max_tokens = 1000  # as the door sets it from the body
+        taken = [mirror.consider("smol", "/chat/completions", body, p) for p in primaries]
+        assert [p is not None for p in taken] == [True, True, False, False]
+        assert mirror.budgets["smol"].spent_usd == pytest.approx(
+            2 * most_it_can_cost(body, 1000, cfg.prices["shadow"])
+        )
+        await mirror.drain()  # both time out having spent nothing: their holds come back
+        assert mirror.budgets["smol"].spent_usd == pytest.approx(0.0)
+        assert mirror.consider("smol", "/chat/completions", body, _primary("a")[0]) is not None
+        await mirror.drain()
+    finally:
+        await wire.close()

@@ -220,6 +220,24 @@ def test_shadow_budget_is_counted_across_gateways(store: Store) -> None:
     assert row["requests"] == 6 and row["usd"] == pytest.approx(0.011)
 
 
+def test_shadow_usd_holds_are_counted_across_gateways(store: Store) -> None:
+    """Sixteen reservations at once, each holding $0.002 against $0.01: exactly five pass, and
+    settling gives back what a request held but did not spend."""
+    barrier = threading.Barrier(16)
+
+    def reserve(_: int) -> bool:
+        barrier.wait()
+        return store.shadow_reserve("h", 100, None, 0.01, 0.002)
+
+    with ThreadPoolExecutor(16) as pool:
+        assert sum(pool.map(reserve, range(16))) == 5
+    assert not store.shadow_reserve("h", 100, None, 0.01, 0.002)
+    store.shadow_spent("h", 100, 0.0005 - 0.002)  # one finished, having spent $0.0005
+    assert store.shadow_reserve("h", 100, None, 0.01, 0.0015)
+    [row] = [r for r in _rows(store, "shadow_usage") if r["model"] == "h"]
+    assert row["requests"] == 6 and row["usd"] == pytest.approx(0.01)
+
+
 def test_eval_results_are_kept_per_run(store: Store) -> None:
     """A scheduled run's scored items, read back by run id; a run kept twice is kept once."""
     items = [

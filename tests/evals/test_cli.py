@@ -1,0 +1,51 @@
+"""`plumbline eval …` as a user runs it: a run by hand kept in the store and reported from it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gateway import cli
+from gateway.fake_upstream import running_fake
+from tests.evals.test_dataset import write
+from tests.evals.test_runner import gateway_for
+from tests.harness import running_gateway
+
+
+def test_a_run_by_hand_is_kept_in_the_store_with_keep(tmp_path: Path) -> None:
+    """`eval run --keep` writes the results to the gateway's store as well as the runs folder;
+    after the folder is gone, `eval report --from-store` still builds the report."""
+    data = write(
+        tmp_path / "mine.jsonl", *({"id": i, "question": f"{i}+0?", "answer": i} for i in range(4))
+    )
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/plumbline.db"\n')
+    runs = tmp_path / "runs"
+    with (
+        running_fake(text="ANSWER: 2") as fake,
+        running_gateway(gateway_for(ok=fake.base_url)) as url,
+    ):
+        args = ["eval", "run", "-t", "ok", "--suite", "none", "--base-url", url]
+        args += ["--dataset", f"{data}:math_integer", "--runs-dir", str(runs), "--timeout", "20"]
+        ran = CliRunner().invoke(cli.app, [*args, "--keep", "--config", str(config)])
+    assert ran.exit_code == 0, ran.output
+    [folder] = [p for p in runs.iterdir() if p.is_dir()]
+    assert f"eval report {folder.name} --from-store" in ran.output
+    shutil.rmtree(folder)
+    out = tmp_path / "report"
+    report = ["eval", "report", folder.name, "--from-store", "--config", str(config)]
+    reported = CliRunner().invoke(cli.app, [*report, "--out", str(out)])
+    assert reported.exit_code == 0, reported.output
+    assert "ok" in (out / "report.md").read_text()
+
+
+def test_keep_with_a_store_that_cannot_be_opened_fails_before_running(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text('[store]\nurl = "postgresql://nobody@127.0.0.1:1/none"\n')
+    args = ["eval", "run", "-t", "ok", "--suite", "smoke", "--base-url", "http://127.0.0.1:1/v1"]
+    args += ["--runs-dir", str(tmp_path / "runs")]
+    ran = CliRunner().invoke(cli.app, [*args, "--keep", "--config", str(config)])
+    assert ran.exit_code != 0
+    assert not (tmp_path / "runs").exists()  # nothing ran
