@@ -233,8 +233,30 @@ def gate_arms(model: str, upstreams: Sequence[str], control: str) -> list[tuple[
     return [*arms, (f"{model}@{control}#control", control)]
 
 
-class GateBook:
-    """The latest decision per model, plus a bounded history, in one JSON file."""
+class _Book:
+    """What routing and `GET /admin/gate` read: the latest decision per model, and a bounded
+    history. Where they are kept is the subclass's: `_read` and `record`."""
+
+    history: int
+
+    def _read(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def record(self, decision: GateDecision) -> None:
+        raise NotImplementedError
+
+    def latest(self, model: str) -> GateDecision | None:
+        entry = self._read()["latest"].get(model)
+        return None if entry is None else GateDecision.from_dict(entry)
+
+    def view(self) -> dict[str, Any]:
+        """For `GET /admin/gate`: the latest decision of every gated model."""
+        latest: dict[str, Any] = self._read()["latest"]
+        return latest
+
+
+class GateBook(_Book):
+    """The book in one JSON file (a gateway without a store)."""
 
     def __init__(self, path: Path, history: int = 50):
         self.path = path
@@ -261,17 +283,8 @@ class GateBook:
         tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
         os.replace(tmp, self.path)  # readers never see half a file
 
-    def latest(self, model: str) -> GateDecision | None:
-        entry = self._read()["latest"].get(model)
-        return None if entry is None else GateDecision.from_dict(entry)
 
-    def view(self) -> dict[str, Any]:
-        """For `GET /admin/gate`: the latest decision of every gated model."""
-        latest: dict[str, Any] = self._read()["latest"]
-        return latest
-
-
-class SharedGateBook(GateBook):
+class SharedGateBook(_Book):
     """The gate book of gateways sharing a store: decisions are rows (`gate_decisions`), so every
     gateway routes by the same latest one. Routing reads the copy in memory, which `refresh`
     reloads (at start, then with the app's housekeeping each minute) and `record` updates."""

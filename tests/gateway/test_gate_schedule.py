@@ -18,7 +18,7 @@ from gateway import cli
 from gateway.fake_upstream import running_fake
 from gateway.schedule import EvalScheduler
 from gateway.store import ROUNDS, Store
-from tests.harness import config_from, free_port, serving
+from tests.harness import config_from, free_port, serving, wait_for
 
 
 def gated_config(a: str, b: str, root: Path) -> object:
@@ -168,3 +168,43 @@ def test_a_scheduled_run_is_kept_in_the_store_and_reported_from_it(tmp_path: Pat
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     assert "noise floor" in (out / "report.md").read_text().lower()
+
+
+def test_the_schedule_evaluates_its_targets_through_the_gateway_by_itself(tmp_path: Path) -> None:
+    """`[evals] every_hours` and `targets`: one interval after start the gateway runs the suite
+    on each target through itself, in the eval lane; the results are in the runs folder and in
+    the store, and every item's request reached the upstream."""
+    with running_fake(tokens=6) as fake:
+        upstream = {"name": "u", "kind": "vllm", "base_url": fake.base_url, "model": "m"}
+        cfg = config_from(
+            {
+                "server": {"health_interval_s": 0, "retry_backoff_s": 0, "port": free_port()},
+                "upstreams": [{**upstream, "profile": "smollm2"}],
+                "models": {"smol": {"profile": "smollm2", "upstreams": ["u"]}},
+                "evals": {
+                    "every_hours": 2 / 3600,
+                    "suite": "smoke",
+                    "targets": ["smol"],
+                    "concurrency": 4,
+                    "timeout_s": 30,
+                    "runs_dir": str(tmp_path / "runs"),
+                },
+            }
+        )
+        with serving(cfg, own_port=True, record=True) as (_url, app):
+            gw = app.state.gateway
+            assert gw.scheduler.enabled and not (tmp_path / "runs").exists()
+            wait_for(lambda: gw.scheduler.last_run is not None, timeout=120)
+            first = gw.scheduler.last_run
+            meta, results = load_run(first)
+            wait_for(lambda: len(gw.store.eval_results([meta["run"]])) == len(results))
+            sent = len(fake.requests())
+
+            def lanes() -> list[str]:
+                with gw.store.engine.connect() as conn:
+                    return [lane for (lane,) in conn.execute(sa.text("select lane from requests"))]
+
+            wait_for(lambda: len(lanes()) >= len(results))
+    assert meta["targets"] == ["smol"] and {r.target for r in results} == {"smol"}
+    assert 0 < len(results) <= sent
+    assert set(lanes()) == {"eval"}  # the suite's requests, recorded as the eval lane
