@@ -883,6 +883,8 @@ class FakeUpstream:
         )
 
     async def _version(self, request: web.BaseRequest) -> web.StreamResponse:
+        if not self.version:  # an engine (or a proxy before it) that does not say
+            raise RequestError(404, "no /version here")
         return _json(200, orjson.dumps({"version": self.version}))
 
     async def _ctl_engine(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -1051,7 +1053,8 @@ class FakeHandle:
         self._call("POST", "/_fake/default", behaviour)
 
     def set_engine(self, version: str | None = None, chat_template: str | None = None) -> None:
-        """Change what ``/version`` and ``/tokenize`` say, as an engine upgrade would."""
+        """Change what ``/version`` and ``/tokenize`` say, as an engine upgrade would
+        (``version=""``: ``/version`` answers 404)."""
         change = {"version": version, "chat_template": chat_template}
         self._call("POST", "/_fake/engine", {k: v for k, v in change.items() if v is not None})
 

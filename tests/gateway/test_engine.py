@@ -7,8 +7,12 @@ import re
 
 import httpx
 import openai
+import pytest
 
+from gateway.config import Upstream
+from gateway.engine import Engines, fingerprint
 from gateway.fake_upstream import FakeHandle
+from gateway.wire import Wire
 from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -62,3 +66,25 @@ def test_fingerprint_is_learnt_relearnt_after_an_outage_and_sent(fake: FakeHandl
         wait_for(lambda: engines(url)["v"] != first["v"])
         version2, template2 = FINGERPRINT.fullmatch(engines(url)["v"] or "").groups()  # type: ignore[union-attr]
         assert version2 == "0.0.1-fake" and template2 != template
+
+
+async def test_an_upstream_that_says_nothing_is_asked_again_and_logged_once(
+    fake: FakeHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A vLLM upstream behind a path that answers neither /version nor /tokenize has no
+    fingerprint: a warning once, and it stays due at every probe. One that answers only one of
+    them is named with `?` for the other."""
+    mute = Upstream(name="mute", kind="vllm", base_url=fake.base_url + "/nothing", model="m")
+    engines, wire = Engines(), Wire(5.0)
+    try:
+        for _ in range(2):
+            assert engines.due(mute, healthy=True)
+            await engines.learn(wire, [mute], timeout=5.0)
+        assert "mute" not in engines.known
+        assert caplog.text.count("engine: mute answers neither") == 1
+        fake.set_engine(version="")  # /version answers 404 now
+        plain = Upstream(name="v", kind="vllm", base_url=fake.base_url, model="m")
+        half = await fingerprint(wire, plain, 5.0)
+    finally:
+        await wire.close()
+    assert half is not None and re.fullmatch(r"vllm \? template [0-9a-f]{12}", half)
