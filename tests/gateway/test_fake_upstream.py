@@ -8,21 +8,8 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from gateway.fake_upstream import (
-    ID_MARK,
-    BehaviourError,
-    FakeHandle,
-    body_template,
-    cut_at_stop,
-    make_plan,
-    overlay,
-    running_fake,
-    stream_template,
-    validate_behaviour,
-)
+from gateway.fake_upstream import FakeHandle, running_fake
 
 MSGS = [{"role": "user", "content": "three little words"}]
 
@@ -376,54 +363,3 @@ def test_subprocess_mode() -> None:
             r = c.chat.completions.create(model="a", messages=MSGS)
         assert r.choices[0].message.content == "tok0 tok1"
         assert len(handle.requests()) == 1
-
-
-# ------------------------------------------------------------------ pure functions
-
-
-def test_validate_and_overlay() -> None:
-    with pytest.raises(BehaviourError, match="unknown"):
-        validate_behaviour({"nope": 1})
-    with pytest.raises(BehaviourError):
-        validate_behaviour({"pace_tps": 0})
-    assert overlay({"tokens": 3, "pace_tps": 10}, {"pace_tps": None}) == {"tokens": 3}
-
-
-def test_cut_at_stop_inside_a_token() -> None:
-    pieces = [("r", "x"), ("c", "ab"), ("c", "cd"), ("c", "ef")]
-    assert cut_at_stop(pieces, ["d"]) == ([("r", "x"), ("c", "ab"), ("c", "c")], "d")
-    assert cut_at_stop(pieces, ["zz"]) == (pieces, None)
-
-
-@given(
-    tokens=st.integers(0, 40),
-    cap=st.none() | st.integers(1, 50),
-    n=st.integers(1, 3),
-    stop=st.sampled_from([None, " tok3", "ok1", "zz"]),
-    reasoning=st.sampled_from([None, "reasoning", "both"]),
-    leak=st.sampled_from([False, True, "close_only"]),
-)
-def test_stream_and_non_stream_agree(
-    tokens: int, cap: int | None, n: int, stop: str | None, reasoning: str | None, leak: object
-) -> None:
-    body = {"messages": MSGS, "max_tokens": cap, "n": n, "stop": stop}
-    beh = {
-        k: v
-        for k, v in {"tokens": tokens, "reasoning_field": reasoning, "leak_think": leak}.items()
-        if v
-    }
-    plan = make_plan("chat", body, beh, "m")
-    uncapped = make_plan("chat", {**body, "max_tokens": None}, beh, "m")
-    cut = cap is not None and cap < len(uncapped.pieces)
-    assert plan.pieces == (uncapped.pieces[:cap] if cut else uncapped.pieces)
-    assert (plan.finish_reason == "length") == cut
-    full = json.loads(b"rid".join(body_template(plan, 1)) + b"}")
-    tpl = stream_template(plan, 1)
-    events = [json.loads(b"rid".join(ev)[len("data: ") :]) for ev in tpl.events]
-    assert ID_MARK not in json.dumps(events) and {e["id"] for e in events} == {"chatcmpl-rid"}
-    for c in range(n):
-        deltas = [ch["delta"] for e in events for ch in e["choices"] if ch["index"] == c]
-        streamed = "".join(d.get("content") or "" for d in deltas)
-        assert streamed == full["choices"][c]["message"]["content"]
-        finishes = [ch["finish_reason"] for e in events for ch in e["choices"] if ch["index"] == c]
-        assert [f for f in finishes if f] == [plan.finish_reason]
