@@ -41,6 +41,14 @@ def run_cmd(
         list[str] | None,
         typer.Option(help="FILE.jsonl:SCORER, repeatable (scorers: see evals/dataset.py)"),
     ] = None,
+    reasoning_gym: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Of the math items, this many from reasoning-gym's generators at hard "
+            "settings (needs pip install reasoning-gym)",
+        ),
+    ] = 0,
     keep: Annotated[
         bool,
         typer.Option(
@@ -79,9 +87,13 @@ def run_cmd(
         window=window,
         max_tokens=max_tokens,
         datasets=datasets,
+        reasoning_gym=reasoning_gym,
     )
     try:
-        run_dir = runner.run(spec)
+        try:
+            run_dir = runner.run(spec)
+        except ValueError as e:  # what was asked cannot be run: said, not a traceback
+            raise typer.BadParameter(str(e)) from None
         meta, results = runner.load_run(run_dir)
         typer.echo(f"run {meta['run']}: {len(results)} results in {run_dir}")
         if store is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -86,6 +87,9 @@ class RunSpec:
     target_headers: dict[str, dict[str, str]] = field(default_factory=dict)
     # User JSONL datasets: (path, declared scorer), see evals/dataset.py.
     datasets: list[tuple[Path, str]] = field(default_factory=list)
+    # Of the math family's items, this many from reasoning-gym's generators at hard settings
+    # (`evals/families/math.py`; needs the reasoning-gym package).
+    reasoning_gym: int = 0
 
 
 def build_items(
@@ -95,12 +99,28 @@ def build_items(
     token_counter: Callable[[str], int] | None = None,
     sizes: dict[str, int | None] | None = None,
     datasets: Sequence[tuple[Path, str]] = (),
+    reasoning_gym: int = 0,
 ) -> list[Item]:
-    """The suite's generated families, then each user dataset (path, declared scorer)."""
+    """The suite's generated families, then each user dataset (path, declared scorer).
+    `reasoning_gym`: that many of the math family's items from reasoning-gym's generators."""
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
     spec = dict(SUITES[suite])
     spec.update(sizes or {})
+    if reasoning_gym:
+        from evals.families import math as math_family
+
+        math_items = spec.get("math", 0)
+        math_items = math_family.DEFAULT_N if math_items is None else math_items
+        if reasoning_gym > math_items:
+            raise ValueError(
+                f"--reasoning-gym {reasoning_gym}: the {suite!r} suite has {math_items} math "
+                "items, and the reasoning-gym slice is taken from them"
+            )
+        if importlib.util.find_spec("reasoning_gym") is None:
+            raise ValueError(
+                "--reasoning-gym needs the reasoning-gym package: pip install reasoning-gym"
+            )
     opts: dict[str, Any] = {}
     if window:
         opts["window"] = window
@@ -110,7 +130,8 @@ def build_items(
     for name, n in spec.items():
         if n == 0:
             continue
-        items.extend(families.build(name, seed, n, **opts))
+        gym = {"reasoning_gym": reasoning_gym} if name == "math" and reasoning_gym else {}
+        items.extend(families.build(name, seed, n, **opts, **gym))
     for path, scorer in datasets:
         items.extend(dataset.load(path, scorer))
     if not items:
@@ -240,7 +261,13 @@ class Runner:
         windows = [await self.served_window(t) for t in spec.targets]
         window = spec.window or min((w for w in windows if w), default=None)
         items = build_items(
-            spec.suite, spec.seed, window, spec.token_counter, spec.sizes, spec.datasets
+            spec.suite,
+            spec.seed,
+            window,
+            spec.token_counter,
+            spec.sizes,
+            spec.datasets,
+            spec.reasoning_gym,
         )
         self.dir.mkdir(parents=True, exist_ok=True)
         results_path = self.dir / "results.jsonl"
@@ -254,6 +281,7 @@ class Runner:
             "targets": spec.targets,
             "suite": spec.suite,
             "seed": spec.seed,
+            "reasoning_gym": spec.reasoning_gym,
             "items": len(items),
             "items_digest": items_digest(items),
             "datasets": [

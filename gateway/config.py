@@ -269,6 +269,8 @@ class EvalSchedule(_Frozen):
     concurrency: int = Field(2, ge=1)
     timeout_s: float = Field(1800.0, gt=0)
     runs_dir: str = "var/evals"
+    # Of the math items, this many from reasoning-gym's generators (needs reasoning-gym).
+    reasoning_gym: int = Field(0, ge=0)
 
 
 class Config(_Frozen):

@@ -82,6 +82,7 @@ class EvalScheduler:
             concurrency=schedule.concurrency,
             timeout_s=schedule.timeout_s,
             runs_dir=runs_dir,
+            reasoning_gym=schedule.reasoning_gym,
             **kw,
         )
 

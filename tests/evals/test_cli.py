@@ -7,6 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from evals.runner import load_run
 from gateway import cli
 from gateway.fake_upstream import running_fake
 from tests.evals.test_dataset import write
@@ -49,3 +50,34 @@ def test_keep_with_a_store_that_cannot_be_opened_fails_before_running(tmp_path: 
     ran = CliRunner().invoke(cli.app, [*args, "--keep", "--config", str(config)])
     assert ran.exit_code != 0
     assert not (tmp_path / "runs").exists()  # nothing ran
+
+
+def test_a_reasoning_gym_slice_larger_than_the_math_items_is_refused(tmp_path: Path) -> None:
+    with (
+        running_fake(text="ANSWER: 2") as fake,
+        running_gateway(gateway_for(ok=fake.base_url)) as url,
+    ):
+        args = ["eval", "run", "-t", "ok", "--suite", "smoke", "--base-url", url]
+        ran = CliRunner().invoke(
+            cli.app, [*args, "--runs-dir", str(tmp_path), "--reasoning-gym", "4"]
+        )
+    assert ran.exit_code == 2
+    assert "the 'smoke' suite has 3 math items" in ran.output
+
+
+def test_a_reasoning_gym_slice_is_asked_through_the_gateway(tmp_path: Path) -> None:
+    """`--reasoning-gym 2`: two of the smoke suite's three math items come from reasoning-gym's
+    generators, and the run says so."""
+    with (
+        running_fake(text="ANSWER: 2") as fake,
+        running_gateway(gateway_for(ok=fake.base_url)) as url,
+    ):
+        args = ["eval", "run", "-t", "ok", "--suite", "smoke", "--base-url", url]
+        args += ["--runs-dir", str(tmp_path), "--reasoning-gym", "2", "--timeout", "20"]
+        ran = CliRunner().invoke(cli.app, args)
+    assert ran.exit_code == 0, ran.output
+    [folder] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    meta, results = load_run(folder)
+    math = sorted(r.item_id for r in results if r.family == "math")
+    assert meta["reasoning_gym"] == 2 and len(math) == 3
+    assert [("-rg-" in i) for i in math] == [False, True, True]

@@ -172,8 +172,9 @@ def test_a_scheduled_run_is_kept_in_the_store_and_reported_from_it(tmp_path: Pat
 
 def test_the_schedule_evaluates_its_targets_through_the_gateway_by_itself(tmp_path: Path) -> None:
     """`[evals] every_hours` and `targets`: one interval after start the gateway runs the suite
-    on each target through itself, in the eval lane; the results are in the runs folder and in
-    the store, and every item's request reached the upstream."""
+    (here with one reasoning-gym item) on each target through itself, in the eval lane; the
+    results are in the runs folder and in the store, and every item's request reached the
+    upstream."""
     with running_fake(tokens=6) as fake:
         upstream = {"name": "u", "kind": "vllm", "base_url": fake.base_url, "model": "m"}
         cfg = config_from(
@@ -188,6 +189,7 @@ def test_the_schedule_evaluates_its_targets_through_the_gateway_by_itself(tmp_pa
                     "concurrency": 4,
                     "timeout_s": 30,
                     "runs_dir": str(tmp_path / "runs"),
+                    "reasoning_gym": 1,
                 },
             }
         )
@@ -206,5 +208,6 @@ def test_the_schedule_evaluates_its_targets_through_the_gateway_by_itself(tmp_pa
 
             wait_for(lambda: len(lanes()) >= len(results))
     assert meta["targets"] == ["smol"] and {r.target for r in results} == {"smol"}
+    assert meta["reasoning_gym"] == 1 and sum("-rg-" in r.item_id for r in results) == 1
     assert 0 < len(results) <= sent
     assert set(lanes()) == {"eval"}  # the suite's requests, recorded as the eval lane

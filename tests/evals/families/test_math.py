@@ -125,7 +125,6 @@ def test_symbolic_items_are_scored_correct_with_their_own_answer() -> None:
 
 @pytest.fixture(scope="module")
 def gym_items() -> list[Item]:
-    pytest.importorskip("reasoning_gym")
     return family.build(0, 6, reasoning_gym=4)[2:]
 
 
