@@ -155,7 +155,9 @@ class Dispatcher:
             try:
                 opened = await self._with_retries(call, upstream)
             except AttemptError as e:
-                if e.client_error:
+                if e.client_error:  # the upstream answered: its refusal is the client's
+                    call.record.upstream = name
+                    call.record.engine = gw.engines.known.get(name)
                     raise BadRequest(e.message, code=f"upstream_{e.status}") from None
                 causes.append(e.message)
                 timed_out = timed_out or e.outcome in ("ttft_timeout", "timeout")
@@ -203,7 +205,9 @@ class Dispatcher:
                 retryable=False,
             ) from None
         except AttemptError as e:
-            self._failed(call, upstream.name, e.outcome, e.status, started)
+            # A 4xx that is the request's fault is the upstream answering, not failing: counted
+            # as a failure, one client's bad requests would cool it down for everyone.
+            self._failed(call, upstream.name, e.outcome, e.status, started, not e.client_error)
             if resp is not None:
                 resp.release()
             raise
@@ -227,11 +231,18 @@ class Dispatcher:
         return Opened(upstream, resp, first, native, None if call.stream else parsed)
 
     def _failed(
-        self, call: Call, name: str, outcome: str, status: int | None, started: float
+        self,
+        call: Call,
+        name: str,
+        outcome: str,
+        status: int | None,
+        started: float,
+        upstream_fault: bool = True,
     ) -> None:
         gw = self.gw
         gw.pool.end(name)
-        gw.pool.failed(name)
+        if upstream_fault:
+            gw.pool.failed(name)
         call.record.attempts.append(Attempt(name, outcome, status, time.perf_counter() - started))
 
 

@@ -201,6 +201,24 @@ def test_failing_upstream_cools_down_and_health_probe_readmits_it(
     assert all(r.status == 200 for r in sink.records)
 
 
+def test_a_clients_bad_requests_do_not_cool_a_healthy_upstream_down(
+    fake: FakeHandle, fake2: FakeHandle
+) -> None:
+    """An upstream's 400 is the request's fault: it goes back to the client, names the upstream
+    that said it, and is not a failure of the upstream, so one client's bad requests do not
+    take it out of everyone's routing."""
+    sink = ListSink()
+    cfg = config(fake.base_url, fake2.base_url, retries=0, cooldown_after=2, cooldown_s=600)
+    with served(cfg, [sink]) as (root, _):
+        fake.script(*[{"status": 400, "message": "context too long"}] * 3)
+        assert [chat(root).status_code for _ in range(3)] == [400] * 3
+        assert not httpx.get(f"{root}/health").json()["upstreams"]["a"]["cooling"]
+        assert chat(root).headers["x-plumbline-upstream"] == "a"
+    assert [trail(r) for r in sink.records] == [[("a", "http_400")]] * 3 + [[("a", "ok")]]
+    assert [r.upstream for r in sink.records] == ["a"] * 4
+    assert [r.status for r in sink.records] == [400] * 3 + [200]
+
+
 # ---- graceful shutdown ------------------------------------------------------------------------
 
 
