@@ -81,3 +81,17 @@ def test_a_reasoning_gym_slice_is_asked_through_the_gateway(tmp_path: Path) -> N
     math = sorted(r.item_id for r in results if r.family == "math")
     assert meta["reasoning_gym"] == 2 and len(math) == 3
     assert [("-rg-" in i) for i in math] == [False, True, True]
+
+
+def test_tripwire_and_logits_commands_through_the_gateway() -> None:
+    """`eval tripwire` reads each target's 20 fixed prompts; `eval logits` compares two targets
+    against an a-vs-a control. Only the shape of what they print is the fake's to decide."""
+    with running_fake(tokens=4) as fake, running_gateway(gateway_for(ok=fake.base_url)) as url:
+        code_t = CliRunner().invoke(cli.app, ["eval", "tripwire", "-t", "ok", "--base-url", url])
+        args = ["eval", "logits", "--a", "ok", "--b", "ok", "--base-url", url]
+        code_l = CliRunner().invoke(cli.app, [*args, "--max-tokens", "4"])
+    assert code_t.exit_code == 0, code_t.output
+    assert code_t.output.startswith("ok: ")
+    assert code_l.exit_code == 0, code_l.output
+    lines = code_l.output.splitlines()
+    assert [line.split()[0] for line in lines] == ["control", "pair", "verdict:"]
