@@ -34,8 +34,9 @@ class PowerCappedError(GpuError):
             f"GPU {g.index}: {g.limit_w:g} W of {g.max_limit_w:g} W max" for g in self.capped
         )
         super().__init__(
-            f"power-capped GPUs ({listed}). Raise the limit (nvidia-smi -i N -pl MAX) or pass "
-            "allow_power_capped to benchmark a capped host knowingly."
+            f"power-capped GPUs ({listed}). Raise the limit (nvidia-smi -i N -pl MAX), or pass "
+            "--allow-power-capped (allow_power_capped=True from Python) to run on a capped host "
+            "knowingly."
         )
 
 

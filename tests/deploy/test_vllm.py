@@ -168,3 +168,20 @@ def test_bad_requests_are_refused_with_a_reason(host):
         deploy_vllm("no-such", "0", model="/m", **opts)
     with pytest.raises(DeployError, match="pass --model"):
         deploy_vllm("smollm2", "0", **opts)
+
+
+def test_the_cli_refuses_power_capped_gpus_before_starting_anything(host, tmp_path: Path):
+    """`plumbline deploy vllm` as typed: a power-capped GPU is a short error (exit 2) that names
+    it and says how to go on anyway; no engine was started."""
+    from typer.testing import CliRunner
+
+    from gateway import cli
+
+    host(TWO_CAPPED)
+    config = tmp_path / "plumbline.toml"
+    config.write_text("")
+    args = ["deploy", "vllm", "--profile", "smollm2", "--gpus", "0,1", "--config", str(config)]
+    result = CliRunner().invoke(cli.app, [*args, "--model", "/m"])
+    assert result.exit_code == 2
+    assert "GPU 1: 400 W" in result.output and "allow-power-capped" in result.output
+    assert not (tmp_path / "engines").exists()
