@@ -365,6 +365,9 @@ class ShadowMirror:
         self.requests.labels(pending.model, cfg.upstream, outcome).inc()
         if not allowed:
             self.inflight[pending.model] -= 1
+            budget = self.budgets[pending.model]  # nothing was sent: this process's count too
+            budget.sent -= 1
+            budget.spent_usd -= pending.hold_usd
             pending.done = True  # the primary's end resolves nothing
         return allowed
 

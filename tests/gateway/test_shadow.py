@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -357,3 +358,43 @@ async def test_shadows_in_flight_cannot_pass_the_usd_limit(
         await mirror.drain()
     finally:
         await wire.close()
+
+
+async def test_a_reservation_the_store_refuses_holds_nothing_in_this_process(
+    fake: FakeHandle, shadow_fake: FakeHandle, tmp_path: Path
+) -> None:
+    """Two gateways on one store, a USD budget with room for two holds: the first takes both;
+    the second's mirror is refused by the store and keeps no hold or count of its own, so it
+    mirrors again once the first's holds are given back."""
+    shadow_fake.set_default(hang_before_first_byte=30)
+    cfg = _config(fake.base_url, shadow_fake.base_url)
+    shadow = ShadowConfig(
+        upstream="shadow", fraction=1.0, max_concurrency=8, budget_usd_per_day=0.005, timeout_s=0.5
+    )
+    store = Store("sqlite:///var/records.db", root=tmp_path)
+    out: list[Record] = []
+    wire = Wire(5.0)
+    first, second = (
+        ShadowMirror(cfg, {"smol": shadow}, wire, out.append, store=store) for _ in "ab"
+    )
+    body = {"model": "smol", "messages": MESSAGES, "max_tokens": 1000}  # ~$0.0021 at most
+
+    def primary() -> Record:
+        record = _primary("a")[0]
+        record.max_tokens = 1000
+        return record
+
+    try:
+        taken = [first.consider("smol", "/chat/completions", body, primary()) for _ in "ab"]
+        await asyncio.sleep(0.1)  # both reserve in the store before the second gateway asks
+        refused = second.consider("smol", "/chat/completions", body, primary())
+        await second.drain()
+        assert refused is not None and refused.done  # passed locally, refused by the store
+        assert second.budgets["smol"].spent_usd == 0 and second.budgets["smol"].sent == 0
+        await first.drain()  # the two time out, spending nothing: their holds come back
+        again = second.consider("smol", "/chat/completions", body, primary())
+        await second.drain()
+        assert all(p is not None for p in taken) and again is not None and not again.done
+    finally:
+        await wire.close()
+        store.close()
