@@ -604,3 +604,49 @@ def test_real_replica_answers_through_the_responses_door(local_stack: Any, model
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == final.output_text and 0 < final.usage.output_tokens <= 16
     assert [r.door for r in sink.records] == ["responses", "responses"]
+
+
+def test_content_parts_translate_to_chat_parts() -> None:
+    """Images stay parts of a user turn (with their detail); other turns and tool outputs are
+    their text parts joined; an image outside a user turn, or a part of another type, is a 400
+    naming where it is."""
+    from gateway.errors import BadRequest
+
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"}
+    body = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "what is it?"}, image]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "output_text", "text": "a dot"},
+                    {"type": "output_text", "text": "."},
+                ],
+            },
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {
+                "type": "function_call_output",
+                "call_id": "c1",
+                "output": [{"type": "input_text", "text": "4"}],
+            },
+        ],
+    }
+    user, assistant, tool = chat_request(body)["messages"]
+    assert user["content"] == [
+        {"type": "text", "text": "what is it?"},
+        {"type": "image_url", "image_url": {"url": image["image_url"], "detail": "low"}},
+    ]
+    # The call joins the assistant turn before it, as chat completions carry it.
+    assert assistant["content"] == "a dot\n." and assistant["tool_calls"][0]["id"] == "c1"
+    assert tool == {"role": "tool", "tool_call_id": "c1", "content": "4"}
+    for turn, where in (
+        ({"role": "system", "content": [image]}, "input[0].content[0]"),
+        (
+            {"role": "user", "content": [{"type": "input_file", "file_id": "f"}]},
+            "input[0].content[0]",
+        ),
+    ):
+        with pytest.raises(BadRequest) as refused:
+            chat_request({"model": "m", "input": [turn]})
+        assert refused.value.param == where
