@@ -215,6 +215,9 @@ async def health(request: Request) -> Response:
     }
     for name, st in gw.pool.states.items():
         upstreams[name]["demoted"] = st.demoted
+        # Which gateways' watchdogs demote it: this one, and others on the same store.
+        here = [gw.id] if name in gw.watchdog.demoted else []
+        upstreams[name]["demoted_by"] = here + sorted(gw.demoted_elsewhere.get(name, {}))
         upstreams[name]["engine"] = gw.engines.known.get(name)
     body = {
         "status": "ok",

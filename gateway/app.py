@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -41,7 +42,7 @@ from gateway.pool import Pool
 from gateway.prefix import PrefixIndex
 from gateway.record import Record, RecordSink
 from gateway.report import window_economics
-from gateway.schedule import EvalScheduler
+from gateway.schedule import GATEWAY_ID, EvalScheduler
 from gateway.shadow import ShadowMirror
 from gateway.silence import Silence
 from gateway.spool import RecordQueue
@@ -51,6 +52,8 @@ from gateway.watchdog import Watchdog, annotate
 from gateway.wire import Wire
 
 log = logging.getLogger("plumbline")
+# A gateway's demotion holds for the others this long after its last refresh (each minute).
+DEMOTION_TTL_S = 180.0
 
 
 def _path(value: str | None) -> Path | None:
@@ -68,6 +71,8 @@ class Gateway:
         access: Access | None = None,
     ):
         self.config = config
+        # This gateway among those on one store (hostname:pid, and which gateway of the process).
+        self.id = f"{GATEWAY_ID}:{secrets.token_hex(3)}"
         self.upstreams = {u.name: u for u in config.upstreams}
         s = config.server
         self.prefix = PrefixIndex(
@@ -82,8 +87,11 @@ class Gateway:
         self.store = store
         self.queue = RecordQueue.from_config(config, store) if store is not None else None
         self.watchdog = Watchdog(
-            config, config.watchdog, self.metrics.registry, on_demote=self.pool.set_demoted
+            config, config.watchdog, self.metrics.registry, on_demote=self._demoted_here
         )
+        # Demotions other gateways on the store hold (upstream -> {gateway: checks}).
+        self.demoted_elsewhere: dict[str, dict[str, list[str]]] = {}
+        self._sharing: set[asyncio.Task[None]] = set()
         self.sampler = TextSampler.from_config(config.watchdog)
         self.wire = Wire(s.connect_timeout_s)
         self.engines = Engines()
@@ -130,6 +138,8 @@ class Gateway:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self.wire.close()
+        if self._sharing:  # demotions on their way to the store get there before it closes
+            await asyncio.gather(*self._sharing, return_exceptions=True)
         for sink in self.sinks:
             close = getattr(sink, "close", None)
             if close is not None:
@@ -149,6 +159,7 @@ class Gateway:
                     await asyncio.to_thread(self.gate_book.refresh)
                 except Exception:
                     log.exception("gate decisions could not be read from the store")
+            await self.share_demotions()
             try:
                 economics = await asyncio.to_thread(window_economics, cfg, store, 86400.0)
                 self.metrics.set_economics(economics[2])
@@ -162,6 +173,39 @@ class Gateway:
                 log.exception("store housekeeping failed")
             ticks += 1
             await asyncio.sleep(60)
+
+    def _demoted_here(self, upstream: str, demoted: bool) -> None:
+        """The watchdog demoted or restored `upstream`: routing follows it (or another
+        gateway's demotion), and the store hears of it now rather than at the next minute."""
+        self.pool.set_demoted(upstream, demoted or upstream in self.demoted_elsewhere)
+        if self.store is None:
+            return
+        try:
+            task = asyncio.get_running_loop().create_task(self.share_demotions())
+        except RuntimeError:  # no loop here: housekeeping shares it within the minute
+            return
+        self._sharing.add(task)
+        task.add_done_callback(self._sharing.discard)
+
+    async def share_demotions(self, now: float | None = None) -> None:
+        """Publish this gateway's demotions and take up every other gateway's: an upstream any
+        gateway on the store demoted (within `DEMOTION_TTL_S`) is routed around here too."""
+        if self.store is None:
+            return
+        now = time.time() if now is None else now
+        mine = self.watchdog.demotions()
+        try:
+            await asyncio.to_thread(self.store.share_demotions, self.id, mine, now)
+            rows = await asyncio.to_thread(self.store.demotions, now - DEMOTION_TTL_S)
+        except Exception:
+            log.exception("watchdog demotions could not be shared through the store")
+            return
+        elsewhere = {u: {g: c for g, c in by.items() if g != self.id} for u, by in rows.items()}
+        self.demoted_elsewhere = {u: by for u, by in elsewhere.items() if by}
+        for name in self.pool.states:
+            self.pool.set_demoted(
+                name, name in self.watchdog.demoted or name in self.demoted_elsewhere
+            )
 
     async def probe_all(self) -> None:
         timeout = min(5.0, self.config.server.connect_timeout_s * 2)

@@ -168,12 +168,25 @@ class EvalResultRow(SQLModel, table=True, metadata=metadata):
     result: str = Field(sa_type=sa.Text)
 
 
+class DemotionRow(SQLModel, table=True, metadata=metadata):
+    """An upstream one gateway's watchdog demoted, and the checks that tripped; refreshed while
+    it lasts, so every gateway on the store routes around it (`Store.demotions`)."""
+
+    __tablename__ = "demotions"
+
+    upstream: str = Field(primary_key=True, max_length=128)
+    gateway: str = Field(primary_key=True, max_length=128)
+    checks: str = Field(max_length=512)  # comma-separated
+    refreshed: float
+
+
 REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
 CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
 DECISIONS: sa.Table = GateDecisionRow.__table__  # type: ignore[attr-defined]
 ROUNDS: sa.Table = EvalRoundRow.__table__  # type: ignore[attr-defined]
 SHADOW_USAGE: sa.Table = ShadowUsageRow.__table__  # type: ignore[attr-defined]
 EVAL_RESULTS: sa.Table = EvalResultRow.__table__  # type: ignore[attr-defined]
+DEMOTIONS: sa.Table = DemotionRow.__table__  # type: ignore[attr-defined]
 # The PostgreSQL advisory lock that makes claiming a round one gateway at a time ("plum").
 ROUND_LOCK = 0x706C756D
 
@@ -451,6 +464,30 @@ class Store:
         query = sa.select(t.c.result).where(t.c.run.in_(list(runs))).order_by(t.c.time, t.c.run)
         with self.engine.connect() as conn:
             return [json.loads(r) for (r,) in conn.execute(query)]
+
+    def share_demotions(self, gateway: str, demoted: dict[str, list[str]], now: float) -> None:
+        """This gateway's demotions as they stand (upstream -> tripped checks): its rows are
+        replaced, each refreshed to `now`; an upstream it restored loses its row."""
+        t = DEMOTIONS
+        rows = [
+            {"upstream": u, "gateway": gateway, "checks": ",".join(c), "refreshed": now}
+            for u, c in sorted(demoted.items())
+        ]
+        with writing(self.engine) as conn:
+            conn.execute(t.delete().where(t.c.gateway == gateway))
+            if rows:
+                conn.execute(t.insert(), rows)
+
+    def demotions(self, since: float) -> dict[str, dict[str, list[str]]]:
+        """Upstream -> {gateway: tripped checks}, of the rows refreshed since `since` (a
+        gateway that stopped refreshing, or is gone, no longer demotes)."""
+        t = DEMOTIONS
+        query = sa.select(t.c.upstream, t.c.gateway, t.c.checks).where(t.c.refreshed >= since)
+        out: dict[str, dict[str, list[str]]] = {}
+        with self.engine.connect() as conn:
+            for upstream, gateway, checks in conn.execute(query):
+                out.setdefault(upstream, {})[gateway] = checks.split(",") if checks else []
+        return out
 
     def record_decision(self, model: str, time: float, decision: dict[str, Any]) -> None:
         with writing(self.engine) as conn:

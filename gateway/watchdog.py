@@ -14,7 +14,9 @@ Each finished record is one observation per check that applies to it:
 trips a check when its flagged share reaches the threshold's `rate` over at least `min_samples`;
 it recovers below `rate * recover_factor`. A trip sets `gateway_watchdog_tripped{upstream,check}`
 to 1, counts `gateway_watchdog_trips_total`, and (with `[watchdog].demote`) demotes the upstream:
-routing puts it behind every healthy, non-demoted one until all its checks recover.
+routing puts it behind every healthy, non-demoted one until all its checks recover. Gateways on
+one store share their demotions (`demotions`, `Gateway.share_demotions`): each routes around
+what any of them demoted.
 
 Two checks come from the config, not from traffic, and are tripped from the start (never
 demoting): `sampling_parity` (a provider upstream with `provider` routing but without
@@ -306,6 +308,17 @@ class Watchdog:
         log.warning("watchdog: %s %s", upstream, "demoted" if demote else "restored")
         if self.on_demote is not None:
             self.on_demote(upstream, demote)
+
+    def demotions(self) -> dict[str, list[str]]:
+        """What this watchdog demotes: upstream -> the tripped checks that demote it."""
+        return {
+            u: sorted(
+                c
+                for (v, c), s in self.states.items()
+                if v == u and s.tripped and self.cfg.threshold(c).demote
+            )
+            for u in sorted(self.demoted)
+        }
 
     def snapshot(self) -> dict[str, Any]:
         """For /health: per upstream, its checks' window rates and what is tripped."""

@@ -252,3 +252,18 @@ def test_eval_results_are_kept_per_run(store: Store) -> None:
         [f"d{i}" for i in range(3)] * 2
     )
     assert store.eval_results(["nope"]) == []
+
+
+def test_demotions_are_shared_per_gateway_and_expire(store: Store) -> None:
+    """Each gateway's rows replace its earlier ones; a gateway that stops refreshing them no
+    longer demotes once they are older than the window asked for."""
+    store.share_demotions("g1", {"a": ["truncation", "degenerate"]}, 100.0)
+    store.share_demotions("g2", {"a": ["provider_mismatch"], "b": ["tool_call"]}, 100.0)
+    assert store.demotions(since=50.0) == {
+        "a": {"g1": ["truncation", "degenerate"], "g2": ["provider_mismatch"]},
+        "b": {"g2": ["tool_call"]},
+    }
+    store.share_demotions("g1", {}, 160.0)  # g1 restored `a`
+    store.share_demotions("g2", {"b": ["tool_call"]}, 160.0)
+    assert store.demotions(since=110.0) == {"b": {"g2": ["tool_call"]}}
+    assert store.demotions(since=170.0) == {}  # g2 went quiet

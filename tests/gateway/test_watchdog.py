@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -231,3 +234,55 @@ def test_wired_gateway_samples_text_flags_degenerate_and_serves_health(fake: Fak
         health = httpx.get(url.removesuffix("/v1") + "/health").json()
     assert health["watchdog"]["a"]["checks"]["degenerate"]["tripped"] is True
     assert health["watchdog"]["a"]["demoted"] is True
+
+
+# ---- demotions shared through the store ------------------------------------------------------
+
+
+async def test_a_demotion_by_one_gateway_is_routed_around_by_the_others(tmp_path: Path) -> None:
+    """Two gateways on one store: the one whose watchdog trips demotes the upstream at once and
+    tells the store; the other routes around it from its next refresh (each minute), says who
+    demoted it, and restores it when the first one does, or when the first stops refreshing."""
+    from gateway.app import DEMOTION_TTL_S, Gateway
+    from gateway.store import Store
+
+    cfg = config_from(
+        {
+            **config().model_dump(exclude_none=True),
+            "watchdog": {
+                "window": 10,
+                "demote": True,
+                "truncation": {"rate": 0.5, "min_samples": 5},
+            },
+        }
+    )
+    stores = [Store("sqlite:///var/records.db", root=tmp_path) for _ in "ab"]
+    here, there = (Gateway(cfg, store=s) for s in stores)
+    try:
+        for _ in range(10):
+            here.watchdog.submit(record("a", truncated=True, finish_reason="length"))
+        assert here.pool.states["a"].demoted and here.watchdog.demotions() == {"a": ["truncation"]}
+        await asyncio.gather(*here._sharing)  # told the store as it happened
+        assert not there.pool.states["a"].demoted
+        await there.share_demotions()
+        assert there.pool.states["a"].demoted and not there.pool.states["b"].demoted
+        assert there.demoted_elsewhere == {"a": {here.id: ["truncation"]}}
+        assert there.watchdog.demotions() == {}  # its own watchdog saw nothing
+
+        for _ in range(10):
+            here.watchdog.submit(record("a"))  # recovered
+        await asyncio.gather(*here._sharing)
+        await there.share_demotions()
+        assert not here.pool.states["a"].demoted and not there.pool.states["a"].demoted
+
+        for _ in range(10):
+            here.watchdog.submit(record("a", truncated=True, finish_reason="length"))
+        await asyncio.gather(*here._sharing)
+        await there.share_demotions()
+        assert there.pool.states["a"].demoted
+        # `here` stops (or dies) without restoring it: its rows lapse after the window.
+        await there.share_demotions(now=time.time() + DEMOTION_TTL_S + 1)
+        assert not there.pool.states["a"].demoted
+    finally:
+        for s in stores:
+            s.close()
