@@ -176,14 +176,15 @@ class Metrics:
         )
         self.ttft = Histogram(
             "gateway_ttft_seconds",
-            "Accept to first token (reasoning or answer).",
+            "Accept to first token (reasoning or answer), of streamed requests (a whole answer's "
+            "first token comes with its last: gateway_e2e_seconds).",
             mu,
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.ttfa = Histogram(
             "gateway_ttfa_seconds",
-            "Accept to first answer token (after reasoning).",
+            "Accept to first answer token (after reasoning), of streamed requests.",
             mu,
             buckets=LATENCY_BUCKETS,
             registry=r,
@@ -278,10 +279,13 @@ class Metrics:
                 self.errors, *mu, self.error_class(record.error_class or f"http_{record.status}")
             ).inc()
         self._observe_attempts(record, model)
+        # A whole answer's first token is its last: counted as time to first token, it would
+        # pass its end-to-end time off as one (a 30 s answer as a 30 s TTFT).
+        streamed = record.stream
         for value, hist in (
             (record.queue_s, self.queue),
-            (record.ttft_s, self.ttft),
-            (record.ttfa_s, self.ttfa),
+            (record.ttft_s if streamed else None, self.ttft),
+            (record.ttfa_s if streamed else None, self.ttfa),
             (record.e2e_s, self.e2e),
             (record.itl_mean_s, self.itl),
         ):

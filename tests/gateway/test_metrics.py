@@ -99,6 +99,19 @@ def test_a_record_becomes_counters_and_histograms() -> None:
     assert value(m, "gateway_inter_token_seconds_count", **mu) == 2
 
 
+def test_a_whole_answer_is_no_time_to_first_token() -> None:
+    """A non-streamed answer's first token arrives with its last: its end-to-end time is not a
+    time to first token, and must not raise the TTFT that dashboards read."""
+    m = Metrics(config())
+    m.observe(record(stream=False, ttft_s=30.0, ttfa_s=30.0, e2e_s=30.0, itl_mean_s=None))
+    m.observe(record())
+    mu = {"model": "qwen", "upstream": "local"}
+    for clock in ("ttft", "ttfa"):
+        assert value(m, f"gateway_{clock}_seconds_count", **mu) == 1
+        assert value(m, f"gateway_{clock}_seconds_sum", **mu) < 1
+    assert value(m, "gateway_e2e_seconds_count", **mu) == 2
+
+
 def test_cost_drift_and_provider() -> None:
     m = Metrics(config())
     kw = dict(upstream="or", provider="DeepInfra", attempts=[Attempt("or", "ok", 200)])
