@@ -97,10 +97,15 @@ def command(spec: LaunchSpec, python: str = sys.executable, cores: int | None = 
     return [python, "-m", LLAMACPP_MODULE, *llamacpp_args(spec, threads)]
 
 
+# Flags every vLLM replica gets, CPU or GPU: without this one vLLM leaves
+# `usage.prompt_tokens_details` out, and every record would say no prompt token was cached.
+VLLM_RECORD_FLAGS = ("--enable-prompt-tokens-details",)
+
+
 def vllm_args(spec: LaunchSpec) -> list[str]:
     """vLLM OpenAI-server flags for `spec` (CPU build: eager mode, explicit KV cache size)."""
     args = ["--model", spec.model, "--served-model-name", spec.served_model_name]
-    args += ["--host", spec.host, "--port", str(spec.port), "--enforce-eager"]
+    args += ["--host", spec.host, "--port", str(spec.port), "--enforce-eager", *VLLM_RECORD_FLAGS]
     kv_cache_bytes = spec.kv_cache_bytes or VLLM_DEFAULT_KV_CACHE_BYTES
     args += ["--kv-cache-memory-bytes", str(kv_cache_bytes)]
     if spec.max_model_len is not None:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.engine import VLLM_MODULE, LaunchSpec, base_url
+from deploy.engine import VLLM_MODULE, VLLM_RECORD_FLAGS, LaunchSpec, base_url
 from deploy.gpu import GpuPower, check_power_limits, parse_gpu_list
 from deploy.kernels import KernelChoice, parse_kernel_log
 from deploy.supervisor import Replica, Supervisor, backend_lines
@@ -125,7 +125,7 @@ def gpu_args(spec: LaunchSpec) -> list[str]:
     (`deploy.engine.vllm_args` is the CPU recipe: it forces eager mode and a 1 GiB KV cache.)
     """
     args = ["--model", spec.model, "--served-model-name", spec.served_model_name]
-    args += ["--host", spec.host, "--port", str(spec.port)]
+    args += ["--host", spec.host, "--port", str(spec.port), *VLLM_RECORD_FLAGS]
     if spec.max_model_len is not None:
         args += ["--max-model-len", str(spec.max_model_len)]
     if spec.reasoning_parser:

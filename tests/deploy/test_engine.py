@@ -49,6 +49,7 @@ def test_vllm_runs_the_api_server_module_with_the_given_interpreter() -> None:
     assert flag(argv, "--host") == "127.0.0.1"
     assert flag(argv, "--port") == "8101"
     assert "--enforce-eager" in argv
+    assert "--enable-prompt-tokens-details" in argv  # or vLLM reports no cached tokens
     assert flag(argv, "--kv-cache-memory-bytes") == str(VLLM_DEFAULT_KV_CACHE_BYTES)
 
 

@@ -130,6 +130,7 @@ def test_deploy_launches_health_waits_records_and_registers(host, tmp_path: Path
         log = replica.log_path.read_text()
         assert f"fake-vllm CUDA_VISIBLE_DEVICES={gpu}\n" in log
         assert "--reasoning-parser qwen3" in log and "--enable-auto-tool-choice" in log
+        assert "--enable-prompt-tokens-details" in log  # or vLLM reports no cached tokens
         assert "--kv-cache-memory-bytes" not in log  # the CPU recipe is not used on GPUs
         record = json.loads(replica.record_path.read_text())
         assert record["log"] == str(replica.log_path)

@@ -104,6 +104,20 @@ def test_streaming_chat_on_vllm_with_usage(client: openai.OpenAI, served: Any) -
     assert record.ttft_s is not None and record.e2e_s >= record.ttft_s
 
 
+def test_cached_prompt_tokens_reach_the_record(client: openai.OpenAI, served: Any) -> None:
+    """The replica is launched so that vLLM reports cached prompt tokens (it leaves them out
+    unless told): the same long prompt twice, and the second one's record says how much of it
+    the prefix cache served."""
+    long = [{"role": "user", "content": "Rivers, bridges and streets of an old city. " * 16}]
+    before = len(served[1].records)
+    for _ in range(2):
+        reply = client.chat.completions.create(model="smollm2", messages=long, max_tokens=2)
+    record = last(served, before + 2)
+    details = reply.usage.prompt_tokens_details  # type: ignore[union-attr]
+    assert details is not None and details.cached_tokens and details.cached_tokens > 0
+    assert record.cached_tokens == details.cached_tokens <= record.prompt_tokens
+
+
 def test_stream_without_asking_has_no_usage_chunk(client: openai.OpenAI) -> None:
     chunks = list(
         client.chat.completions.create(
