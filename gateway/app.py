@@ -177,7 +177,7 @@ class Gateway:
     def _demoted_here(self, upstream: str, demoted: bool) -> None:
         """The watchdog demoted or restored `upstream`: routing follows it (or another
         gateway's demotion), and the store hears of it now rather than at the next minute."""
-        self.pool.set_demoted(upstream, demoted or upstream in self.demoted_elsewhere)
+        self._route_demotion(upstream)
         if self.store is None:
             return
         try:
@@ -203,9 +203,12 @@ class Gateway:
         elsewhere = {u: {g: c for g, c in by.items() if g != self.id} for u, by in rows.items()}
         self.demoted_elsewhere = {u: by for u, by in elsewhere.items() if by}
         for name in self.pool.states:
-            self.pool.set_demoted(
-                name, name in self.watchdog.demoted or name in self.demoted_elsewhere
-            )
+            self._route_demotion(name)
+
+    def _route_demotion(self, upstream: str) -> None:
+        """Routing demotes an upstream this gateway's watchdog or another one's demoted."""
+        here = upstream in self.watchdog.demoted
+        self.pool.set_demoted(upstream, here or upstream in self.demoted_elsewhere)
 
     async def probe_all(self) -> None:
         timeout = min(5.0, self.config.server.connect_timeout_s * 2)

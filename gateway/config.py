@@ -302,8 +302,8 @@ class Config(_Frozen):
                 problems.append(f"upstreams.{u.name}.node: unknown node {u.node!r}")
             if u.launch and not u.is_local:
                 problems.append(f"upstreams.{u.name}.launch: only local kinds can be launched")
-            parser = u.profile in self.profiles and self.profiles[u.profile].reasoning_parser
-            if u.thinking_budget == "thinking_token_budget" and u.kind == "vllm" and not parser:
+            parsed = self.reasoning_parser(u) is not None
+            if u.thinking_budget == "thinking_token_budget" and u.kind == "vllm" and not parsed:
                 problems.append(
                     f"upstreams.{u.name}.thinking_budget: vLLM refuses thinking_token_budget "
                     "without a reasoning parser, and this upstream's profile names none"
@@ -352,10 +352,14 @@ class Config(_Frozen):
             host = urlsplit(upstream.base_url).hostname or ""
             openrouter = host == "openrouter.ai" or host.endswith(".openrouter.ai")
             return "reasoning.max_tokens" if openrouter or upstream.provider else None
-        profile = self.profiles.get(upstream.profile) if upstream.profile else None
-        if upstream.kind == "vllm" and profile is not None and profile.reasoning_parser:
+        if upstream.kind == "vllm" and self.reasoning_parser(upstream) is not None:
             return "thinking_token_budget"
         return None
+
+    def reasoning_parser(self, upstream: Upstream) -> str | None:
+        """The reasoning parser of the profile `upstream` serves, if it names one."""
+        profile = self.profiles.get(upstream.profile) if upstream.profile else None
+        return profile.reasoning_parser if profile is not None else None
 
     def profile_for(self, model: str) -> Profile | None:
         route = self.models.get(model)

@@ -296,12 +296,18 @@ class Watchdog:
         live = [c for (u, c), s in self.states.items() if u == upstream and s.tripped]
         return live + [f.check for f in self.findings if f.upstream == upstream]
 
-    def _demotion(self, upstream: str) -> None:
-        demote = self.cfg.demote and any(
-            s.tripped and self.cfg.threshold(c).demote
+    def _demoting(self, upstream: str) -> list[str]:
+        """The tripped checks of `upstream` that demote it (with `[watchdog].demote`)."""
+        if not self.cfg.demote:
+            return []
+        return sorted(
+            c
             for (u, c), s in self.states.items()
-            if u == upstream
+            if u == upstream and s.tripped and self.cfg.threshold(c).demote
         )
+
+    def _demotion(self, upstream: str) -> None:
+        demote = bool(self._demoting(upstream))
         if demote == (upstream in self.demoted):
             return
         (self.demoted.add if demote else self.demoted.discard)(upstream)
@@ -311,14 +317,7 @@ class Watchdog:
 
     def demotions(self) -> dict[str, list[str]]:
         """What this watchdog demotes: upstream -> the tripped checks that demote it."""
-        return {
-            u: sorted(
-                c
-                for (v, c), s in self.states.items()
-                if v == u and s.tripped and self.cfg.threshold(c).demote
-            )
-            for u in sorted(self.demoted)
-        }
+        return {u: self._demoting(u) for u in sorted(self.demoted)}
 
     def snapshot(self) -> dict[str, Any]:
         """For /health: per upstream, its checks' window rates and what is tripped."""

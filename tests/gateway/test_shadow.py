@@ -10,6 +10,7 @@ from typing import Any
 
 import openai
 import pytest
+import sqlalchemy as sa
 
 from gateway.capture import Capture, ToolCall
 from gateway.config import Price, RouteConfig
@@ -25,7 +26,7 @@ from gateway.shadow import (
     text_agreement,
     tool_agreement,
 )
-from gateway.store import Store, record_row
+from gateway.store import SHADOW_USAGE, Store, record_row
 from gateway.trust_config import ShadowConfig
 from gateway.wire import Wire
 from tests.harness import config_from, running_gateway, wait_for
@@ -360,6 +361,12 @@ async def test_shadows_in_flight_cannot_pass_the_usd_limit(
         await wire.close()
 
 
+def reserved(store: Store) -> int:
+    """Shadow requests reserved in the store today, for every model."""
+    with store.engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.sum(SHADOW_USAGE.c.requests))).scalar() or 0)
+
+
 async def test_a_reservation_the_store_refuses_holds_nothing_in_this_process(
     fake: FakeHandle, shadow_fake: FakeHandle, tmp_path: Path
 ) -> None:
@@ -386,7 +393,11 @@ async def test_a_reservation_the_store_refuses_holds_nothing_in_this_process(
 
     try:
         taken = [first.consider("smol", "/chat/completions", body, primary()) for _ in "ab"]
-        await asyncio.sleep(0.1)  # both reserve in the store before the second gateway asks
+        for _ in range(1000):  # both reserve in the store before the second gateway asks
+            if reserved(store) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert reserved(store) == 2
         refused = second.consider("smol", "/chat/completions", body, primary())
         await second.drain()
         assert refused is not None and refused.done  # passed locally, refused by the store
