@@ -18,6 +18,18 @@ fi
 extras="test"
 if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
     extras="local,test"
+    # llama.cpp is compiled here, for a portable x86-64-v3 baseline (AVX2, FMA, F16C) with AMX
+    # off: a -march=native build on a host whose CPU advertises AMX dies with an illegal
+    # instruction (tileloadd) where the kernel or hypervisor does not grant the tile state, and a
+    # native build cached by pip on one machine family is wrong on another. A build that reports
+    # AMX or native-only features is rebuilt without the cache.
+    if ! .venv/bin/python -m deploy.llamacpp >/dev/null 2>&1; then
+        portable="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF"
+        portable+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+        CMAKE_ARGS="$portable" FORCE_CMAKE=1 .venv/bin/pip install --quiet \
+            --disable-pip-version-check --no-cache-dir --force-reinstall --no-deps \
+            "llama-cpp-python==0.3.36"
+    fi
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check -e ".[${extras}]"
 # The BFCL answer sets ship in bfcl-eval; its declared dependencies are heavy and pin an old
@@ -38,5 +50,15 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
         apt-get update -qq >/dev/null
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
     fi
+fi
+# The agent harnesses the harness tests drive (Codex CLI, Claude Code), pinned, into ./.harness.
+# They ship as npm packages; Debian's nodejs and npm bring npm where it is missing.
+if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+if command -v npm >/dev/null 2>&1; then
+    npm install --silent --no-audit --no-fund --prefix .harness \
+        "@openai/codex@0.169.0" "@anthropic-ai/claude-code@2.1.328" >/dev/null
 fi
 echo "plumbline: installed into .venv"

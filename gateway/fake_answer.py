@@ -69,6 +69,16 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
         )
     ),
     "finish_reason": lambda v: isinstance(v, str),
+    "harness": lambda v: (
+        isinstance(v, bool)
+        or (
+            isinstance(v, list)
+            and all(
+                isinstance(c, dict) and isinstance(c.get("name"), str) and set(c) <= {"name", "arguments"}
+                for c in v
+            )
+        )
+    ),
 }
 BEHAVIOUR_KEYS = frozenset(_CHECKS)
 
@@ -229,12 +239,40 @@ def _tool_call(body: dict[str, Any], beh: dict[str, Any]) -> tuple[str, str] | N
     return name, "{}"
 
 
+# The scripted agent session of a harness test (Codex CLI, Claude Code): the tool each harness
+# offers its shell under, and the call that runs `echo plumbline-ok` with it.
+HARNESS_CALLS: tuple[dict[str, Any], ...] = (
+    {"name": "exec_command", "arguments": {"cmd": "echo plumbline-ok"}},
+    {"name": "Bash", "arguments": {"command": "echo plumbline-ok", "description": "Print a marker"}},
+)
+HARNESS_DONE = "All done."
+
+
+def harness_turn(body: dict[str, Any], calls: Any) -> dict[str, Any]:
+    """The behaviour of one turn of a scripted harness session, decided by content alone (so a
+    harness's retry of a request gets the same answer): after a tool result, ``All done.``; else
+    a call of the first of ``calls`` (``True``: `HARNESS_CALLS`) that the request offers as a
+    tool; else ``ok`` (side requests: titles, compaction)."""
+    messages = body.get("messages") or []
+    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool":
+        return {"text": HARNESS_DONE}
+    offered = {
+        t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)
+    }
+    for call in HARNESS_CALLS if calls is True else calls:
+        if call["name"] in offered:
+            return {"tool_call": {"name": call["name"], "arguments": call.get("arguments", {})}}
+    return {"text": "ok"}
+
+
 def make_plan(kind: str, body: dict[str, Any], beh: dict[str, Any], default_model: str) -> Plan:
     """Decide the tokens, finish reason and extras of a chat or completion request."""
     if kind == "chat" and (not isinstance(body.get("messages"), list) or not body["messages"]):
         raise RequestError(400, "messages must be a non-empty list")
     if kind == "completion" and body.get("prompt") in (None, "", []):
         raise RequestError(400, "prompt is required")
+    if beh.get("harness") and kind == "chat":
+        beh = {k: v for k, v in beh.items() if k != "harness"} | harness_turn(body, beh["harness"])
     cap = int_param(body, "max_completion_tokens", 1, 10**7)
     cap = cap if cap is not None else int_param(body, "max_tokens", 1, 10**7)
     n = int_param(body, "n", 1, 128) or 1

@@ -101,6 +101,7 @@ class Metrics:
         self.upstream = Bounded(u.name for u in config.upstreams)
         self.provider = Bounded(_configured_providers(config), extra=max_providers)
         self.error_class = Bounded((), extra=50)
+        self.dropped_field = Bounded((), extra=50)
         self.attempt_outcome = Bounded(
             ("ok", "connect_error", "timeout", "ttft_timeout", "stream_error"), extra=40
         )
@@ -166,6 +167,13 @@ class Metrics:
         )
         self.errors = Counter(
             "gateway_errors", "Failed requests by error class.", [*mu, "error_class"], registry=r
+        )
+        self.dropped = Counter(
+            "gateway_dropped_fields",
+            "Request fields a front door dropped and marked (x-plumbline-dropped): "
+            "a hosted tool, say, that the gateway cannot serve.",
+            ["model", "door", "field"],
+            registry=r,
         )
         self.queue = Histogram(
             "gateway_queue_seconds",
@@ -278,6 +286,9 @@ class Metrics:
             self._child(
                 self.errors, *mu, self.error_class(record.error_class or f"http_{record.status}")
             ).inc()
+        if record.dropped:
+            for name in record.dropped.split(","):
+                self._child(self.dropped, model, record.door, self.dropped_field(name)).inc()
         self._observe_attempts(record, model)
         # A whole answer's first token is its last: counted as time to first token, it would
         # pass its end-to-end time off as one (a 30 s answer as a 30 s TTFT).

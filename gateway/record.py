@@ -60,6 +60,7 @@ class Record:
     cost_usd: float | None = None  # computed from the price table
     charged_cost_usd: float | None = None  # what the provider said it charged (usage.cost)
     params_hash: str | None = None
+    dropped: str | None = None  # fields the door dropped and marked, comma-joined (doors/policy)
     tool_calls: int = 0
     # Trust flags (gateway/watchdog.py, gateway/shadow.py).
     sampled: bool = False  # the answer text was captured and checked for degeneration

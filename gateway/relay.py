@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from gateway import responses_tap
 from gateway.capture import Capture
 from gateway.dispatch import Call
+from gateway.doors.policy import HEADER as DROPPED_HEADER
 from gateway.engine import HEADER as ENGINE_HEADER
 from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
 from gateway.outlet import Outlet
@@ -61,6 +62,8 @@ def _headers(gw: Gateway, call: Call, opened: Opened) -> dict[str, str]:
         headers["x-plumbline-provider"] = record.provider
     if record.params_hash:
         headers["x-plumbline-params-hash"] = record.params_hash
+    if record.dropped:
+        headers[DROPPED_HEADER] = record.dropped
     return headers
 
 

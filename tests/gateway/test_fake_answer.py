@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.fake_answer import (
+    HARNESS_CALLS,
     ID_MARK,
     BehaviourError,
     body_template,
@@ -68,3 +69,42 @@ def test_stream_and_non_stream_agree(
         assert streamed == full["choices"][c]["message"]["content"]
         finishes = [ch["finish_reason"] for e in events for ch in e["choices"] if ch["index"] == c]
         assert [f for f in finishes if f] == [plan.finish_reason]
+
+
+def _shell_tool(name: str) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+
+def test_harness_turns_are_decided_by_content() -> None:
+    """The scripted harness session: a call of the shell tool the request offers, `All done.`
+    once a tool result is last, `ok` for side requests; the same request, the same answer."""
+    ask = {"messages": [{"role": "user", "content": "run it"}], "tools": [_shell_tool("Bash")]}
+    first = make_plan("chat", ask, {"harness": True}, "m")
+    assert first.tool_call == ("Bash", json.dumps(HARNESS_CALLS[1]["arguments"]))
+    assert first.finish_reason == "tool_calls"
+    assert make_plan("chat", ask, {"harness": True}, "m") == first
+    codex = {**ask, "tools": [_shell_tool("spawn_agent"), _shell_tool("exec_command")]}
+    assert make_plan("chat", codex, {"harness": True}, "m").tool_call == (
+        "exec_command",
+        '{"cmd": "echo plumbline-ok"}',
+    )
+    done = {
+        "messages": [
+            *ask["messages"],
+            {"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]},
+            {"role": "tool", "tool_call_id": "c", "content": "plumbline-ok"},
+        ],
+        "tools": ask["tools"],
+    }
+    after = make_plan("chat", done, {"harness": True}, "m")
+    assert (after.tool_call, "".join(t for _, t in after.pieces)) == (None, "All done.")
+    side = make_plan("chat", {"messages": ask["messages"]}, {"harness": True}, "m")
+    assert "".join(t for _, t in side.pieces) == "ok"
+    own = [{"name": "multi_agent_v1__close_agent", "arguments": {"target": "x"}}]
+    ns = {**ask, "tools": [_shell_tool("multi_agent_v1__close_agent")]}
+    assert make_plan("chat", ns, {"harness": own}, "m").tool_call == (
+        "multi_agent_v1__close_agent",
+        '{"target": "x"}',
+    )
+    with pytest.raises(BehaviourError):
+        validate_behaviour({"harness": [{"name": "x", "extra": 1}]})
