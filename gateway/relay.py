@@ -22,7 +22,6 @@ from starlette.types import Receive, Scope, Send
 from gateway import responses_tap
 from gateway.capture import Capture
 from gateway.dispatch import Call
-from gateway.doors.policy import HEADER as DROPPED_HEADER
 from gateway.engine import HEADER as ENGINE_HEADER
 from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
 from gateway.outlet import Outlet
@@ -63,6 +62,10 @@ def _headers(gw: Gateway, call: Call, opened: Opened) -> dict[str, str]:
     if record.params_hash:
         headers["x-plumbline-params-hash"] = record.params_hash
     if record.dropped:
+        # Imported here: gateway.doors imports its router, which imports the API that imports
+        # this module.
+        from gateway.doors.policy import HEADER as DROPPED_HEADER
+
         headers[DROPPED_HEADER] = record.dropped
     return headers
 
@@ -265,9 +268,14 @@ class StreamRelay(Response):
         self.ended = loop.create_future()
         self.outlet = Outlet(send, reply.pause, reply.resume)
         watcher = loop.create_task(self._watch(receive))
+        beat = None
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             self._data(self.opened.first)
+            # A door that keeps a silent stream alive (the Responses door's heartbeats).
+            heartbeats = getattr(self.translator, "heartbeats", None)
+            if heartbeats is not None and not self.ended.done():
+                beat = loop.create_task(heartbeats(self._beat))
             if not self.ended.done():
                 reply.pipe(self._data, self._end, self._broken)
             await self.ended
@@ -277,7 +285,13 @@ class StreamRelay(Response):
             raise
         finally:
             watcher.cancel()
+            if beat is not None:
+                beat.cancel()
             self._close()
+
+    def _beat(self, data: bytes) -> None:
+        if not (self.gone or self.closed or (self.ended is not None and self.ended.done())):
+            self._write(data, True)
 
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
