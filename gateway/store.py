@@ -50,6 +50,7 @@ from sqlmodel import Field, SQLModel
 from gateway.config import Config
 from gateway.cost import Usage, busy_hours
 from gateway.record import Record
+from gateway.truncation import capped_clause
 
 log = logging.getLogger(__name__)
 DAY = 86_400
@@ -614,6 +615,7 @@ class Store:
                 count_if(t.c.truncated == sa.true()),
                 count_if(error),
                 count_if(t.c.usage_estimated == sa.true()),
+                count_if(capped_clause(t)),
             )
             .where(*self._window(since, until))
             .group_by(t.c.model, t.c.upstream)
@@ -658,5 +660,5 @@ class Store:
 def _usage(r: Sequence[Any]) -> Usage:
     ints = [int(x or 0) for x in r[2:7]]
     floats = [float(x or 0) for x in r[7:10]]
-    flags = [int(x or 0) for x in r[10:13]]
+    flags = [int(x or 0) for x in r[10:14]]
     return Usage(r[0], r[1], *ints, *floats, *flags)
