@@ -4,13 +4,17 @@ Each `[[upstreams]]` entry with a `launch` table becomes a `LaunchSpec`: the eng
 (a Hugging Face folder converted once from the GGUF for vLLM, the GGUF itself for llama.cpp), the
 host and port taken from the upstream's `base_url`, and the profile's parsers, flags and
 environment — the same recipe the gateway applies on every request.
+
+`launch_local` yields `LocalEngines`: the replicas, and the gateway's narrow read of their
+supervisor (each engine's state, restarts and last exit status, by upstream name).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from deploy.engine import LaunchSpec
@@ -60,6 +64,42 @@ def spec_for(config: Config, upstream: Upstream, model: str | None = None) -> La
     )
 
 
+class LocalEngines:
+    """The supervisor's engine states by upstream name: what `gateway.app.EngineProcesses`
+    asks for. `names` maps each replica's name (``model@port``) to its upstream's name."""
+
+    def __init__(self, supervisor: Supervisor, names: Mapping[str, str]) -> None:
+        self.supervisor = supervisor
+        self.names = dict(names)
+        self._wrapped: dict[Any, Callable[[str, dict[str, object]], None]] = {}
+
+    @property
+    def replicas(self) -> Sequence[Replica]:
+        return tuple(self.supervisor.replicas)
+
+    def snapshot(self) -> dict[str, Mapping[str, Any]]:
+        states = self.supervisor.snapshot()
+        return {self.names[r]: view for r, view in states.items() if r in self.names}
+
+    def subscribe(self, callback: Callable[[str, Mapping[str, Any]], None]) -> None:
+        def renamed(replica: str, view: dict[str, object]) -> None:
+            if replica in self.names:
+                callback(self.names[replica], view)
+
+        self._wrapped[callback] = renamed
+        self.supervisor.subscribe(renamed)
+
+    def unsubscribe(self, callback: Callable[[str, Mapping[str, Any]], None]) -> None:
+        renamed = self._wrapped.pop(callback, None)
+        if renamed is not None:
+            self.supervisor.unsubscribe(renamed)
+
+
+def replica_name(spec: LaunchSpec) -> str:
+    """The supervisor's name of `spec`'s replica (`deploy.supervisor.Replica.name`)."""
+    return f"{spec.served_model_name}@{spec.port}"
+
+
 def launched(config: Config) -> list[Upstream]:
     return [u for u in config.upstreams if u.launch is not None]
 
@@ -70,17 +110,27 @@ def run_dir(config: Config) -> Path:
 
 @contextlib.contextmanager
 def launch_local(
-    config: Config, echo: Callable[[str], None] = print
-) -> Iterator[Sequence[Replica]]:
-    """Start every launchable upstream, wait until all are healthy, stop them all on exit."""
+    config: Config,
+    echo: Callable[[str], None] = print,
+    command: Callable[[LaunchSpec], Sequence[str]] | None = None,
+    **supervise: Any,
+) -> Iterator[LocalEngines]:
+    """Start every launchable upstream, wait until all are healthy, watch them (a dead one is
+    restarted), stop them all on exit. `command` and `supervise` go to the `Supervisor`
+    (argv per spec; restart policy, sleep, clock); `spec_for`'s weights are skipped when
+    `command` is given, for engines that are not the real servers (tests)."""
     upstreams = launched(config)
+    if upstreams:
+        echo(f"plumbline: preparing weights for {len(upstreams)} local replica(s)…")
+    specs = [spec_for(config, u, "unused" if command else None) for u in upstreams]
+    names = {replica_name(spec): u.name for spec, u in zip(specs, upstreams, strict=True)}
+    timeout = max((u.launch.startup_timeout_s for u in upstreams if u.launch), default=300.0)
+    if command is not None:
+        supervise["command"] = command
+    supervisor = Supervisor(specs, run_dir(config), timeout=timeout, **supervise)
     if not upstreams:
-        yield ()
+        yield LocalEngines(supervisor, names)
         return
-    echo(f"plumbline: preparing weights for {len(upstreams)} local replica(s)…")
-    specs = [spec_for(config, u) for u in upstreams]
-    timeout = max(u.launch.startup_timeout_s for u in upstreams if u.launch)
-    supervisor = Supervisor(specs, run_dir(config), timeout=timeout)
     echo(
         "plumbline: starting "
         + ", ".join(f"{s.engine} {s.served_model_name}@{s.port}" for s in specs)
@@ -91,4 +141,4 @@ def launch_local(
             echo(f"plumbline: {replica.name} healthy after {seconds:.1f}s (log {replica.log_path})")
             for line in backend_lines(replica.log_path)[:8]:
                 echo(f"  {line.strip()[-160:]}")
-        yield replicas
+        yield LocalEngines(supervisor, names)

@@ -13,11 +13,17 @@ ends; `backend_lines` reads the engine's "Using ... backend" choices from it.
 
 A replica that exits or does not answer its health probes in time raises `EngineStartError`
 carrying the last lines of its log; the replicas already started are stopped first.
+
+Once all are healthy, one thread per replica watches its process. An engine that exits while
+serving is marked ``restarting`` and started again after a backoff, until the policy gives up
+and marks it ``down`` (`deploy.restart`). `Supervisor.snapshot` says where each one stands and
+`Supervisor.subscribe` hears every change (the gateway's ``/health`` and its routing read them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import signal
@@ -34,7 +40,9 @@ from types import TracebackType
 import httpx
 
 from deploy.engine import LaunchSpec, base_url, command, environment, health_paths
+from deploy.restart import DEFAULT_POLICY, EngineState, RestartPolicy, exit_label
 
+log = logging.getLogger("plumbline.supervisor")
 BACKEND_LINE = re.compile(r"\bUsing\b.*\b(backend|kernel)\b", re.IGNORECASE)
 
 
@@ -173,16 +181,29 @@ class Supervisor:
         timeout: float = 300.0,
         grace: float = 15.0,
         command: Callable[[LaunchSpec], Sequence[str]] = command,
+        policy: RestartPolicy | None = DEFAULT_POLICY,
+        sleep: Callable[[float], object] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`command` maps a spec to its argv; the default is `deploy.engine.command`."""
+        """`command` maps a spec to its argv; the default is `deploy.engine.command`.
+        `policy` None leaves a dead engine dead. `sleep` waits out a backoff (default: a wait
+        that `stop` cuts short); `clock` measures how long an engine lived."""
         self.command = command
         self.specs: tuple[LaunchSpec, ...] = tuple(specs)
         self.run_dir = run_dir
         self.timeout = timeout
         self.grace = grace
+        self.policy = policy
+        self.clock = clock
         self.replicas: list[Replica] = []
         self.startup_seconds: dict[str, float] = {}
+        self.states: dict[str, EngineState] = {}
         self._cancelled = threading.Event()
+        self._stopping = threading.Event()
+        self.sleep = sleep or self._stopping.wait
+        self._lock = threading.Lock()
+        self._watchers: list[threading.Thread] = []
+        self._subscribers: list[Callable[[str, dict[str, object]], None]] = []
 
     def start(self) -> Sequence[Replica]:
         """Start every replica, then wait for each; on any failure stop all and re-raise."""
@@ -197,12 +218,99 @@ class Supervisor:
         except BaseException:
             self.stop()
             raise
+        for index, replica in enumerate(self.replicas):
+            self.states[replica.name] = EngineState(state="running")
+            if self.policy is not None:
+                watcher = threading.Thread(
+                    target=self._watch,
+                    args=(index, replica),
+                    name=f"watch {replica.name}",
+                    daemon=True,
+                )
+                self._watchers.append(watcher)
+                watcher.start()
         return tuple(self.replicas)
 
     def stop(self) -> None:
-        """Stop every started replica (idempotent)."""
-        while self.replicas:
-            stop(self.replicas.pop(), self.grace)
+        """Stop every started replica and its watcher (idempotent)."""
+        self._stopping.set()
+        with self._lock:  # no watcher starts a replica after this
+            replicas, self.replicas[:] = list(self.replicas), []
+        for replica in reversed(replicas):
+            stop(replica, self.grace)
+        for watcher in self._watchers:
+            if watcher is not threading.current_thread():
+                watcher.join(self.grace + 10.0)
+        self._watchers.clear()
+        with self._lock:
+            for state in self.states.values():
+                state.state = "stopped"
+
+    def snapshot(self) -> dict[str, dict[str, object]]:
+        """Each replica's state, restarts and last exit status, by replica name."""
+        with self._lock:
+            return {name: state.view() for name, state in self.states.items()}
+
+    def subscribe(self, callback: Callable[[str, dict[str, object]], None]) -> None:
+        """Call `callback(replica name, its view)` (from a watcher thread) on every change."""
+        self._subscribers.append(callback)
+
+    def unsubscribe(self, callback: Callable[[str, dict[str, object]], None]) -> None:
+        if callback in self._subscribers:
+            self._subscribers.remove(callback)
+
+    def _watch(self, index: int, replica: Replica) -> None:
+        """Wait for replica `index` to exit; restart it as the policy says, until it gives up
+        or `stop` is called. The restarted engine is spawned from this thread, which lives as
+        long as it does (the tether follows the thread that spawned)."""
+        assert self.policy is not None
+        policy = self.policy
+        name, spec = replica.name, replica.spec
+        state = self.states[name]
+        began = self.clock()
+        while True:
+            code = replica.process.wait()
+            if self._stopping.is_set():
+                return
+            with self._lock:
+                state.failures = policy.streak(state.failures, self.clock() - began)
+                state.last_exit = exit_label(code)
+                state.state = "down" if policy.gives_up(state.failures) else "restarting"
+                failures = state.failures
+            self._tell(name, state)
+            if state.state == "down":
+                log.error("%s exited (%s); down after %d restart(s)", name, code, state.restarts)
+                return
+            delay = policy.delay(failures)
+            log.warning("%s exited (%s); restarting in %.0f s", name, state.last_exit, delay)
+            self.sleep(delay)
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                replica = start(spec, self.run_dir, argv=self.command(spec))
+                self.replicas[index] = replica
+                state.restarts += 1
+            began = self.clock()
+            try:
+                wait_healthy(replica, self.timeout, cancelled=self._stopping)
+            except EngineStartError as e:
+                if self._stopping.is_set():
+                    return
+                log.warning("%s: restart failed: %s", name, e.reason)
+                stop(replica, self.grace)  # not healthy in time: the next loop sees it exit
+                continue
+            with self._lock:
+                state.state = "running"
+            self._tell(name, state)
+
+    def _tell(self, name: str, state: EngineState) -> None:
+        with self._lock:
+            view = state.view()
+        for callback in list(self._subscribers):
+            try:
+                callback(name, view)
+            except Exception:
+                log.exception("an engine-state subscriber failed")
 
     def __enter__(self) -> Sequence[Replica]:
         return self.start()

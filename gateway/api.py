@@ -219,6 +219,8 @@ async def health(request: Request) -> Response:
         here = [gw.id] if name in gw.watchdog.demoted else []
         upstreams[name]["demoted_by"] = here + sorted(gw.demoted_elsewhere.get(name, {}))
         upstreams[name]["engine"] = gw.engines.known.get(name)
+        # The engine process `plumbline up` supervises: state, restarts, last exit status.
+        upstreams[name]["process"] = gw.engine_view(name)
     body = {
         "status": "ok",
         "upstreams": upstreams,

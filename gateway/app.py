@@ -14,9 +14,9 @@ import gc
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -60,6 +60,21 @@ def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
 
 
+EngineView = Mapping[str, Any]
+
+
+class EngineProcesses(Protocol):
+    """The local engine processes behind some upstreams, as their supervisor sees them
+    (`deploy.launch.LocalEngines` under `plumbline up`), by upstream name. Each view has
+    ``state`` (running, restarting, down, stopped), ``restarts`` and ``last_exit``."""
+
+    def snapshot(self) -> Mapping[str, EngineView]: ...
+
+    def subscribe(self, callback: Callable[[str, EngineView], None]) -> None: ...
+
+    def unsubscribe(self, callback: Callable[[str, EngineView], None]) -> None: ...
+
+
 class Gateway:
     """Everything one gateway process holds. Built in the lifespan, reachable as app.state."""
 
@@ -69,8 +84,10 @@ class Gateway:
         sinks: list[RecordSink] | None = None,
         store: Store | None = None,
         access: Access | None = None,
+        processes: EngineProcesses | None = None,
     ):
         self.config = config
+        self.processes = processes
         # This gateway among those on one store (hostname:pid, and which gateway of the process).
         self.id = f"{GATEWAY_ID}:{secrets.token_hex(3)}"
         self.upstreams = {u.name: u for u in config.upstreams}
@@ -127,8 +144,31 @@ class Gateway:
         self.scheduler.start()
         if self.store is not None:
             self._housekeeper = asyncio.create_task(self._housekeeping())
+        if self.processes is not None:
+            self.processes.subscribe(self._engine_changed)
+            for name, view in self.processes.snapshot().items():
+                self._engine_state(name, view)
+
+    def _engine_changed(self, upstream: str, view: EngineView) -> None:
+        """From the supervisor's watcher thread: an engine died, came back or is down."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the gateway is gone
+            self.loop.call_soon_threadsafe(self._engine_state, upstream, view)
+
+    def _engine_state(self, upstream: str, view: EngineView) -> None:
+        """A dead engine is unhealthy at once (not at the next probe); a restarted one is
+        healthy again (its supervisor saw every health path answer)."""
+        if upstream in self.pool.states:
+            ok = view.get("state") == "running"
+            self.pool.set_health(upstream, ok)
+            self.metrics.set_health(upstream, ok)
+
+    def engine_view(self, upstream: str) -> EngineView | None:
+        """The supervisor's view of `upstream`'s engine process; None when none is launched."""
+        return None if self.processes is None else self.processes.snapshot().get(upstream)
 
     async def stop(self) -> None:
+        if self.processes is not None:
+            self.processes.unsubscribe(self._engine_changed)
         await self.scheduler.stop()
         await self.shadow.drain()
         await self.silence.stop()
@@ -216,7 +256,10 @@ class Gateway:
             *(probe(self.wire, u, timeout) for u in self.config.upstreams)
         )
         due = []
+        engines = self.processes.snapshot() if self.processes is not None else {}
         for upstream, ok in zip(self.config.upstreams, results, strict=True):
+            # An engine its supervisor is restarting may answer before it is ready.
+            ok = ok and engines.get(upstream.name, {}).get("state", "running") == "running"
             self.pool.set_health(upstream.name, ok)
             self.metrics.set_health(upstream.name, ok)
             if self.engines.due(upstream, ok):
@@ -274,17 +317,20 @@ def create_app(
     config_path: Path | None = None,
     access: Access | None = None,
     tune_gc: bool = False,
+    processes: EngineProcesses | None = None,
 ) -> FastAPI:
     """The gateway app. `record=False` runs without the store (tests, benchmarks of the relay).
     `config_path` is what `POST /admin/reload` re-reads. `tune_gc`: the process serves only
-    this app (`plumbline serve`, the uvicorn factory), so it may tune the collector for it."""
+    this app (`plumbline serve`, the uvicorn factory), so it may tune the collector for it.
+    `processes`: the supervisor of the engines it launched (`plumbline up`), read by routing
+    and ``/health``."""
     access = access or Access(config.access)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         keep = record and config.store.enabled
         store = await asyncio.to_thread(Store.from_config, config) if keep else None
-        gateway = Gateway(config, sinks, store, access)
+        gateway = Gateway(config, sinks, store, access, processes)
         await gateway.start()
         app.state.gateway = gateway
         if tune_gc:

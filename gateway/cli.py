@@ -4,7 +4,8 @@ plumbline serve --config FILE          the gateway alone
 plumbline up --config FILE             start the local replicas, wait until healthy, serve
 plumbline check --config FILE          validate a config and print its routes
 plumbline eval run|report|tripwire|logits   the eval suite, through the gateway
-plumbline report cost --since 24h      cost and token report from the record store
+plumbline report cost|health|shadow    reports from the record store (--since 24h,
+                                       --format table|csv|json, or --csv or --json)
 plumbline bench …                      load generator with the reference workload shapes
 """
 
@@ -36,53 +37,78 @@ def _subcommands() -> None:
     app.add_typer(deploy_app, name="deploy")
 
 
+SinceOption = Annotated[str, typer.Option(help="Window, e.g. 30m, 24h, 7d")]
+FormatOption = Annotated[
+    str | None, typer.Option("--format", "-f", help="table | csv | json (default: table)")
+]
+CsvFlag = Annotated[bool, typer.Option("--csv", help="Same as --format csv")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Same as --format json")]
+FORMATS = ("table", "csv", "json")
+
+
+def output_format(fmt: str | None, csv: bool, json: bool) -> str:
+    """The one format that `--format`, `--csv` and `--json` name together (every report takes
+    all three); naming two different ones is a usage error."""
+    named = {f for f in (fmt, "csv" if csv else None, "json" if json else None) if f}
+    if fmt is not None and fmt not in FORMATS:
+        raise typer.BadParameter(
+            f"{fmt!r} is not one of {', '.join(FORMATS)}", param_hint="--format"
+        )
+    if len(named) > 1:
+        raise typer.BadParameter(
+            f"asks for {' and '.join(sorted(named))} at once; pick one",
+            param_hint="'--format / --csv / --json'",
+        )
+    return named.pop() if named else "table"
+
+
+@report_app.command("cost")
+def report_cost_cmd(
+    config: ConfigOption = None,
+    since: SinceOption = "24h",
+    format: FormatOption = None,
+    csv: CsvFlag = False,
+    json: JsonFlag = False,
+) -> None:
+    """Per model and upstream: requests, tokens by kind, $/M tokens, API/node ratio, rates."""
+    from gateway.report import report_cost
+
+    _report(report_cost, config, since, output_format(format, csv, json))
+
+
 @report_app.command("health")
 def report_health_cmd(
     config: ConfigOption = None,
-    since: Annotated[str, typer.Option(help="Window, e.g. 30m, 24h, 7d")] = "24h",
-    format: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
+    since: SinceOption = "24h",
+    format: FormatOption = None,
+    csv: CsvFlag = False,
+    json: JsonFlag = False,
 ) -> None:
-    """Per upstream: watchdog rates (truncation, leaks, degenerate, tool calls, provider, drift)."""
-    from gateway.report import report_health
+    """Every upstream: traffic, failed calls, watchdog rates (truncation by the upstream and
+    client-capped, leaks, degenerate, tool calls, provider, drift)."""
+    from gateway.health_report import report_health
 
-    _report(report_health, config, since, format)
+    _report(report_health, config, since, output_format(format, csv, json))
 
 
 @report_app.command("shadow")
 def report_shadow_cmd(
     config: ConfigOption = None,
-    since: Annotated[str, typer.Option(help="Window, e.g. 30m, 24h, 7d")] = "24h",
-    format: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
+    since: SinceOption = "24h",
+    format: FormatOption = None,
+    csv: CsvFlag = False,
+    json: JsonFlag = False,
 ) -> None:
     """Shadow traffic: agreement with the primary, tokens, latency and cost of the shadow."""
     from gateway.shadow import report_shadow
 
-    _report(report_shadow, config, since, format)
+    _report(report_shadow, config, since, output_format(format, csv, json))
 
 
 def _report(fn: Any, config: Path | None, since: str, fmt: str) -> None:
     cfg = _load(config)
     try:
         typer.echo(fn(cfg, since, fmt))
-    except ValueError as e:
-        typer.secho(str(e), fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
-
-
-@report_app.command("cost")
-def report_cost_cmd(
-    config: ConfigOption = None,
-    since: Annotated[str, typer.Option(help="Window, e.g. 30m, 24h, 7d")] = "24h",
-    csv: Annotated[bool, typer.Option("--csv", help="CSV instead of a table")] = False,
-    json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
-) -> None:
-    """Per model and upstream: requests, tokens by kind, $/M tokens, API/node ratio, rates."""
-    from gateway.report import report_cost
-
-    cfg = _load(config)
-    fmt = "csv" if csv else "json" if json else "table"
-    try:
-        typer.echo(report_cost(cfg, since, fmt))  # type: ignore[arg-type]
     except ValueError as e:
         typer.secho(str(e), fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
@@ -106,11 +132,17 @@ def _load(path: Path | None) -> Config:
         raise typer.Exit(2) from None
 
 
-def _serve(config: Config, host: str | None, port: int | None, path: Path | None = None) -> None:
+def _serve(
+    config: Config,
+    host: str | None,
+    port: int | None,
+    path: Path | None = None,
+    processes: Any = None,
+) -> None:
     from gateway.app import create_app
 
     uvicorn.run(
-        create_app(config, config_path=path, tune_gc=True),
+        create_app(config, config_path=path, tune_gc=True, processes=processes),
         host=host or config.server.host,
         port=port or config.server.port,
         loop="uvloop",
@@ -151,11 +183,11 @@ def up(
     with contextlib.ExitStack() as stack:
         # Turn SIGTERM into a clean exit so the replicas are stopped by the exit stack.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        stack.enter_context(launch_local(cfg, echo=typer.echo))
+        engines = stack.enter_context(launch_local(cfg, echo=typer.echo))
         typer.echo(
             f"plumbline: gateway on http://{host or cfg.server.host}:{port or cfg.server.port}/v1"
         )
-        _serve(cfg, host, port, config or default_config_path())
+        _serve(cfg, host, port, config or default_config_path(), processes=engines)
 
 
 @app.command()
@@ -230,9 +262,16 @@ def deploy_vllm_cmd(
     node: str | None = None,
     register: Annotated[Path | None, typer.Option(help="Append [[upstreams]] entries here")] = None,
     timeout_s: float = 1800.0,
+    replicas_per_gpu: Annotated[
+        int, typer.Option(min=1, help="Replicas sharing each GPU (or TP group)")
+    ] = 1,
+    gpu_memory_utilization: Annotated[
+        float | None,
+        typer.Option(help="Each replica's share of its GPUs' memory (default: 0.90 split)"),
+    ] = None,
 ) -> None:
-    """One vLLM replica per GPU (or TP group) from a profile; health-wait, record kernels,
-    register."""
+    """One vLLM replica per GPU (or TP group, or several sharing one) from a profile;
+    health-wait, record kernels, register."""
     from deploy.gpu import GpuError
     from deploy.supervisor import EngineStartError
     from deploy.vllm import DeployError, deploy_vllm
@@ -252,6 +291,8 @@ def deploy_vllm_cmd(
             register=register,
             config=cfg,
             timeout_s=timeout_s,
+            replicas_per_gpu=replicas_per_gpu,
+            gpu_memory_utilization=gpu_memory_utilization,
             echo=typer.echo,
         )
     except (DeployError, GpuError, EngineStartError) as e:

@@ -84,3 +84,21 @@ def test_a_second_request_does_not_cut_a_running_stream(client: OpenAI) -> None:
     rest = list(chunks)
     finishes = [c.choices[0].finish_reason for c in rest if c.choices]
     assert [f for f in finishes if f is not None] in (["stop"], ["length"])
+
+
+def test_a_prompt_of_hundreds_of_tokens_is_answered(
+    client: OpenAI, llamacpp_replica: Replica
+) -> None:
+    """A -march=native build on an AMX host died here (SIGILL in ``tileloadd``): short prompts
+    decode through other kernels, a prompt of a few hundred tokens takes the batched matmul."""
+    words = " ".join(f"item{i}" for i in range(200))
+    reply = client.chat.completions.create(
+        model=SERVED_NAME,
+        messages=[{"role": "user", "content": f"Here is a list: {words}. Which item is first?"}],
+        max_tokens=MAX_TOKENS,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    assert reply.usage is not None
+    assert reply.usage.prompt_tokens >= 300
+    assert reply.choices[0].finish_reason in {"stop", "length"}
+    assert llamacpp_replica.process.poll() is None  # still serving
