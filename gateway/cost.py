@@ -108,9 +108,10 @@ class Usage:
     charged_cost_usd: float = 0.0
     # Computed cost of just the requests that also carry a charged cost (for the charged factor).
     charged_basis_usd: float = 0.0
-    truncated: int = 0
+    truncated: int = 0  # every truncated answer, whatever cut it
     errors: int = 0
     estimated: int = 0
+    client_capped: int = 0  # of the truncated, those that reached the request's own cap
 
     @property
     def tokens(self) -> int:

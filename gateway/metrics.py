@@ -42,6 +42,7 @@ from prometheus_client import (
 from gateway.config import Config
 from gateway.cost import ModelEconomics, drifted
 from gateway.record import Record
+from gateway.truncation import cause as truncation_cause
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,12 @@ class Metrics:
             registry=r,
         )
         self.truncations = Counter(
-            "gateway_truncations", "Responses cut off by the token limit.", mu, registry=r
+            "gateway_truncations",
+            "Responses cut off by a token limit, by cause: client_cap (the completion reached the "
+            "cap the request carried) or upstream (the server stopped it short of any cap: its "
+            "own limit or its context window).",
+            [*mu, "cause"],
+            registry=r,
         )
         self.leaks = Counter(
             "gateway_reasoning_leaks",
@@ -275,8 +281,10 @@ class Metrics:
             self._child(self.charged, *mu).inc(record.charged_cost_usd)
             if drifted(record, self.config.prices.get(record.upstream or "")):
                 self._child(self.drift, *mu).inc()
+        cut = truncation_cause(record)
+        if cut is not None:
+            self._child(self.truncations, *mu, cut).inc()
         for flag, counter in (
-            (record.truncated, self.truncations),
             (record.reasoning_leak, self.leaks),
             (record.usage_estimated, self.estimated),
         ):

@@ -1,17 +1,14 @@
-"""`plumbline report cost` and `plumbline report health`, read from the store.
+"""`plumbline report cost`, read from the store (`report health`: `gateway/health_report.py`).
 
 `report cost`: requests, tokens, cost per million tokens and API/node per model. One row per
 (model, upstream) over a window read from the store: requests, tokens by kind, cost, $/M tokens,
-the model's API/node ratio, truncation and error rates. An API upstream's $/M is what it cost
+the model's API/node ratio, truncation rates (cut by the upstream, and stopped at the client's
+own cap: `gateway/truncation.py`) and error rate. An API upstream's $/M is what it cost
 (the provider's charged cost where it reported one, the price table elsewhere) per million
 tokens; a node upstream's is the node's measured cost per million tokens for that model (see
 gateway/cost.py for the rule).
 
-`report health`: per upstream, the share of its requests each watchdog check flagged (the same
-flags the live watchdog counts, `gateway/watchdog.py`), and which checks are over their trip
-threshold; the config's own findings are always tripped.
-
-Both render as a rich table, CSV or JSON.
+Renders as a rich table, CSV or JSON (`Format`, the same three for every report).
 """
 
 from __future__ import annotations
@@ -22,19 +19,16 @@ import io
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-import sqlalchemy as sa
 from rich.console import Console
 from rich.table import Table
 
-from gateway.config import Config, Upstream
+from gateway.config import Config
 from gateway.cost import MILLION, ModelEconomics, Usage, active_hour_cost, economics
-from gateway.store import REQUESTS, Store
-from gateway.trust_config import CHECKS, WatchdogConfig
-from gateway.watchdog import config_findings, pinned_providers
+from gateway.store import Store
 
 Format = Literal["table", "csv", "json"]
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
@@ -65,7 +59,8 @@ class CostRow:
     cost_usd: float | None
     usd_per_m: float | None
     api_node_ratio: float | None
-    truncation_rate: float
+    upstream_cut_rate: float  # truncated by the upstream: short of the request's cap, or no cap
+    client_capped_rate: float  # stopped at the request's own max_tokens: what it asked for
     error_rate: float
     estimated: int
 
@@ -95,12 +90,17 @@ def cost_rows(config: Config, usage: list[Usage], econ: dict[str, ModelEconomics
                 cost_usd=cost,
                 usd_per_m=per_m,
                 api_node_ratio=model_econ.ratio if model_econ else None,
-                truncation_rate=u.truncated / u.requests if u.requests else 0.0,
-                error_rate=u.errors / u.requests if u.requests else 0.0,
+                upstream_cut_rate=_share(u.truncated - u.client_capped, u.requests),
+                client_capped_rate=_share(u.client_capped, u.requests),
+                error_rate=_share(u.errors, u.requests),
                 estimated=u.estimated,
             )
         )
     return rows
+
+
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
 
 
 def window_economics(
@@ -226,7 +226,8 @@ def _table(
         "cost $",
         "$/M tok",
         "API÷node",
-        "trunc %",
+        "upstream cut %",
+        "client cap %",
         "error %",
     ):
         table.add_column(name, justify="left" if name in ("model", "upstream") else "right")
@@ -243,7 +244,8 @@ def _table(
             _num(r.cost_usd, ".4f"),
             _num(r.usd_per_m, ".4f"),
             _num(r.api_node_ratio, ".3g"),
-            f"{100 * r.truncation_rate:.1f}",
+            f"{100 * r.upstream_cut_rate:.1f}",
+            f"{100 * r.client_capped_rate:.1f}",
             f"{100 * r.error_rate:.1f}",
         )
     console = Console(file=io.StringIO(), width=160, color_system=None, force_terminal=False)
@@ -262,153 +264,4 @@ def _table(
             f"node {name}: {h:.2f} busy h × ${active_hour_cost(node):.2f}/active h "
             f"({node.basis}, {node.utilisation:.0%} utilisation)"
         )
-    return console.file.getvalue()  # type: ignore[attr-defined]
-
-
-@dataclass(slots=True)
-class HealthRow:
-    upstream: str
-    requests: int
-    completed: int
-    rates: dict[str, float | None]
-    samples: dict[str, int]
-    capped_truncations: int  # truncations where the client had sent max_tokens
-    tripped: list[str]
-
-
-def _health_query(since: float, until: float) -> Any:
-    t = REQUESTS
-    one = sa.literal(1)
-
-    def count_if(cond: Any) -> Any:
-        return sa.func.sum(sa.case((cond, one), else_=0))
-
-    ok = sa.and_(t.c.status == 200, t.c.error_class.is_(None), t.c.door != "embeddings")
-    return (
-        sa.select(
-            t.c.upstream,
-            sa.func.count(),
-            count_if(ok),
-            count_if(sa.and_(ok, t.c.truncated == sa.true())),
-            count_if(sa.and_(ok, t.c.truncated == sa.true(), t.c.max_tokens.is_not(None))),
-            count_if(sa.and_(ok, t.c.reasoning_leak == sa.true())),
-            count_if(t.c.sampled == sa.true()),
-            count_if(t.c.degenerate == sa.true()),
-            count_if(sa.or_(t.c.tool_calls > 0, t.c.tool_call_error.is_not(None))),
-            count_if(t.c.tool_call_error.is_not(None)),
-            count_if(t.c.provider.is_not(None)),
-            count_if(t.c.provider_mismatch == sa.true()),
-            count_if(t.c.charged_cost_usd.is_not(None)),
-            count_if(t.c.cost_drift == sa.true()),
-        )
-        .where(t.c.time >= since, t.c.time < until, t.c.upstream.is_not(None))
-        .group_by(t.c.upstream)
-        .order_by(t.c.upstream)
-    )
-
-
-def health_rows(
-    config: Config, raw: Iterable[Sequence[Any]], cfg: WatchdogConfig
-) -> list[HealthRow]:
-    findings = config_findings(config)
-    rows = []
-    for r in raw:
-        name = r[0]
-        try:
-            upstream: Upstream | None = config.upstream(name)
-        except KeyError:
-            upstream = None
-        v = [int(x or 0) for x in r[1:]]
-        total, ok, trunc, capped, leak, sampled, degen, tooled, bad, provs, mism, charged, drift = v
-        pinned = upstream is not None and bool(pinned_providers(upstream))
-        parser = upstream is None or upstream.reasoning == "parser"
-        pairs = {
-            "truncation": (trunc, ok),
-            "reasoning_leak": (leak, ok if parser else 0),
-            "degenerate": (degen, sampled),
-            "tool_call": (bad, tooled),
-            "provider_mismatch": (mism, provs if pinned else 0),
-            "cost_drift": (drift, charged),
-        }
-        rates = {c: (k / n if n else None) for c, (k, n) in pairs.items()}
-        tripped = [
-            c
-            for c, (k, n) in pairs.items()
-            if n >= cfg.threshold(c).min_samples and k / n >= cfg.threshold(c).rate
-        ]
-        tripped += [f.check for f in findings if f.upstream == name]
-        rows.append(
-            HealthRow(
-                name, total, ok, rates, {c: n for c, (_, n) in pairs.items()}, capped, tripped
-            )
-        )
-    return rows
-
-
-def report_health(
-    config: Config,
-    since: str = "24h",
-    fmt: Format = "table",
-    *,
-    store: Store | None = None,
-    now: float | None = None,
-    cfg: WatchdogConfig | None = None,
-) -> str:
-    """Per upstream: the watchdog rates over the window and the checks past their thresholds."""
-    start, now = span(since, now)
-    cfg = cfg if cfg is not None else getattr(config, "watchdog", WatchdogConfig())
-    with reading(config, store) as db, db.engine.connect() as conn:
-        raw = list(conn.execute(_health_query(start, now)))
-    rows = health_rows(config, raw, cfg or WatchdogConfig())
-    findings = [asdict(f) for f in config_findings(config)]
-    if fmt == "json":
-        return json.dumps(
-            {
-                "since": start,
-                "until": now,
-                "rows": [asdict(r) for r in rows],
-                "findings": findings,
-            },
-            indent=2,
-        )
-    if fmt == "csv":
-        head = [
-            "upstream",
-            "requests",
-            "completed",
-            *(f"{c}_rate" for c in CHECKS),
-            "capped_truncations",
-            "tripped",
-        ]
-        lines = [",".join(head)]
-        for r in rows:
-            rates = ["" if r.rates[c] is None else f"{r.rates[c]:.6f}" for c in CHECKS]
-            lines.append(
-                ",".join(
-                    [
-                        r.upstream,
-                        str(r.requests),
-                        str(r.completed),
-                        *rates,
-                        str(r.capped_truncations),
-                        ";".join(r.tripped),
-                    ]
-                )
-            )
-        return "\n".join(lines) + "\n"
-    if fmt != "table":
-        raise ValueError(f"unknown format {fmt!r}")
-    table = Table(title=f"Upstream health, last {since}", title_justify="left")
-    for name in ("upstream", "requests", *(f"{c} %" for c in CHECKS), "tripped"):
-        table.add_column(name, justify="left" if name in ("upstream", "tripped") else "right")
-    for r in rows:
-        cells = [
-            "–" if (rate := r.rates[c]) is None else f"{100 * rate:.1f} (n={r.samples[c]})"
-            for c in CHECKS
-        ]
-        table.add_row(r.upstream, f"{r.requests:,}", *cells, ", ".join(r.tripped) or "–")
-    console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
-    console.print(table)
-    for f in findings:
-        console.print(f"{f['check']} on {f['upstream']}: {f['detail']}")
     return console.file.getvalue()  # type: ignore[attr-defined]

@@ -3,7 +3,9 @@
 Each finished record is one observation per check that applies to it:
 
     check               relevant responses                      flagged when
-    truncation          completed (status 200)                  finish_reason = length
+    truncation          completed (status 200)                  cut by the upstream: length
+                                                                before the request's own cap,
+                                                                or without one (truncation.py)
     reasoning_leak      completed, upstream has a parser        <think> text arrived in content
     degenerate          answer text sampled (`capture.py`)      evals.tripwire.degeneration fires
     tool_call           responses with tool calls               invalid JSON, unknown tool, schema
@@ -24,7 +26,7 @@ demoting): `sampling_parity` (a provider upstream with `provider` routing but wi
 `thinking_mismatch` (two routes being compared — a shadow and its primary, eval targets, a gated
 route's upstreams — whose profiles differ in enable_thinking or reasoning_effort).
 
-`gateway.report.report_health` reads the same flags back from the store (`plumbline report
+`gateway.health_report.report_health` reads the same flags back from the store (`plumbline report
 health`).
 """
 
@@ -42,6 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from gateway.config import Config, Profile, Upstream
 from gateway.cost import drifted
 from gateway.record import Record
+from gateway.truncation import cause
 from gateway.trust_config import WatchdogConfig
 
 log = logging.getLogger("plumbline.watchdog")
@@ -157,7 +160,8 @@ def observations(record: Record, config: Config) -> dict[str, bool]:
     out: dict[str, bool] = {}
     completed = record.status == 200 and record.error_class is None
     if completed and record.door != "embeddings":
-        out["truncation"] = record.truncated
+        # A client's own cap reached is the answer it asked for, not the upstream failing.
+        out["truncation"] = cause(record) == "upstream"
         if upstream.reasoning == "parser":  # "gateway" upstreams are split on purpose
             out["reasoning_leak"] = record.reasoning_leak
     if record.sampled:

@@ -90,13 +90,40 @@ def test_a_record_becomes_counters_and_histograms() -> None:
     assert value(m, "gateway_tokens_total", **mu, kind="cached") == 120
     assert value(m, "gateway_tokens_total", **mu, kind="completion") == 40
     assert value(m, "gateway_tokens_total", **mu, kind="reasoning") == 10
-    assert value(m, "gateway_truncations_total", **mu) == 1
+    assert value(m, "gateway_truncations_total", **mu, cause="upstream") == 1
+    assert value(m, "gateway_truncations_total", **mu, cause="client_cap") == 0
     assert value(m, "gateway_reasoning_leaks_total", **mu) == 1
     assert value(m, "gateway_usage_estimated_total", **mu) == 1
     for clock in ("queue", "ttft", "ttfa", "e2e"):
         assert value(m, f"gateway_{clock}_seconds_count", **mu) == 2
     assert value(m, "gateway_e2e_seconds_sum", **mu) == pytest.approx(2.0)
     assert value(m, "gateway_inter_token_seconds_count", **mu) == 2
+
+
+def test_truncations_say_whether_the_client_cap_or_the_upstream_cut_them() -> None:
+    m = Metrics(config())
+    m.observe(record(truncated=True, max_tokens=20))  # completion 20: stopped at its own cap
+    m.observe(record(truncated=True, max_tokens=20))
+    m.observe(record(truncated=True, max_tokens=4096))  # short of its cap: the upstream's cut
+    m.observe(record(truncated=False, max_tokens=20))
+    mu = {"model": "qwen", "upstream": "local"}
+    assert value(m, "gateway_truncations_total", **mu, cause="client_cap") == 2
+    assert value(m, "gateway_truncations_total", **mu, cause="upstream") == 1
+
+
+def test_dropped_fields_are_counted_per_model_door_and_field() -> None:
+    m = Metrics(config())
+    m.observe(record(door="responses", dropped="tools.web_search,tools.file_search"))
+    m.observe(record(door="responses", dropped="tools.web_search"))
+    m.observe(record(door="messages", dropped="Mcp Servers!"))  # cleaned into a bounded label
+    m.observe(record(model="typo", door="chat", dropped="x"))
+    m.observe(record())
+    field = "gateway_dropped_fields_total"
+    assert value(m, field, model="qwen", door="responses", field="tools.web_search") == 2
+    assert value(m, field, model="qwen", door="responses", field="tools.file_search") == 1
+    assert value(m, field, model="qwen", door="messages", field="mcp_servers_") == 1
+    assert value(m, field, model="other", door="chat", field="x") == 1
+    assert sum(v for (name, _), v in samples(m).items() if name == field) == 5
 
 
 def test_a_whole_answer_is_no_time_to_first_token() -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from gateway.config import Config
+from gateway.health_report import report_health
 from gateway.metrics import Metrics
-from gateway.record import Record
-from gateway.report import parse_since, report_cost, report_health, window_economics
+from gateway.record import Attempt, Record
+from gateway.report import parse_since, report_cost, window_economics
 from gateway.store import Store, record_row
 from tests.gateway import test_watchdog as watchdog
 
@@ -72,8 +73,11 @@ def cfg(tmp_path: Path) -> Config:
     store = Store.from_config(c)
     rows = []
     # 100 node requests back to back: 100 x 36 s = one busy hour.
+    # Truncated: 10 with no cap and 2 short of their cap (the upstream cut them), 6 at the
+    # client's own max_tokens (what the client asked for).
     for i in range(100):
-        rows.append(rec(i, "local", NOW - 7200 + 36 * i, truncated=i < 10))
+        cap = 100 if 10 <= i < 16 else 500 if 16 <= i < 18 else None
+        rows.append(rec(i, "local", NOW - 7200 + 36 * i, truncated=i < 18, max_tokens=cap))
     for i in range(20):
         cost = (800 * 0.42 + 200 * 0.42 + 100 * 3.00) / 1e6
         rows.append(
@@ -108,7 +112,8 @@ def test_json_report(cfg: Config) -> None:
     assert local["requests"] == 100 and local["node"] == "box"
     assert (local["prompt_tokens"], local["cached_tokens"]) == (100_000, 20_000)
     assert (local["completion_tokens"], local["reasoning_tokens"]) == (10_000, 3_000)
-    assert local["truncation_rate"] == pytest.approx(0.10)
+    assert local["upstream_cut_rate"] == pytest.approx(0.12)
+    assert local["client_capped_rate"] == pytest.approx(0.06)
     assert api["error_rate"] == pytest.approx(0.25)
     assert doc["nodes"]["box"]["busy_hours"] == pytest.approx(1.0)
     # The node's hour ($3.08 at 70% = $4.40) over the 110k tokens it served.
@@ -128,11 +133,14 @@ def test_csv_report(cfg: Config) -> None:
     rows = list(csv.DictReader(io.StringIO(report_cost(cfg, "24h", "csv", now=NOW))))
     assert [r["upstream"] for r in rows] == ["local", "or"]
     assert int(rows[0]["requests"]) == 100
+    assert float(rows[0]["upstream_cut_rate"]) == pytest.approx(0.12)
+    assert float(rows[0]["client_capped_rate"]) == pytest.approx(0.06)
 
 
 def test_table_report(cfg: Config) -> None:
     text = report_cost(cfg, "24h", "table", now=NOW)
     assert "qwen" in text and "local (box)" in text and "API÷node" in text
+    assert "upstream cut %" in text and "client cap %" in text
     assert f"{(100_000 * 0.42 + 10_000 * 3.00) / 1e6 / 4.40:.3g}" in text
 
 
@@ -164,14 +172,21 @@ def test_report_health_reads_flags_back_from_the_store(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'r.db'}")
     rows = []
     for i in range(30):
+        # 6 answers stopped at the client's own max_tokens, 9 cut by the upstream (no cap).
         r = watchdog.record(
             "a",
-            truncated=i < 12,
+            truncated=i < 15,
             max_tokens=16 if i < 6 else None,
+            completion_tokens=16,
             sampled=i < 10,
             degenerate=i < 3,
         )
         r.request_id, r.time = f"req-{i}", 1000.0 + i
+        rows.append(record_row(r))
+    for i in range(30):
+        # A healthy replica whose clients all ask for short answers: every one hits its cap.
+        r = watchdog.record("b", truncated=True, max_tokens=8, completion_tokens=8)
+        r.request_id, r.time = f"b-{i}", 1000.0 + i
         rows.append(record_row(r))
     for i in range(10):
         r = watchdog.record(
@@ -183,14 +198,62 @@ def test_report_health_reads_flags_back_from_the_store(tmp_path: Path) -> None:
     try:
         doc = json.loads(report_health(cfg, "1h", "json", store=store, now=2000.0))
         table = report_health(cfg, "1h", "table", store=store, now=2000.0)
-        csv = report_health(cfg, "1h", "csv", store=store, now=2000.0)
+        csv_text = report_health(cfg, "1h", "csv", store=store, now=2000.0)
     finally:
         store.close()
     by = {r["upstream"]: r for r in doc["rows"]}
-    assert by["a"]["rates"]["truncation"] == pytest.approx(12 / 30)
-    assert by["a"]["capped_truncations"] == 6
+    assert by["a"]["rates"]["truncation"] == pytest.approx(9 / 30)
+    assert by["a"]["client_capped"] == 6
+    assert by["a"]["client_capped_rate"] == pytest.approx(6 / 30)
     assert by["a"]["rates"]["degenerate"] == pytest.approx(0.3)
     assert set(by["a"]["tripped"]) == {"truncation", "degenerate"}
+    assert by["b"]["rates"]["truncation"] == 0.0 and by["b"]["client_capped_rate"] == 1.0
+    assert by["b"]["tripped"] == [] and by["b"]["state"] == "ok"
     assert by["or"]["rates"]["provider_mismatch"] == pytest.approx(0.2)
     assert by["or"]["tripped"] == ["provider_mismatch"]
-    assert "truncation" in table and csv.splitlines()[0].startswith("upstream,requests")
+    assert "truncation (upstream cut) %" in table and "client-capped %" in table
+    head = csv_text.splitlines()[0].split(",")
+    assert head[:3] == ["upstream", "state", "requests"]
+    assert "truncation_rate" in head and "client_capped_rate" in head
+
+
+def test_report_health_lists_dead_and_idle_upstreams(tmp_path: Path) -> None:
+    """Every configured upstream has a row: one that only failed (its calls sit in other
+    records' attempts, or in records nobody answered) and one that saw no traffic at all."""
+    cfg = Config.model_validate(
+        {
+            "upstreams": [
+                {"name": n, "kind": "vllm", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+                for n in ("live", "dead", "idle")
+            ],
+            "models": {"smol": {"upstreams": ["dead", "live", "idle"]}},
+        }
+    )
+    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+
+    def one(i: int, upstream: str | None, attempts: list[Attempt], **kw: object) -> None:
+        r = rec(i, "live", 1000.0 + i, model="smol", attempts=attempts, **kw)
+        r.upstream = upstream
+        store.write([record_row(r)])
+
+    refused = Attempt("dead", "connect_error", None, 0.001)
+    one(0, "live", [refused, Attempt("live", "ok", 200, 0.01)])  # fell back to live
+    one(1, None, [refused, refused], status=502, error_class="AllUpstreamsFailed")
+    one(2, "live", [Attempt("live", "http_400", 400, 0.01)], status=400, error_class="BadRequest")
+    one(3, "live", [Attempt("live", "cancelled", None, 0.01)], status=499, error_class="Gone")
+    one(4, "live", [Attempt("live", "ok", 200, 0.01)])
+    try:
+        doc = json.loads(report_health(cfg, "1h", "json", store=store, now=2000.0))
+        table = report_health(cfg, "1h", "table", store=store, now=2000.0)
+    finally:
+        store.close()
+    by = {r["upstream"]: r for r in doc["rows"]}
+    assert list(by) == ["live", "dead", "idle"]  # the config's order, none missing
+    assert by["dead"]["requests"] == 0 and by["dead"]["failed_attempts"] == 3
+    assert by["dead"]["state"] == "failing"
+    assert by["idle"]["requests"] == 0 and by["idle"]["failed_attempts"] == 0
+    assert by["idle"]["state"] == "no traffic"
+    # live: its refusal of a bad request and a client that left are not live failing.
+    assert by["live"]["requests"] == 4 and by["live"]["failed_attempts"] == 0
+    assert by["live"]["errors"] == 2 and by["live"]["state"] == "ok"
+    assert "failing" in table and "no traffic" in table

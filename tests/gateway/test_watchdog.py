@@ -200,15 +200,41 @@ def test_demote_order_is_stable() -> None:
 
 
 def test_watchdog_sink_on_a_live_gateway_trips_on_truncation(fake: FakeHandle) -> None:
+    """Answers the upstream cut short (its window: `length` with no cap, or before the cap)
+    trip the check; answers that stopped at the client's own max_tokens never do."""
     fake.set_default(tokens=50)
     cfg = config(fake.base_url)
     wd = Watchdog(cfg, WatchdogConfig(window=20, truncation=Threshold(rate=0.5, min_samples=5)))
     with running_gateway(cfg, sinks=[wd]) as url:
         c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
-        for _ in range(5):
-            c.chat.completions.create(model="smol", messages=MESSAGES, max_tokens=4)
+        for stream in (False, True, False, True, False, True):
+            r = c.chat.completions.create(
+                model="smol", messages=MESSAGES, max_tokens=4, stream=stream
+            )
+            finish = [ch.choices[0].finish_reason for ch in r if ch.choices] if stream else None
+            assert (finish[-1] if stream else r.choices[0].finish_reason) == "length"
+        assert wd.tripped("a") == []  # six answers at the client's cap: a healthy upstream
+        assert wd.states[("a", "truncation")].window.n == 6
+        fake.set_default(tokens=5, finish_reason="length")  # the served window ran out
+        for stream in (False, True, False, True, False, True, False):
+            r = c.chat.completions.create(
+                model="smol", messages=MESSAGES, max_tokens=64, stream=stream
+            )
+            if stream:
+                list(r)
+    assert wd.tripped("a") == ["truncation"]  # 7 of the last 13
+    assert wd.states[("a", "truncation")].last_max_tokens[-1] == 64
+
+
+def test_client_caps_are_not_truncation_but_cuts_short_of_the_cap_are() -> None:
+    cfg = WatchdogConfig(window=10, truncation=Threshold(rate=0.5, min_samples=4))
+    wd = Watchdog(config(), cfg)
+    for _ in range(10):
+        wd.submit(record(truncated=True, max_tokens=8, completion_tokens=8))
+    assert wd.tripped("a") == [] and wd.states[("a", "truncation")].window.hits == 0
+    for _ in range(5):
+        wd.submit(record(truncated=True, max_tokens=8, completion_tokens=3))
     assert wd.tripped("a") == ["truncation"]
-    assert wd.states[("a", "truncation")].last_max_tokens[-1] == 4
 
 
 WIRED = "watchdog" in Config.model_fields  # the lead wires config, app, taps together
