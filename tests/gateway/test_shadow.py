@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from gateway.capture import Capture, ToolCall
-from gateway.config import Price, RouteConfig
+from gateway.config import Price
 from gateway.fake_upstream import FakeHandle, running_fake
 from gateway.record import Record
 from gateway.shadow import (
@@ -257,10 +257,6 @@ def test_report_shadow_joins_pairs(tmp_path: Path) -> None:
     assert "main → shadow" in table
 
 
-WIRED = "shadow" in RouteConfig.model_fields  # the lead wires config, app, relay together
-
-
-@pytest.mark.skipif(not WIRED, reason="needs the lead's wiring: RouteConfig.shadow + relay hooks")
 def test_wired_shadow_run_end_to_end(
     fake: FakeHandle, shadow_fake: FakeHandle, tmp_path: Path
 ) -> None:

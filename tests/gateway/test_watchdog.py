@@ -9,10 +9,8 @@ from typing import Any
 
 import httpx
 import openai
-import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gateway.config import Config
 from gateway.fake_upstream import FakeHandle
 from gateway.record import Record
 from gateway.trust_config import Threshold, WatchdogConfig
@@ -237,10 +235,6 @@ def test_client_caps_are_not_truncation_but_cuts_short_of_the_cap_are() -> None:
     assert wd.tripped("a") == ["truncation"]
 
 
-WIRED = "watchdog" in Config.model_fields  # the lead wires config, app, taps together
-
-
-@pytest.mark.skipif(not WIRED, reason="needs the lead's wiring: Gateway.watchdog + tap sampler")
 def test_wired_gateway_samples_text_flags_degenerate_and_serves_health(fake: FakeHandle) -> None:
     """End to end once wired: [watchdog] config, the taps' TextSampler, /health snapshot."""
     fake.set_default(degenerate=True, tokens=24)
