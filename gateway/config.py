@@ -48,6 +48,9 @@ class ServerConfig(_Frozen):
     request_timeout_s: float = Field(3600.0, gt=0)
     # Longest silence tolerated between two bytes of a stream once it has started.
     idle_timeout_s: float = Field(300.0, gt=0)
+    # A streamed /v1/responses answer sends `response.in_progress` after this long without an
+    # event (Codex gives a stream up after 300 s without one; SSE comments do not count).
+    heartbeat_s: float = Field(15.0, gt=0)
     connect_timeout_s: float = Field(5.0, gt=0)
     # Extra attempts on the same upstream (connection errors, 429, 5xx) before falling back.
     retries: int = Field(1, ge=0, le=10)

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from gateway.fake_text import realistic_words
+
 ID_MARK = "__FAKEID__"
 _ID_MARK_B = ID_MARK.encode()
 DEFAULT_TOKENS = 16
@@ -51,6 +53,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "tokens": _count,
     "text": lambda v: isinstance(v, str),
     "degenerate": lambda v: isinstance(v, bool),
+    "realistic": lambda v: isinstance(v, bool),
     "pace_tps": lambda v: _num(v) and v > 0,
     "leak_think": lambda v: isinstance(v, bool) or v == "close_only",
     "reasoning_field": lambda v: v in ("reasoning", "reasoning_content", "both"),
@@ -175,8 +178,13 @@ def _words(words: list[str]) -> list[str]:
 
 
 @lru_cache(maxsize=256)
-def answer_pieces(text: str | None, tokens: int, degenerate: bool) -> tuple[tuple[str, str], ...]:
-    """The answer's tokens: ``text`` words, degenerate repetition, or ``tok0 tok1 ...``."""
+def answer_pieces(
+    text: str | None, tokens: int, degenerate: bool, realistic: bool = False
+) -> tuple[tuple[str, str], ...]:
+    """The answer's tokens: ``text`` words, degenerate repetition, pieces of a realistic
+    passage (`gateway/fake_text.py`), or ``tok0 tok1 ...``."""
+    if realistic and text is None:
+        return tuple(("c", t) for t in realistic_words(tokens))
     if text is not None:
         words = text.split()
     elif degenerate:
@@ -288,7 +296,10 @@ def make_plan(kind: str, body: dict[str, Any], beh: dict[str, Any], default_mode
     r_words = reasoning_words(beh.get("reasoning_tokens", DEFAULT_REASONING_TOKENS))
     answer = list(
         answer_pieces(
-            beh.get("text"), beh.get("tokens", DEFAULT_TOKENS), bool(beh.get("degenerate"))
+            beh.get("text"),
+            beh.get("tokens", DEFAULT_TOKENS),
+            bool(beh.get("degenerate")),
+            bool(beh.get("realistic")),
         )
     )
     if leak:

@@ -39,6 +39,8 @@ invalid_json                a stream event (or a non-stream body) is truncated J
 tokens                      answer length in tokens (default 16)
 text                        answer text instead of ``tok0 tok1 ...``
 degenerate                  answer is ``111 222 333 444 111 ...``
+realistic                   answer is ``tokens`` pieces of a realistic passage (non-ASCII,
+                            quotes, backslashes, line breaks: `gateway/fake_text.py`)
 pace_tps                    per-token pacing, tokens per second (a non-stream answer waits
                             for all its tokens)
 leak_think                  ``true``: content is ``<think>...</think>answer`` (no reasoning

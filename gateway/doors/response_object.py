@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from gateway.doors.chunks import chat_usage, first_message, reasoning_of, tokens_of
+from gateway.doors.responses_tools import Tools, restored
 
 
 def usage_of(chat_usage_obj: dict[str, Any] | None) -> dict[str, Any]:
@@ -26,12 +27,15 @@ def usage_of(chat_usage_obj: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    """A reasoning item; `encrypted_content` is null (what `include:
+    ["reasoning.encrypted_content"]` gets: the reasoning is in `content`, replayable as is)."""
     return {
         "id": item_id,
         "type": "reasoning",
         "summary": [],
         "status": status,
         "content": [{"type": "reasoning_text", "text": text}],
+        "encrypted_content": None,
     }
 
 
@@ -85,25 +89,28 @@ def response_object(
     chat_body: dict[str, Any],
     rid: str,
     created: int,
-    model: str | None,
     status: str,
     output: list[dict[str, Any]],
     usage: dict[str, Any] | None,
     error: dict[str, Any] | None = None,
+    truncated: bool = False,
 ) -> dict[str, Any]:
-    """The `response` object; sampling fields echo what was actually sent upstream."""
+    """The `response` object; sampling fields echo what was actually sent upstream, `model` is
+    the name the client asked for (not the upstream's id). An answer cut at
+    `max_output_tokens` is `completed` with `incomplete_details` saying so: `incomplete` is an
+    error to Codex, and the answer is whole as far as the client asked."""
     reasoning = request.get("reasoning") or {}
     return {
         "id": rid,
         "object": "response",
         "created_at": created,
         "status": status,
-        "completed_at": int(time.time()) if status in ("completed", "incomplete") else None,
+        "completed_at": int(time.time()) if status == "completed" else None,
         "error": error,
-        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
         "instructions": request.get("instructions"),
         "max_output_tokens": request.get("max_output_tokens"),
-        "model": model or request.get("model"),
+        "model": request.get("model"),
         "output": output,
         "parallel_tool_calls": request.get("parallel_tool_calls", True),
         "previous_response_id": None,
@@ -122,9 +129,14 @@ def response_object(
 
 
 def render(
-    chat: dict[str, Any], request: dict[str, Any], chat_body: dict[str, Any], rid: str, created: int
+    chat: dict[str, Any],
+    request: dict[str, Any],
+    chat_body: dict[str, Any],
+    rid: str,
+    created: int,
+    tools: Tools | None = None,
 ) -> dict[str, Any]:
-    """A chat.completion as a Responses `response` object."""
+    """A chat.completion as a Responses `response` object (calls restored through `tools`)."""
     message, finish, _ = first_message(chat)
     suffix = rid.removeprefix("resp_")
     output: list[dict[str, Any]] = []
@@ -140,24 +152,22 @@ def render(
         output.append(message_item(f"msg_{suffix}", text, logprobs))
     for i, call in enumerate(calls):
         fn = call.get("function") or {}
-        output.append(
-            call_item(
-                f"fc_{suffix}_{i}",
-                call.get("id") or f"call_{suffix}_{i}",
-                fn.get("name") or "",
-                fn.get("arguments") or "",
-            )
+        item = call_item(
+            f"fc_{suffix}_{i}",
+            call.get("id") or f"call_{suffix}_{i}",
+            fn.get("name") or "",
+            fn.get("arguments") or "",
         )
-    status = "incomplete" if finish == "length" else "completed"
+        output.append(restored(item, tools or Tools()))
     return response_object(
         request,
         chat_body,
         rid,
         created,
-        chat.get("model"),
-        status,
+        "completed",
         output,
         usage_of(chat.get("usage")),
+        truncated=finish == "length",
     )
 
 
@@ -184,7 +194,8 @@ def chat_of(response: dict[str, Any]) -> dict[str, Any]:
         message["reasoning_content"] = "".join(reasoning)
     if calls:
         message["tool_calls"] = calls
-    finish = "tool_calls" if calls else "length" if response["status"] == "incomplete" else "stop"
+    cut = response["status"] == "incomplete" or bool(response.get("incomplete_details"))
+    finish = "tool_calls" if calls else "length" if cut else "stop"
     usage = response.get("usage") or {}
     return {
         "object": "chat.completion",

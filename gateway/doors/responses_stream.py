@@ -4,15 +4,22 @@
 through `responses.render`. A stream is rebuilt event by event: `response.created` and
 `response.in_progress`, then one output item at a time (reasoning, message, function calls) each
 opened with `response.output_item.added` (+ `content_part.added`), filled by `…delta` events and
-closed with `…done` events, then `response.completed` (`response.incomplete` when the answer hit
-`max_output_tokens`) carrying the record's usage. An upstream that broke mid-stream ends the
-stream with an `error` event and `response.failed`.
+closed with `…done` events, then `response.completed` carrying the record's usage (also when the
+answer hit `max_output_tokens`: `incomplete_details` says so; Codex takes `response.incomplete` for
+an error). Calls are restored through the request's tool map (`responses_tools`): a namespaced
+call with `namespace` and its bare name, a custom tool's as a `custom_tool_call`. An upstream that
+broke mid-stream ends the stream with an `error` event and `response.failed`, whose `code` is
+`context_length_exceeded` for a context overflow. During a silence of `heartbeat_s` the
+`heartbeats` task (run by the relay) sends `response.in_progress`: Codex gives a stream up after
+300 s without an event, and SSE comments do not count.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -28,31 +35,64 @@ from gateway.doors.response_object import (
     response_object,
     usage_of,
 )
+from gateway.doors.responses import context_overflow
+from gateway.doors.responses_tools import Tools, custom_input, restored
 from gateway.record import Record
+
+HEARTBEAT_S = 15.0
 
 
 class ResponsesTranslator:
-    def __init__(self, request: dict[str, Any], chat_body: dict[str, Any], record: Record):
+    def __init__(
+        self,
+        request: dict[str, Any],
+        chat_body: dict[str, Any],
+        record: Record,
+        tools: Tools | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ):
         self.request = request
         self.chat_body = chat_body
         self.record = record
+        self.tools = tools or Tools()
+        self.heartbeat_s = heartbeat_s
+        self._clock = clock
+        self._sleep = sleep
+        self._last = clock()
         self.rid = "resp_" + os.urandom(12).hex()
         self.created = int(time.time())
         self._events = ChatEvents()
         self._seq = 0
         self._started = self._ended = False
-        self._model: str | None = None
         self._output: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
         self._text = ""
         self._logprobs: list[dict[str, Any]] = []
         self._tools: dict[int, dict[str, Any]] = {}
+        self._arguments: dict[str, str] = {}  # a custom call's function arguments, by item id
         self._finish: str | None = None
 
     # -- the Translator protocol -----------------------------------------------------------
     def whole(self, chat: dict[str, Any]) -> bytes:
         chat = {**chat, "usage": record_usage(self.record)}
-        return orjson.dumps(render(chat, self.request, self.chat_body, self.rid, self.created))
+        return orjson.dumps(
+            render(chat, self.request, self.chat_body, self.rid, self.created, self.tools)
+        )
+
+    async def heartbeats(self, write: Callable[[bytes], None]) -> None:
+        """Until the stream ends: after each `heartbeat_s` without an event, write a
+        `response.in_progress` (the stream's first events, if none was sent yet)."""
+        while not self._ended:
+            wait = self.heartbeat_s - (self._clock() - self._last)
+            if wait > 0:
+                await self._sleep(wait)
+                continue
+            if not self._started:
+                write(b"".join(self._start()))
+            else:
+                write(self._emit("response.in_progress", response=self._response("in_progress")))
 
     def feed(self, block: bytes) -> bytes:
         out: list[bytes] = []
@@ -78,6 +118,7 @@ class ResponsesTranslator:
     def _emit(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._seq, **fields}
         self._seq += 1
+        self._last = self._clock()
         return sse(kind, data)
 
     def _response(
@@ -88,11 +129,11 @@ class ResponsesTranslator:
             self.chat_body,
             self.rid,
             self.created,
-            self._model,
             status,
             list(self._output),
             usage,
             error,
+            truncated=self._finish == "length",
         )
 
     def _start(self) -> list[bytes]:
@@ -104,7 +145,6 @@ class ResponsesTranslator:
         ]
 
     def _piece(self, piece: Piece) -> list[bytes]:
-        self._model = piece.model or self._model
         out: list[bytes] = []
         if piece.reasoning:
             out += self._ensure("reasoning")
@@ -168,9 +208,14 @@ class ResponsesTranslator:
         if item is None:
             out += self._close()
             suffix = f"{self.rid.removeprefix('resp_')}_{len(self._output)}"
-            item = call_item(
-                f"fc_{suffix}", tool.id or f"call_{suffix}", tool.name or "", "", "in_progress"
+            item = restored(
+                call_item(
+                    f"fc_{suffix}", tool.id or f"call_{suffix}", tool.name or "", "", "in_progress"
+                ),
+                self.tools,
             )
+            if item["type"] == "custom_tool_call":
+                self._arguments[item["id"]] = ""
             self._tools[tool.index] = self._open = item
             self._output.append(item)
             out.append(
@@ -178,7 +223,10 @@ class ResponsesTranslator:
                     "response.output_item.added", output_index=len(self._output) - 1, item=item
                 )
             )
-        if tool.arguments:
+        if tool.arguments and item["type"] == "custom_tool_call":
+            self._arguments[item["id"]] += tool.arguments  # unwrapped once whole
+            item["input"] = custom_input(self._arguments[item["id"]])
+        elif tool.arguments:
             item["arguments"] += tool.arguments
             if item is self._open:  # a late fragment of an earlier call only fills the item
                 out.append(
@@ -197,7 +245,11 @@ class ResponsesTranslator:
         where = self._where()
         status = "incomplete" if self._finish == "length" else "completed"
         out: list[bytes] = []
-        if item["type"] == "function_call":
+        if item["type"] == "custom_tool_call":
+            out.append(
+                self._emit("response.custom_tool_call_input.done", **where, input=item["input"])
+            )
+        elif item["type"] == "function_call":
             out.append(
                 self._emit(
                     "response.function_call_arguments.done",
@@ -241,15 +293,16 @@ class ResponsesTranslator:
 
     def _finished(self) -> bytes:
         self._ended = True
-        status = "incomplete" if self._finish == "length" else "completed"
         usage = usage_of(record_usage(self.record))
-        return self._emit(f"response.{status}", response=self._response(status, usage))
+        return self._emit("response.completed", response=self._response("completed", usage))
 
     def _failed(self, error: dict[str, Any]) -> list[bytes]:
         self._ended = True
         message = error.get("message") or "the upstream failed mid-stream"
         code = error.get("code") or "upstream_failed"
-        failure = {"code": "server_error", "message": message}
+        if context_overflow(message):
+            code = "context_length_exceeded"
+        failure = {"code": code, "message": message}
         return [
             self._emit("error", code=code, message=message, param=None),
             self._emit("response.failed", response=self._response("failed", error=failure)),

@@ -17,8 +17,9 @@ from starlette.responses import Response
 from gateway.api import _call, read_json, watch
 from gateway.doors import messages, protocol_messages, protocol_responses, responses
 from gateway.doors.messages_stream import MessagesTranslator
+from gateway.doors.policy import mark_dropped
 from gateway.doors.responses_stream import ResponsesTranslator
-from gateway.errors import GatewayError
+from gateway.errors import BadRequest, GatewayError
 from gateway.relay import respond
 
 log = logging.getLogger("plumbline")
@@ -30,10 +31,19 @@ async def create_response(request: Request) -> Response:
     gw = request.app.state.gateway
     body = await read_json(request, gw.config.server.max_body_bytes)
     protocol_responses.check(body)
-    call = _call(request, "responses", "/chat/completions", responses.chat_request(body))
-    call.translator = ResponsesTranslator(body, call.body, call.record)
+    translation = responses.translate(body)
+    call = _call(request, "responses", "/chat/completions", translation.chat)
+    mark_dropped(call.record, *translation.dropped)
+    if call.session is None and isinstance(body.get("prompt_cache_key"), str):
+        call.session = body["prompt_cache_key"]  # Codex's session id: sticky routing
+    call.translator = ResponsesTranslator(
+        body, call.body, call.record, translation.tools, gw.config.server.heartbeat_s
+    )
     call.native = responses.native_request(body, call.body)
-    return await respond(gw, call, watch(request))
+    try:
+        return await respond(gw, call, watch(request))
+    except BadRequest as e:
+        raise responses.context_error(e) from None
 
 
 @router.post("/v1/messages")

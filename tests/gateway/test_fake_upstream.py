@@ -363,3 +363,31 @@ def test_subprocess_mode() -> None:
             r = c.chat.completions.create(model="a", messages=MSGS)
         assert r.choices[0].message.content == "tok0 tok1"
         assert len(handle.requests()) == 1
+
+
+def test_realistic_text_streams_the_passage_with_its_escapes_and_logprobs(
+    client: openai.OpenAI, fake: FakeHandle
+) -> None:
+    """`realistic`: non-ASCII, quotes, backslashes, tabs and line breaks, one piece per chunk,
+    with logprobs whose bytes are each piece's UTF-8; the whole answer is the stream joined."""
+    from gateway.fake_text import PASSAGE, pieces
+
+    n = len(pieces()) + 7  # past the end: the passage starts again
+    fake.set_default(realistic=True, tokens=n)
+    kw = {"model": "m", "messages": MSGS, "logprobs": True, "top_logprobs": 3}
+    whole = client.chat.completions.create(**kw)  # type: ignore[call-overload]
+    text = whole.choices[0].message.content
+    assert text.startswith(PASSAGE) and text[len(PASSAGE) :] == "".join(pieces()[:7])
+    assert whole.usage.completion_tokens == n
+    entries = whole.choices[0].logprobs.content
+    assert [e.token for e in entries] == [*pieces(), *pieces()[:7]]
+    assert all(bytes(e.bytes) == e.token.encode() for e in entries)
+    assert all(len(e.top_logprobs) == 3 for e in entries)
+    streamed = [
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(**kw, stream=True)  # type: ignore[call-overload]
+        if c.choices
+    ]
+    assert "".join(streamed) == text and sum(1 for s in streamed if s) == n
+    for needle in ('"', "\\", "\n", "\t", "é", "日本", "🚀"):
+        assert needle in text

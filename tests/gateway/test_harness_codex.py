@@ -1,0 +1,175 @@
+"""Codex CLI (the pinned npm release, `deploy/install.sh` installs it into .harness) drives a real
+tool-using session through the gateway's Responses door against the scripted fake upstream: the
+model calls Codex's shell, the command really runs, its output goes back, Codex prints the final
+answer and exits 0. Variants: a namespaced tool (Codex answers `unsupported call` unless the call
+comes back with `namespace` and its bare name) and the freeform `apply_patch` tool (sent for the
+`gpt-5.5` slug).
+
+The binary missing is a failure, not a skip: CI installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.fake_upstream import FakeHandle
+from tests.harness import ListSink, config_from, running_gateway
+
+ROOT = Path(__file__).resolve().parents[2]
+CODEX = ROOT / ".harness" / "node_modules" / ".bin" / "codex"
+KEY = "plumbline-test-key"
+PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\n"
+
+
+def config(base_url: str, model: str) -> Any:
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0},
+            "upstreams": [
+                {
+                    "name": "a",
+                    "kind": "vllm",
+                    "base_url": base_url,
+                    "model": "fake-model",
+                    "profile": "smollm2",
+                }
+            ],
+            "models": {model: {"profile": "smollm2", "upstreams": ["a"]}},
+        }
+    )
+
+
+@pytest.fixture
+def codex_home(tmp_path: Path) -> Iterator[Path]:
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    yield home
+
+
+def run_codex(
+    url: str, model: str, home: Path, workdir: Path, prompt: str
+) -> subprocess.CompletedProcess[str]:
+    assert CODEX.exists(), f"Codex CLI is not installed at {CODEX}: run deploy/install.sh"
+    (home / "config.toml").write_text(
+        f'model = "{model}"\n'
+        'model_provider = "plumbline"\n'
+        "model_context_window = 65536\n"
+        "[model_providers.plumbline]\n"
+        'name = "plumbline"\n'
+        f'base_url = "{url}"\n'
+        'wire_api = "responses"\n'
+        'env_key = "PLUMBLINE_KEY"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))} | {
+        "CODEX_HOME": str(home),
+        "PLUMBLINE_KEY": KEY,
+        "NO_COLOR": "1",
+    }
+    return subprocess.run(
+        [
+            str(CODEX),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            prompt,
+        ],
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def chat_requests(fake: FakeHandle) -> list[dict[str, Any]]:
+    return [r["body"] for r in fake.requests() if r["path"] == "/v1/chat/completions"]
+
+
+def tool_turn(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The assistant tool call and the tool message after it in a chat request."""
+    messages = body["messages"]
+    at = next(i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("tool_calls"))
+    return messages[at], messages[at + 1]
+
+
+def served(sink: ListSink) -> list[int]:
+    return [r.status for r in sink.records if r.door == "responses"]
+
+
+def explain(done: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+
+
+def test_codex_runs_a_shell_command_through_the_gateway(
+    fake: FakeHandle, codex_home: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    command = "echo plumbline-ok | tee marker.txt"
+    fake.set_default(harness=[{"name": "exec_command", "arguments": {"cmd": command}}])
+    sink = ListSink()
+    with running_gateway(config(fake.base_url, "smol"), sinks=[sink]) as url:
+        done = run_codex(url, "smol", codex_home, work, "Run: echo plumbline-ok")
+    assert done.returncode == 0, explain(done)
+    assert done.stdout.strip().splitlines()[-1] == "All done.", explain(done)
+    assert (work / "marker.txt").read_text().strip() == "plumbline-ok"
+    statuses = served(sink)
+    assert len(statuses) >= 2 and set(statuses) == {200}, statuses
+    last = chat_requests(fake)[-1]
+    call, result = tool_turn(last)
+    assert call["tool_calls"][0]["function"]["name"] == "exec_command"
+    assert result["role"] == "tool" and result["tool_call_id"] == call["tool_calls"][0]["id"]
+    assert "plumbline-ok" in result["content"]
+    # What Codex sends and the upstream must not see: hosted tools, its telemetry.
+    assert all(t["type"] == "function" for t in last["tools"])
+    assert "client_metadata" not in last and "prompt_cache_key" not in last
+    assert any(r.dropped and "tools[type=web_search]" in r.dropped for r in sink.records)
+
+
+def test_codex_namespaced_tool_round_trips(
+    fake: FakeHandle, codex_home: Path, tmp_path: Path
+) -> None:
+    """The model calls the flattened `multi_agent_v1__close_agent`; Codex must get it back as
+    namespace `multi_agent_v1` + `close_agent` and run it (else it answers `unsupported call`)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    name = "multi_agent_v1__close_agent"
+    fake.set_default(harness=[{"name": name, "arguments": {"target": "x"}}])
+    sink = ListSink()
+    with running_gateway(config(fake.base_url, "smol"), sinks=[sink]) as url:
+        done = run_codex(url, "smol", codex_home, work, "Close agent x.")
+    assert done.returncode == 0, explain(done)
+    assert done.stdout.strip().splitlines()[-1] == "All done.", explain(done)
+    first, last = chat_requests(fake)[0], chat_requests(fake)[-1]
+    assert name in {t["function"]["name"] for t in first["tools"]}
+    call, result = tool_turn(last)
+    assert call["tool_calls"][0]["function"]["name"] == name  # history re-flattened
+    assert not result["content"].startswith("unsupported call"), result["content"]
+
+
+def test_codex_apply_patch_custom_tool(fake: FakeHandle, codex_home: Path, tmp_path: Path) -> None:
+    """`gpt-5.5` is a slug Codex knows: it sends the freeform `apply_patch` tool, which the door
+    offers as a function of one string `input` and returns as a `custom_tool_call`."""
+    work = tmp_path / "work"
+    work.mkdir()
+    fake.set_default(harness=[{"name": "apply_patch", "arguments": {"input": PATCH}}])
+    sink = ListSink()
+    with running_gateway(config(fake.base_url, "gpt-5.5"), sinks=[sink]) as url:
+        done = run_codex(url, "gpt-5.5", codex_home, work, "Create hello.txt saying hi.")
+    assert done.returncode == 0, explain(done)
+    assert done.stdout.strip().splitlines()[-1] == "All done.", explain(done)
+    assert (work / "hello.txt").read_text() == "hi\n"
+    first, last = chat_requests(fake)[0], chat_requests(fake)[-1]
+    offered = {t["function"]["name"]: t["function"] for t in first["tools"]}
+    assert offered["apply_patch"]["parameters"]["required"] == ["input"]
+    call, result = tool_turn(last)
+    assert call["tool_calls"][0]["function"]["name"] == "apply_patch"
+    assert "Success" in result["content"], result["content"]
+    assert set(served(sink)) == {200}
