@@ -1,4 +1,7 @@
-"""Session-wide fixtures: the real local stack (vLLM CPU + llama.cpp on SmolLM2) for slow tests."""
+"""Session-wide fixtures: the real local stack (vLLM CPU + llama.cpp on SmolLM2) for slow tests.
+
+In CI (``CI=true``) a skipped test fails the run (`tests.ci_skips`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.config import Config, load_config, parse_config
+from tests.ci_skips import pytest_make_collect_report, pytest_runtest_makereport
 from tests.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,3 +35,6 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
     config = _with_free_ports(load_config(ROOT / "config.toml"), tmp_path_factory.mktemp("stack"))
     with launch_local(config, echo=lambda line: None):
         yield config
+
+
+__all__ = ["pytest_make_collect_report", "pytest_runtest_makereport"]
