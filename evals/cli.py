@@ -14,6 +14,7 @@ from evals import runner
 from evals.result import ItemResult
 
 if TYPE_CHECKING:
+    from gateway.config import Config
     from gateway.store import Store
 
 app = typer.Typer(no_args_is_help=True, help="Evaluate targets through the gateway.")
@@ -127,10 +128,14 @@ def report_cmd(
     ] = False,
     config: Annotated[
         Path | None,
-        typer.Option(help="Gateway config whose store to read (default: $PLUMBLINE_CONFIG)"),
+        typer.Option(
+            help="Gateway config: the store to read with --from-store, and the [nodes.NAME] "
+            "costs that price self-hosted arms (default: $PLUMBLINE_CONFIG, else ./config.toml "
+            "when present)"
+        ),
     ] = None,
 ) -> None:
-    """Markdown + HTML report with intervals, paired tests, noise floor and a chart."""
+    """Markdown + HTML report with intervals, paired tests, noise floor, charts and details."""
     from evals.report import write_report
 
     folders = [r if r.exists() and not from_store else runs_dir / str(r) for r in runs]
@@ -142,9 +147,23 @@ def report_cmd(
         results = [item for folder in folders for item in runner.load_run(folder)[1]]
     first = folders[0]
     target = out or first / "report"
-    paths = write_report(results, target, baseline=baseline)
+    paths = write_report(results, target, baseline=baseline, config=_pricing_config(config))
     for kind, path in paths.items():
         typer.echo(f"{kind}: {path}")
+
+
+def _pricing_config(config_path: Path | None) -> Config | None:
+    """The gateway config that prices node arms: the one named, else $PLUMBLINE_CONFIG or
+    ./config.toml when it exists; None when there is none (node arms' cost is then unknown)."""
+    from gateway.config import ConfigError, default_config_path, load_config
+
+    path = config_path or default_config_path()
+    if config_path is None and not path.exists():
+        return None
+    try:
+        return load_config(path)
+    except (ConfigError, OSError) as e:
+        raise typer.BadParameter(f"config {path}: {e}") from None
 
 
 def _store(config_path: Path | None) -> Store:
@@ -188,27 +207,45 @@ def logits_cmd(
     a: Annotated[str, typer.Option(help="First target")],
     b: Annotated[str, typer.Option(help="Second target")],
     base_url: BaseUrl = DEFAULT_URL,
-    max_tokens: int = 32,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="echo: teacher-forced, every token of fixed texts (needs echo + logprobs, as "
+            "vLLM serves them); greedy: generated tokens while both targets agree"
+        ),
+    ] = "echo",
+    max_tokens: Annotated[int, typer.Option(help="Tokens per prompt (greedy mode)")] = 32,
 ) -> None:
     """Top-1 agreement and mean KL between two targets, against an a-vs-a control."""
-    from evals.logits import against_control, collect, divergence
+    from evals.logits import TEXTS, against_control, collect, collect_echo, divergence
     from evals.tripwire import PROMPTS
 
-    prompts = [p.text for p in PROMPTS[:8]]
+    if mode not in ("echo", "greedy"):
+        raise typer.BadParameter(f"--mode {mode!r}: expected echo or greedy")
 
     async def go() -> None:
         client = openai.AsyncOpenAI(
             base_url=base_url, api_key="unused", default_headers=runner.LANE_HEADER
         )
-        control = divergence(
-            *await collect((client, a), (client, a), prompts, max_tokens=max_tokens)
-        )
-        treated = divergence(
-            *await collect((client, a), (client, b), prompts, max_tokens=max_tokens)
-        )
+        try:
+            if mode == "echo":
+                control = divergence(*await collect_echo((client, a), (client, a), TEXTS))
+                treated = divergence(*await collect_echo((client, a), (client, b), TEXTS))
+            else:
+                prompts = [p.text for p in PROMPTS[:8]]
+                control = divergence(
+                    *await collect((client, a), (client, a), prompts, max_tokens=max_tokens)
+                )
+                treated = divergence(
+                    *await collect((client, a), (client, b), prompts, max_tokens=max_tokens)
+                )
+        finally:
+            await client.close()
         typer.echo(f"control {a} vs {a}: {control}")
         typer.echo(f"pair    {a} vs {b}: {treated}")
         typer.echo(f"verdict: {against_control(treated, control)}")
-        await client.close()
 
-    asyncio.run(go())
+    try:
+        asyncio.run(go())
+    except (ValueError, openai.APIError) as e:
+        raise typer.BadParameter(str(e)) from None

@@ -13,13 +13,18 @@ returned (`top_logprobs`, k <= 20 on vLLM). Two measures per pair of positions:
 
 Contexts must be identical for positions to be comparable. Two collectors:
 
+- `collect_echo` (what `plumbline eval logits` uses) scores fixed texts (`TEXTS`: a question
+  and a fixed answer) on both targets: `/v1/completions` with `echo=True`, `logprobs=k`,
+  `max_tokens=1` returns the top-k at every position of the text itself (vLLM computes them as
+  prompt logprobs), and the one generated token is cut off. Every position has the same
+  context on both sides — the teacher-forced comparison — so a text of N tokens gives N - 1
+  positions (the first token has no distribution) however an instruct model would have
+  answered. The two servers must tokenise the text identically, or it raises.
 - `collect` generates greedily on both targets from the same prompts; positions are compared
   while the two sampled sequences agree, up to and including the first position where they
-  differ (after that the contexts differ).
-- `collect_echo` scores fixed texts on both targets (`echo=True`, the server returns the
-  top-k at every position of the text itself), so every position has the same context on
-  both sides — the teacher-forced comparison, where the server supports prompt logprobs
-  (vLLM does). The two servers must tokenise the text identically, or it raises.
+  differ (after that the contexts differ). On an instruct model fed a bare prompt this is
+  often one position per prompt (the first token already differs, or is the end of text), so
+  it is kept only for servers without echo.
  A control pair — the same configuration served twice — gives the floor every other
 pair is read against (`against_control`).
 """
@@ -142,16 +147,57 @@ async def collect(
     return all_a, all_b
 
 
+# Fixed texts for the teacher-forced comparison: a question and a fixed answer, so every token of
+# the answer (and of the question) is a position, whatever either model would have said next.
+TEXTS: tuple[str, ...] = (
+    "Question: What is the capital of France?\nAnswer: The capital of France is Paris, which "
+    "lies on the river Seine in the north of the country and is also its largest city.",
+    "Question: What is 12 + 30?\nAnswer: Adding twelve and thirty gives forty-two, so the "
+    "answer is 42. You can check it by counting up from thirty in steps of one.",
+    "Question: How many legs does a spider have?\nAnswer: A spider has eight legs. Insects have "
+    "six, which is one of the ways to tell the two groups of animals apart.",
+    "Question: Which planet is the largest in our solar system?\nAnswer: Jupiter is the largest "
+    "planet. It is a gas giant, more than eleven times as wide as the Earth.",
+    "Question: Who wrote the play Romeo and Juliet?\nAnswer: William Shakespeare wrote Romeo and "
+    "Juliet near the end of the sixteenth century; it is one of his early tragedies.",
+    "Question: What is the chemical formula of water?\nAnswer: The formula of water is H2O: each "
+    "molecule has two hydrogen atoms bound to a single oxygen atom.",
+    "Question: Translate the French word 'merci' into English.\nAnswer: 'Merci' means 'thank "
+    "you' in English. To say 'thank you very much', a French speaker says 'merci beaucoup'.",
+    "Question: Continue the sequence: one, two, three, ...\nAnswer: The next number is four, "
+    "then five, six, seven, eight, nine and ten, counting up by one each time.",
+)
+
+
 async def _echo(
     client: Any, model: str, text: str, top: int
 ) -> tuple[list[str], list[TopK | None]]:
+    """The text's own tokens and their top-k (teacher-forced), the generated tail cut off.
+
+    The gateway (like OpenAI) wants max_tokens >= 1, so one token is generated after the text;
+    it is not part of the text and may differ between targets, so it is dropped: the echoed
+    text is `usage.prompt_tokens` long (vLLM), or, without usage, the positions whose
+    `text_offset` lies inside the text."""
     resp = await client.completions.create(
         model=model, prompt=text, max_tokens=1, temperature=0, logprobs=top, echo=True
     )
     lp = resp.choices[0].logprobs
-    if lp is None or lp.top_logprobs is None:
+    if lp is None or lp.top_logprobs is None or lp.tokens is None:
         raise ValueError(f"{model}: the server returned no logprobs")
-    return list(lp.tokens), [dict(d) if d else None for d in lp.top_logprobs]
+    tokens = list(lp.tokens)
+    tops = [dict(d) if d else None for d in lp.top_logprobs]
+    usage = getattr(resp, "usage", None)
+    if usage is not None and usage.prompt_tokens and usage.prompt_tokens <= len(tokens):
+        n = usage.prompt_tokens
+    elif lp.text_offset:
+        n = sum(1 for offset in lp.text_offset if offset < len(text))
+    else:
+        raise ValueError(f"{model}: cannot tell the echoed text from the generated token")
+    if n < 2:
+        raise ValueError(
+            f"{model}: the server echoed {n} token(s) of the text (does it support echo?)"
+        )
+    return tokens[:n], tops[:n]
 
 
 async def collect_echo(

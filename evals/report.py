@@ -1,6 +1,9 @@
-"""The run report: family table with intervals, sub-scores, paired results against the noise
-floor, cost, and a chart of accuracy by family per arm — as Markdown, HTML and a PNG (plus a
-quality-against-$/M scatter, `frontier.png`, when cost records exist).
+"""The run report: family table with intervals, sub-scores, errors and timeouts, paired results
+against the noise floor, quality against cost, and per-item details — as Markdown (report.md,
+details.md), HTML (report.html, details inline) and PNGs: accuracy by family per arm
+(accuracy.png) and quality against $/M with the frontier (frontier.png, when any arm's cost is
+known; see `evals.cost`). Sub-scores count every item of their family (an item that could not
+show one fails it); an arm of unknown cost is said to be unknown and left off the chart.
 
 Input is `ItemResult`s from one or more runs. An *arm* is one (run, target); its label is the
 target name, or `target@run` when the same target appears in more than one run. By default
@@ -20,11 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import html
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from evals.chart import accuracy_chart, frontier_chart
+from evals.cost import ArmCost, arm_costs, frontier, node_map, price_nodes
+from evals.families import parts_of
 from evals.result import ItemResult, engines
 from evals.stats import (
     NoiseFloor,
@@ -33,9 +40,14 @@ from evals.stats import (
     against_floor,
     by_family,
     pair,
+    wilson,
 )
 
+if TYPE_CHECKING:
+    from gateway.config import Config
+
 RATE_COLUMNS = ("truncated", "unparsed", "degenerate", "timeout", "malformed", "error")
+DETAIL_SHOWN = 300  # characters of an item's detail shown in the details table
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,39 +62,67 @@ class Section:
 class Report:
     sections: tuple[Section, ...]
     arms: dict[str, list[ItemResult]] = field(default_factory=dict)
+    # Every item not scored correct, with its scorer's detail or its error (see `_details`).
+    details: Section = Section("Item details")
+    costs: dict[str, ArmCost] = field(default_factory=dict)
 
-    def markdown(self, chart: str | None = None) -> str:
+    def markdown(
+        self, chart: str | None = None, frontier: str | None = None, details: str | None = None
+    ) -> str:
+        """The report as Markdown; `chart`, `frontier`: image names; `details`: the name of the
+        Markdown file holding `self.details` (written beside it by `write_report`)."""
         out = ["# Plumbline eval report", ""]
         if chart:
             out += [f"![accuracy by family]({chart})", ""]
         for s in self.sections:
-            out += [f"## {s.title}", ""]
-            if s.headers:
-                out.append("| " + " | ".join(s.headers) + " |")
-                out.append("|" + "|".join("---" for _ in s.headers) + "|")
-                out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in s.rows]
-                out.append("")
-            out += [*(f"- {n}" for n in s.notes), ""] if s.notes else []
+            out += _markdown_section(s)
+            if s.title == COST_TITLE and frontier:
+                out += [f"![quality against cost]({frontier})", ""]
+        if details:
+            out += [f"Per-item details of every item not scored correct: [{details}]({details})"]
         return "\n".join(out).rstrip() + "\n"
 
-    def html(self, chart: str | None = None) -> str:
+    def details_markdown(self) -> str:
+        return "\n".join(["# Plumbline eval: item details", "", *_markdown_section(self.details)])
+
+    def html(self, chart: str | None = None, frontier: str | None = None) -> str:
         body = ["<h1>Plumbline eval report</h1>"]
         if chart:
             body.append(f'<img src="{html.escape(chart)}" alt="accuracy by family">')
         for s in self.sections:
-            body.append(f"<h2>{html.escape(s.title)}</h2>")
-            if s.headers:
-                head = "".join(f"<th>{html.escape(h)}</th>" for h in s.headers)
-                rows = "".join(
-                    "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
-                    for r in s.rows
-                )
-                body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-            if s.notes:
-                body.append(
-                    "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in s.notes) + "</ul>"
-                )
+            body += _html_section(s)
+            if s.title == COST_TITLE and frontier:
+                body.append(f'<img src="{html.escape(frontier)}" alt="quality against cost">')
+        body += _html_section(self.details)
         return HTML_PAGE.format(body="\n".join(body))
+
+
+def _markdown_section(s: Section) -> list[str]:
+    out = [f"## {s.title}", ""]
+    if s.headers:
+        out.append("| " + " | ".join(s.headers) + " |")
+        out.append("|" + "|".join("---" for _ in s.headers) + "|")
+        out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in s.rows]
+        out.append("")
+    out += [*(f"- {n}" for n in s.notes), ""] if s.notes else []
+    return out
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _html_section(s: Section) -> list[str]:
+    out = [f"<h2>{html.escape(s.title)}</h2>"]
+    if s.headers:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in s.headers)
+        rows = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in s.rows
+        )
+        out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+    if s.notes:
+        out.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in s.notes) + "</ul>")
+    return out
 
 
 HTML_PAGE = """<!doctype html>
@@ -193,22 +233,101 @@ def _family_section(arms: dict[str, list[ItemResult]]) -> Section:
     return Section("Accuracy by family", headers, tuple(rows), notes)
 
 
+def _not_shown(results: Sequence[ItemResult], key: str) -> str:
+    """How many items could not show sub-score `key`, by outcome ("truncated 8, timeout 1")."""
+    counts = Counter(r.outcome for r in results if key not in r.parts)
+    return ", ".join(f"{o} {n}" for o, n in sorted(counts.items())) or "none"
+
+
 def _parts_section(arms: dict[str, list[ItemResult]]) -> Section | None:
+    """Each sub-score over *every* item of its family: an item that could not show it
+    (truncated, timed out, errored, unparsed...) counts as failing it, and is counted by outcome
+    beside the score."""
     rows = []
     for label, rs in arms.items():
         by_fam: dict[str, list[ItemResult]] = defaultdict(list)
         for r in rs:
-            if r.parts:
-                by_fam[r.family].append(r)
+            by_fam[r.family].append(r)
         for family, frs in sorted(by_fam.items()):
-            keys = sorted({k for r in frs for k in r.parts})
-            shown = ", ".join(
-                f"{k} {sum(r.parts.get(k, False) for r in frs) / len(frs):.3f}" for k in keys
-            )
-            rows.append((family, label, str(len(frs)), shown))
+            seen = {k for r in frs for k in r.parts}
+            keys = [*parts_of(family), *sorted(seen - set(parts_of(family)))]
+            for key in keys:
+                k, n = sum(bool(r.parts.get(key, False)) for r in frs), len(frs)
+                lo, hi = wilson(k, n)
+                rows.append(
+                    (
+                        family,
+                        label,
+                        key,
+                        f"{k / n:.3f} [{lo:.3f}, {hi:.3f}]",
+                        f"{k}/{n}",
+                        _not_shown(frs, key),
+                    )
+                )
     if not rows:
         return None
-    return Section("Sub-scores", ("family", "arm", "n", "rates"), tuple(rows))
+    return Section(
+        "Sub-scores",
+        ("family", "arm", "sub-score", "rate [95% Wilson]", "k/n", "failed without a score"),
+        tuple(rows),
+        (
+            "Every item of the family is in each denominator; an item that could not show a "
+            "sub-score (truncated, timed out, errored, unparsed) counts as failing it and is "
+            "counted in the last column.",
+        ),
+    )
+
+
+def _errors_section(arms: dict[str, list[ItemResult]]) -> Section:
+    """Items with no answer to score, per arm: errors (by class) and timeouts, apart."""
+    rows = []
+    for label, rs in arms.items():
+        errors = [r for r in rs if r.outcome == "error"]
+        timeouts = [r for r in rs if r.outcome == "timeout"]
+        classes = Counter(r.error_class or "unknown" for r in errors)
+        rows.append(
+            (
+                label,
+                str(len(rs)),
+                str(len(errors)),
+                ", ".join(f"{c} {n}" for c, n in sorted(classes.items())) or "-",
+                str(len(timeouts)),
+                str(sum(r.outcome == "truncated" for r in rs)),
+            )
+        )
+    notes = (
+        "Errors are failures to get an answer (after retries) and are excluded from pairing; "
+        "timeouts are the model's and count as wrong. Both stay in every denominator.",
+    )
+    return Section(
+        "Errors and timeouts",
+        ("arm", "items", "errors", "by class", "timeouts", "truncated"),
+        tuple(rows),
+        notes,
+    )
+
+
+def _details(arms: dict[str, list[ItemResult]]) -> Section:
+    rows = [
+        (
+            label,
+            r.item_id,
+            r.family,
+            r.outcome,
+            r.finish_reason or "",
+            r.error_class or "",
+            (r.error or r.detail or "")[:DETAIL_SHOWN],
+        )
+        for label, rs in arms.items()
+        for r in rs
+        if not r.correct
+    ]
+    return Section(
+        "Item details",
+        ("arm", "item", "family", "outcome", "finish reason", "error class", "detail / error"),
+        tuple(rows),
+        () if rows else ("every item was scored correct",),
+    )
 
 
 def _pair_row(p: Paired) -> tuple[str, ...]:
@@ -264,6 +383,7 @@ def build_report(
     parts = _parts_section(arms)
     if parts:
         sections.append(parts)
+    sections.append(_errors_section(arms))
 
     floor_rows, floor_notes, computed = [], [], []
     for a, b in control_pairs:
@@ -324,112 +444,92 @@ def build_report(
         )
     )
 
-    cost = _cost_section(arms)
-    if cost:
-        sections.append(cost)
-    return Report(tuple(sections), arms)
+    costs = arm_costs(arms)
+    sections.append(_cost_section(costs))
+    return Report(tuple(sections), arms, _details(arms), costs)
 
 
-def _cost_section(arms: dict[str, list[ItemResult]]) -> Section | None:
-    rows = []
-    for label, rs in arms.items():
-        costs = [r.cost for r in rs if r.cost is not None]
-        if not costs:
+COST_TITLE = "Quality against cost"
+
+
+def _cost_section(costs: dict[str, ArmCost]) -> Section:
+    on = frontier(costs)
+    rows, unknown = [], []
+    for label, c in costs.items():
+        q = c.quality
+        quality = f"{q.accuracy:.3f} [{q.ci[0]:.3f}, {q.ci[1]:.3f}]"
+        if not c.known:
+            unknown.append(label)
+            rows.append((label, quality, "unknown", "unknown", f"0/{c.items}", "-", "-"))
             continue
-        s = by_family(rs)["overall"]
-        tokens = sum(r.output_tokens or 0 for r in rs)
-        per_m = f"{1e6 * sum(costs) / tokens:.3f}" if tokens else ""
         rows.append(
-            (label, f"{s.accuracy:.3f}", f"{sum(costs):.4f}", per_m, f"{len(costs)}/{len(rs)}")
+            (
+                label,
+                quality,
+                f"{c.usd:.4g}",
+                f"{c.usd_per_m_output:.3f}",
+                f"{c.priced}/{c.items}",
+                ", ".join(c.bases),
+                "yes" if label in on else "no",
+            )
         )
-    if not rows:
-        return None
+    notes = [
+        "$/M is the arm's cost over the output tokens of its priced items; accuracy is over "
+        "every item. Cost basis: price = the gateway's price table per request; node-hours = "
+        "the self-hosted node's [nodes.NAME] cost per active hour times the hours this run kept "
+        "it busy, shared by tokens."
+    ]
+    if unknown:
+        notes.append(
+            f"cost unknown for {', '.join(unknown)}: left off the frontier chart (never plotted "
+            "at $0). A self-hosted arm is priced from the gateway config's [nodes.NAME] "
+            "(eval report --config)."
+        )
+    partial = [label for label, c in costs.items() if c.known and c.priced < c.items]
+    if partial:
+        notes.append(
+            f"partly priced: {', '.join(partial)} (items without a cost are left out of $/M)"
+        )
     return Section(
-        "Quality against cost",
-        ("arm", "accuracy", "total cost ($)", "$ per M output tokens", "items with cost"),
+        COST_TITLE,
+        (
+            "arm",
+            "accuracy [95% Wilson]",
+            "total cost ($)",
+            "$ per M output tokens",
+            "items with cost",
+            "cost basis",
+            "on frontier",
+        ),
         tuple(rows),
+        tuple(notes),
     )
 
 
-def chart(report: Report, path: Path) -> Path:
-    """A PNG bar chart of accuracy by family per arm, with Wilson intervals as error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    summaries = {label: by_family(rs) for label, rs in report.arms.items()}
-    families = sorted({f for s in summaries.values() for f in s if f != "overall"}) + ["overall"]
-    width = 0.8 / max(1, len(summaries))
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(families) * max(1, len(summaries)) / 2), 4))
-    for i, (label, fams) in enumerate(summaries.items()):
-        xs, ys, lo, hi = [], [], [], []
-        for j, family in enumerate(families):
-            if family in fams:
-                s = fams[family]
-                xs.append(j + i * width)
-                ys.append(s.accuracy)
-                # Clamp: at 0 or n correct, float rounding can put the bound a hair past it.
-                lo.append(max(0.0, s.accuracy - s.ci[0]))
-                hi.append(max(0.0, s.ci[1] - s.accuracy))
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=label)
-    ax.set_xticks([j + width * (len(summaries) - 1) / 2 for j in range(len(families))])
-    ax.set_xticklabels(families, rotation=20, ha="right")
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy (95% Wilson)")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def cost_points(report: Report) -> dict[str, tuple[float, float]]:
-    """Arm -> ($ per million output tokens, accuracy), for arms whose items carry cost."""
-    points = {}
-    for label, rs in report.arms.items():
-        costs = [r.cost for r in rs if r.cost is not None]
-        tokens = sum(r.output_tokens or 0 for r in rs)
-        if costs and tokens:
-            points[label] = (1e6 * sum(costs) / tokens, by_family(rs)["overall"].accuracy)
-    return points
-
-
-def frontier_chart(report: Report, path: Path) -> Path | None:
-    """Quality against $/M output tokens, one point per arm with cost records (else None)."""
-    points = cost_points(report)
-    if not points:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, (x, y) in points.items():
-        ax.scatter([x], [y])
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize="small")
-    ax.set_xlabel("$ per million output tokens")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(0, 1)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def write_report(results: Sequence[ItemResult], out_dir: Path, **opts: object) -> dict[str, Path]:
-    """Write report.md, report.html, accuracy.png (and frontier.png when costs exist) into
-    `out_dir`; returns their paths."""
+def write_report(
+    results: Sequence[ItemResult],
+    out_dir: Path,
+    *,
+    config: Config | None = None,
+    **opts: object,
+) -> dict[str, Path]:
+    """Write report.md, report.html, details.md, accuracy.png (and frontier.png when an arm's
+    cost is known) into `out_dir`; returns their paths. With the gateway's `config`, items its
+    self-hosted nodes answered are priced by node-hours (`evals.cost.price_nodes`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        results = price_nodes(results, *node_map(config))
     report = build_report(results, **opts)  # type: ignore[arg-type]
-    png = chart(report, out_dir / "accuracy.png")
-    frontier = frontier_chart(report, out_dir / "frontier.png")
+    png = accuracy_chart(report.arms, out_dir / "accuracy.png")
+    front = frontier_chart(report.costs, out_dir / "frontier.png")
+    front_name = front.name if front else None
+    details = out_dir / "details.md"
+    details.write_text(report.details_markdown(), encoding="utf-8")
     md = out_dir / "report.md"
-    md.write_text(report.markdown(png.name), encoding="utf-8")
+    md.write_text(report.markdown(png.name, front_name, details.name), encoding="utf-8")
     page = out_dir / "report.html"
-    page.write_text(report.html(png.name), encoding="utf-8")
-    paths = {"markdown": md, "html": page, "chart": png}
-    if frontier:
-        paths["frontier"] = frontier
+    page.write_text(report.html(png.name, front_name), encoding="utf-8")
+    paths = {"markdown": md, "html": page, "chart": png, "details": details}
+    if front:
+        paths["frontier"] = front
     return paths

@@ -9,6 +9,13 @@ noise-floor control (see `evals.report`).
 
 `run` names the run the result belongs to, so the same target evaluated twice (the noise-floor
 control) stays two arms.
+
+`finish_reason` is only ever the upstream's own finish reason. A request that got no answer to
+score keeps why in `error_class` (a short class: `connection`, `http_503`, `http_400`, `timeout`,
+`scorer`) and `error` (the message); `detail` is the scorer's own account of its verdict (what
+failed, what did not parse). `upstream` is the upstream that answered (`x-plumbline-upstream`),
+`started` the wall-clock time the request was sent: with `latency_s` they let the report price
+self-hosted (node) arms by the node-hours the run kept them busy (`evals.cost`).
 """
 
 from __future__ import annotations
@@ -43,6 +50,17 @@ class ItemResult:
     # The serving stack that answered (`x-plumbline-engine`: vLLM version and chat template);
     # empty where the gateway knows none (llama.cpp, API providers).
     engine: str = ""
+    # The scorer's account of its verdict (e.g. which instruction failed), "" when it gave none.
+    detail: str = ""
+    # Why there was nothing to score (outcome `error`, or `timeout`): class and message.
+    error_class: str | None = None
+    error: str | None = None
+    upstream: str = ""
+    started: float | None = None  # epoch seconds the request was sent
+    prompt_tokens: int | None = None
+    # Where `cost` came from: "price" (the gateway's price table, per request) or "node-hours"
+    # (a self-hosted node's hours, `evals.cost.price_nodes`); "" when there is no cost.
+    cost_basis: str = ""
 
     @property
     def correct(self) -> bool:
@@ -55,7 +73,20 @@ class ItemResult:
     def from_dict(cls, data: dict[str, Any]) -> ItemResult:
         """Build from a dict, ignoring keys this version does not know (forward-compatible)."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        kept = {k: v for k, v in data.items() if k in known}
+        if kept.get("outcome") == "error" and "error" not in data and kept.get("finish_reason"):
+            # Written before errors had their own field: the message sat in finish_reason.
+            kept["error"] = kept.pop("finish_reason")
+            kept["error_class"] = error_class_of(kept["error"])
+        return cls(**kept)
+
+
+def error_class_of(message: str) -> str:
+    """The class of a runner error message ("HTTP 503: ..." -> "http_503", "connection: ...")."""
+    head = message.split(":", 1)[0].strip().lower()
+    if head.startswith("http "):
+        return "http_" + head.removeprefix("http ").strip()
+    return head.replace(" ", "_") or "error"
 
 
 def engines(results: Iterable[ItemResult]) -> frozenset[str]:

@@ -11,7 +11,10 @@ item so that arms sampled differently are never paired.
 Outcomes: a reply is scored by the item's scorer; a request that runs out of its time budget is a
 `timeout` (the model's fault: not correct); an infrastructure failure (connection refused, 5xx
 after the gateway's own retries) is retried here too, then recorded as `error` — never dropped.
-The denominator is always every item.
+Why an item has no answer is kept in its own fields (`error_class`, `error`), never in
+`finish_reason`, which is only the upstream's; a scorer that raises on a reply makes that item an
+`error` of class `scorer`. The scorer's `detail` is kept per item. The denominator is always
+every item.
 
 A run lives in `<runs>/<run id>/`: `run.json` (targets, suite, seed, item-set hash, serving
 fingerprints) and `results.jsonl` (one `ItemResult` per line, appended as items finish), so an
@@ -39,7 +42,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from evals import dataset, families
 from evals.item import Item, Reply, items_digest
-from evals.result import ItemResult, read_results
+from evals.result import ItemResult, error_class_of, read_results
 
 # Items per family. "default" is the full suite; "smoke" is what CI can afford on 2 CPU cores.
 SUITES: dict[str, dict[str, int | None]] = {
@@ -60,6 +63,7 @@ SUITES: dict[str, dict[str, int | None]] = {
 }
 
 LANE_HEADER = {"x-plumbline-lane": "eval"}
+DETAIL_CHARS = 2000  # of a scorer's detail kept per item
 
 
 class InfraError(Exception):
@@ -90,6 +94,8 @@ class RunSpec:
     # Of the math family's items, this many from reasoning-gym's generators at hard settings
     # (`evals/families/math.py`; needs the reasoning-gym package).
     reasoning_gym: int = 0
+    # Seconds before the first retry of an infrastructure error (doubling, at most 20 s).
+    retry_wait_s: float = 1.0
 
 
 def build_items(
@@ -204,23 +210,38 @@ class Runner:
             "item_digest": item.digest(),
             "family": item.family,
             "run": self.run_id,
+            "started": time.time(),
         }
         try:
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(3),
-                wait=wait_exponential(multiplier=1, max=20),
+                wait=wait_exponential(multiplier=self.spec.retry_wait_s, max=20),
                 retry=retry_if_exception_type(InfraError),
                 reraise=True,
             ):
                 with attempt:
                     chat, headers, elapsed = await self._ask(target, item)
         except openai.APITimeoutError:
-            return ItemResult(**base, outcome="timeout", latency_s=self.spec.timeout_s)
+            return ItemResult(
+                **base,
+                outcome="timeout",
+                latency_s=self.spec.timeout_s,
+                error_class="timeout",
+                error=f"no answer within {self.spec.timeout_s:g} s",
+            )
         except InfraError as e:
-            return ItemResult(**base, outcome="error", parts={}, finish_reason=str(e)[:200])
+            message = str(e)[:500]
+            return ItemResult(
+                **base, outcome="error", error_class=error_class_of(message), error=message
+            )
         except openai.APIStatusError as e:
             # A 4xx for this item (e.g. the prompt exceeds the window): recorded, not dropped.
-            return ItemResult(**base, outcome="error", finish_reason=f"HTTP {e.status_code}")
+            return ItemResult(
+                **base,
+                outcome="error",
+                error_class=f"http_{e.status_code}",
+                error=f"HTTP {e.status_code}: {e.message}"[:500],
+            )
         fp = self.fingerprints[target]
         for key, header in (
             ("upstream", "x-plumbline-upstream"),
@@ -231,20 +252,35 @@ class Runner:
             if headers.get(header):
                 fp[key].add(headers[header])
         reply = reply_from(chat)
-        verdict = await asyncio.to_thread(families.score, item, reply)
         cost = headers.get("x-plumbline-cost-usd")
-        return ItemResult(
+        answered: dict[str, Any] = {
             **base,
+            "finish_reason": reply.finish_reason,
+            "output_tokens": reply.completion_tokens,
+            "reasoning_tokens": reply.reasoning_tokens,
+            "prompt_tokens": (chat.get("usage") or {}).get("prompt_tokens"),
+            "latency_s": round(elapsed, 4),
+            "cost": float(cost) if cost else None,
+            "cost_basis": "price" if cost else "",
+            "params_hash": headers.get("x-plumbline-params-hash", ""),
+            "reasoning_leak": headers.get("x-plumbline-reasoning-leak") == "true",
+            "engine": headers.get("x-plumbline-engine", ""),
+            "upstream": headers.get("x-plumbline-upstream", ""),
+        }
+        try:
+            verdict = await asyncio.to_thread(families.score, item, reply)
+        except Exception as e:  # a scorer that fails on one reply: that item errs, the run goes on
+            return ItemResult(
+                **answered,
+                outcome="error",
+                error_class="scorer",
+                error=f"{type(e).__name__}: {e}"[:500],
+            )
+        return ItemResult(
+            **answered,
             outcome=verdict.outcome,
-            finish_reason=reply.finish_reason,
-            output_tokens=reply.completion_tokens,
-            reasoning_tokens=reply.reasoning_tokens,
-            latency_s=round(elapsed, 4),
-            cost=float(cost) if cost else None,
-            params_hash=headers.get("x-plumbline-params-hash", ""),
             parts=dict(verdict.parts),
-            reasoning_leak=headers.get("x-plumbline-reasoning-leak") == "true",
-            engine=headers.get("x-plumbline-engine", ""),
+            detail=verdict.detail[:DETAIL_CHARS],
         )
 
     # -- the whole run -------------------------------------------------------------------

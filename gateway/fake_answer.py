@@ -41,7 +41,7 @@ def _count(v: Any) -> bool:
 _CHECKS: dict[str, Callable[[Any], bool]] = {
     "status": lambda v: isinstance(v, int) and not isinstance(v, bool) and 100 <= v <= 599,
     "message": lambda v: isinstance(v, str),
-    "retry_after": _num,
+    "retry_after": lambda v: _num(v) or isinstance(v, str),  # seconds, or an HTTP date
     "body": lambda v: isinstance(v, str),
     "drop_connection": lambda v: isinstance(v, bool),
     "hang_before_first_byte": _num,
@@ -162,6 +162,9 @@ class Plan:
     tool_call: tuple[str, str] | None
     reasoning_field: str | None
     faults: tuple[str, ...]  # "malformed_sse", "invalid_json"
+    # A completion with ``echo``: the prompt's words, returned (non-stream) before the answer with
+    # logprobs at every position but the first, as vLLM returns prompt logprobs.
+    echo: tuple[str, ...] = ()
 
     @property
     def reasoning_count(self) -> int:
@@ -326,6 +329,9 @@ def make_plan(kind: str, body: dict[str, Any], beh: dict[str, Any], default_mode
         tool_call=tool,
         reasoning_field=field if kind == "chat" else None,
         faults=tuple(f for f in ("malformed_sse", "invalid_json") if beh.get(f)),
+        echo=tuple(_words([str(u) for u in prompt_units(body)]))
+        if kind == "completion" and body.get("echo")
+        else (),
     )
 
 
@@ -346,19 +352,25 @@ def chat_logprobs(token: str, i: int, top: int) -> dict[str, Any]:
     return {**entry(token, _lp(i)), "top_logprobs": alts}
 
 
-def completion_logprobs(tokens: list[str], offset: int, top: int) -> dict[str, Any]:
-    """The legacy completions ``logprobs`` object for consecutive tokens."""
+def completion_logprobs(
+    tokens: list[str], offset: int, top: int, echo: bool = False
+) -> dict[str, Any]:
+    """The legacy completions ``logprobs`` object for consecutive tokens (``echo``: the first is
+    the prompt's first token, which has no distribution: ``None``, as vLLM says it)."""
     offsets, pos = [], offset
     for t in tokens:
         offsets.append(pos)
         pos += len(t)
-    tops = [
+    tops: list[dict[str, float] | None] = [
         {t: _lp(i), **{f"alt{j}": _lp(i) - 1.5 * j for j in range(1, top)}}
         for i, t in enumerate(tokens)
     ]
+    token_logprobs: list[float | None] = [_lp(i) for i in range(len(tokens))]
+    if echo and tokens:
+        tops[0] = token_logprobs[0] = None
     return {
         "text_offset": offsets,
-        "token_logprobs": [_lp(i) for i in range(len(tokens))],
+        "token_logprobs": token_logprobs,
         "tokens": tokens,
         "top_logprobs": tops if top else None,
     }
@@ -431,9 +443,11 @@ def body_template(plan: Plan, created: int) -> tuple[bytes, ...]:
                 else {"content": [chat_logprobs(t, i, plan.logprobs) for i, t in enumerate(tokens)]}
             )
         else:
-            choice["text"] = content
+            choice["text"] = "".join(plan.echo) + content
             choice["logprobs"] = (
-                None if plan.logprobs is None else completion_logprobs(tokens, 0, plan.logprobs)
+                None
+                if plan.logprobs is None
+                else completion_logprobs([*plan.echo, *tokens], 0, plan.logprobs, bool(plan.echo))
             )
         choice["finish_reason"] = plan.finish_reason
         choice["stop_reason"] = plan.stop_reason

@@ -5,6 +5,9 @@ A family module exposes three things:
     NAME      the family's name, as items carry it in `Item.family`
     build     build(seed: int, n: int, **opts) -> list[Item], deterministic in `seed`
     SCORERS   {scorer name: score(item, reply) -> Verdict}; names are unique across families
+    PARTS     (optional) the sub-scores its verdicts carry in `Verdict.parts`; the report counts
+              every item of the family in each one's denominator, an item that could not show
+              it (truncated, timed out, errored, unparsed) as failing it
 
 Items carry their scorer as a string so a stored item can be re-scored later without the
 builder. `score` applies the rules every family shares before dispatching:
@@ -42,17 +45,24 @@ _MODULES: tuple[str, ...] = (
 
 
 @cache
-def _load() -> tuple[dict[str, Builder], dict[str, Scorer]]:
+def _load() -> tuple[dict[str, Builder], dict[str, Scorer], dict[str, tuple[str, ...]]]:
     families: dict[str, Builder] = {}
     scorers: dict[str, Scorer] = {}
+    parts: dict[str, tuple[str, ...]] = {}
     for path in _MODULES:
         module: ModuleType = import_module(path)
         families[module.NAME] = module.build
+        parts[module.NAME] = tuple(getattr(module, "PARTS", ()))
         for name, scorer in module.SCORERS.items():
             if name in scorers:
                 raise ValueError(f"scorer {name!r} is defined twice ({path})")
             scorers[name] = scorer
-    return families, scorers
+    return families, scorers, parts
+
+
+def parts_of(family: str) -> tuple[str, ...]:
+    """The sub-scores a family declares (none for a family this registry does not know)."""
+    return _load()[2].get(family, ())
 
 
 def __getattr__(name: str) -> Any:

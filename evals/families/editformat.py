@@ -36,6 +36,7 @@ from evals.sandbox import Limits, run_python
 from evals.tripwire import reply_degeneration
 
 NAME = "editformat"
+PARTS = ("well_formed", "applies", "applies_lenient", "tests_pass")
 DEFAULT_N = 30
 
 PROMPT = """The file `{module}.py` below has a bug: the tests in `test_{module}.py` fail.
@@ -410,7 +411,7 @@ def score(item: Item, reply: Reply) -> Verdict:
     text = reply.answer_text()
     if text is None:
         return Verdict("unparsed", "no answer (empty, or an unterminated <think>)")
-    parts = {"well_formed": False, "applies": False, "applies_lenient": False, "tests_pass": False}
+    parts = dict.fromkeys(PARTS, False)
     try:
         blocks = editblock.parse(text)
     except editblock.EditFormatError as exc:

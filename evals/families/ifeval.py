@@ -32,6 +32,7 @@ from evals.item import Item, Reply, Verdict
 from evals.tripwire import reply_degeneration
 
 NAME = "ifeval"
+PARTS = ("strict", "loose")
 DEFAULT_N = 60
 
 TASKS: tuple[str, ...] = (

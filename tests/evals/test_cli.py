@@ -89,9 +89,24 @@ def test_tripwire_and_logits_commands_through_the_gateway() -> None:
     with running_fake(tokens=4) as fake, running_gateway(gateway_for(ok=fake.base_url)) as url:
         code_t = CliRunner().invoke(cli.app, ["eval", "tripwire", "-t", "ok", "--base-url", url])
         args = ["eval", "logits", "--a", "ok", "--b", "ok", "--base-url", url]
-        code_l = CliRunner().invoke(cli.app, [*args, "--max-tokens", "4"])
+        code_l = CliRunner().invoke(cli.app, [*args, "--mode", "greedy", "--max-tokens", "4"])
     assert code_t.exit_code == 0, code_t.output
     assert code_t.output.startswith("ok: ")
     assert code_l.exit_code == 0, code_l.output
     lines = code_l.output.splitlines()
     assert [line.split()[0] for line in lines] == ["control", "pair", "verdict:"]
+
+
+def test_logits_scores_every_token_of_fixed_texts_not_one_per_prompt() -> None:
+    """An instruct model fed a bare prompt ends its answer at once (here: one token), so greedy
+    comparison had one position per prompt; `eval logits` scores fixed texts teacher-forced,
+    every token of each a position."""
+    from evals.logits import TEXTS
+
+    with running_fake(tokens=1) as fake, running_gateway(gateway_for(ok=fake.base_url)) as url:
+        args = ["eval", "logits", "--a", "ok", "--b", "ok", "--base-url", url]
+        ran = CliRunner().invoke(cli.app, args)
+    assert ran.exit_code == 0, ran.output
+    positions = sum(len(t.split()) - 1 for t in TEXTS)
+    assert f"positions={positions}," in ran.output.splitlines()[0]
+    assert positions > 10 * len(TEXTS)

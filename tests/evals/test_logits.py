@@ -156,3 +156,29 @@ async def test_collect_echo_compares_every_position_with_logprobs() -> None:
     other = _fake_echo([None, p, p], ["Once", " upon", " a time"])
     with pytest.raises(ValueError, match="tokenise"):
         await collect_echo((a, "m"), (other, "m"), ["Once upon a time"])
+
+
+async def test_teacher_forced_positions_through_the_gateway_and_the_fake_upstream() -> None:
+    """`echo` + `logprobs` + `max_tokens=1` through the gateway's /v1/completions: every token of
+    each fixed text but its first is a position, whatever each target generated after it (here
+    the two answer differently: the generated token is cut off, not compared)."""
+    from evals.logits import TEXTS
+    from gateway.fake_upstream import running_fake
+    from tests.evals.test_runner import gateway_for
+    from tests.harness import running_gateway
+
+    with (
+        running_fake(text="yes") as one,
+        running_fake(text="no") as other,
+        running_gateway(gateway_for(a=one.base_url, b=other.base_url)) as url,
+    ):
+        client = openai.AsyncOpenAI(base_url=url, api_key="unused")
+        try:
+            pa, pb = await collect_echo((client, "a"), (client, "b"), TEXTS)
+        finally:
+            await client.close()
+        body = one.requests()[0]["body"]
+    assert body["echo"] is True and body["logprobs"] == 20 and body["max_tokens"] == 1
+    assert len(pa) == len(pb) == sum(len(t.split()) - 1 for t in TEXTS)
+    d = divergence(pa, pb)
+    assert d.top1_agreement == 1.0 and d.mean_kl == pytest.approx(0.0, abs=1e-12)

@@ -7,7 +7,6 @@ import pytest
 from evals.report import (
     arms_from_results,
     build_report,
-    cost_points,
     default_controls,
     write_report,
 )
@@ -75,6 +74,7 @@ def test_report_sections() -> None:
         "Arms",
         "Accuracy by family",
         "Sub-scores",
+        "Errors and timeouts",
         "Noise floor (same configuration twice)",
         "Paired against local@r1",
         "Quality against cost",
@@ -84,7 +84,7 @@ def test_report_sections() -> None:
     assert overall[2] == "80"
     assert overall[4] == "10.0%"  # truncated
     assert "[" in overall[3]  # interval
-    paired = report.sections[4]
+    paired = report.sections[5]
     [api_row] = paired.rows
     assert api_row[0] == "local@r1 vs api"
     assert api_row[-1].startswith("exceeds")
@@ -106,7 +106,7 @@ def test_a_control_across_an_engine_change_is_refused() -> None:
     report = build_report(
         run("local", "r1", 0.6, 1, engine=old) + run("local", "r2", 0.6, 2, engine=new) + mixed
     )
-    arms, floor = report.sections[0], report.sections[3]
+    arms, floor = report.sections[0], report.sections[4]
     assert [row[-1] for row in arms.rows] == [old, new, f"{old}, {new}"]
     assert arms.notes == (
         f"local@r3 was served by 2 engines ({old}, {new}): its items do not come from one "
@@ -120,7 +120,7 @@ def test_a_control_across_an_engine_change_is_refused() -> None:
     same = build_report(
         run("local", "r1", 0.6, 1, engine=old) + run("local", "r2", 0.6, 2, engine=old)
     )
-    assert len(same.sections[3].rows) == 1
+    assert len(same.sections[4].rows) == 1
 
 
 def test_report_without_a_control_says_the_floor_is_unknown() -> None:
@@ -136,9 +136,105 @@ def test_frontier_chart_only_with_costs(tmp_path: Path) -> None:
     with_cost = run("local", "r1", 0.6, 1) + run("api", "r2", 0.9, 2, cost=0.002)
     paths = write_report(with_cost, tmp_path / "b")
     assert paths["frontier"].read_bytes()[:4] == b"\x89PNG"
-    [(label, (per_m, _acc))] = cost_points(build_report(with_cost)).items()
+    costs = build_report(with_cost).costs
     tokens = sum(100 + i for i in range(80))
-    assert label == "api" and per_m == pytest.approx(1e6 * 0.002 * 80 / tokens)
+    assert costs["api"].usd_per_m_output == pytest.approx(1e6 * 0.002 * 80 / tokens)
+    assert not costs["local"].known and costs["local"].usd_per_m_output is None
+
+
+def test_the_frontier_is_in_the_report_and_an_unknown_cost_is_never_zero(tmp_path: Path) -> None:
+    """The frontier chart is embedded in the HTML and its points tabled in the Markdown; an arm
+    with no cost record says "unknown", is off the chart, and a note says so."""
+    results = (
+        run("cheap", "r1", 0.6, 1, cost=0.0001)
+        + run("dear", "r2", 0.95, 2, cost=0.01)
+        + run("worse", "r3", 0.5, 3, cost=0.02)
+        + run("local", "r4", 0.7, 4)
+    )
+    paths = write_report(results, tmp_path / "out")
+    page, md = paths["html"].read_text(), paths["markdown"].read_text()
+    assert 'src="frontier.png"' in page
+    assert "![quality against cost](frontier.png)" in md
+    table = md.split("## Quality against cost")[1]
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if "|" in line}
+    assert rows["cheap"].endswith("| yes |") and rows["dear"].endswith("| yes |")
+    assert rows["worse"].endswith("| no |")  # dearer and worse than `dear`
+    assert "| unknown | unknown | 0/80 |" in rows["local"]
+    assert "cost unknown for local: left off the frontier chart" in md
+    assert "cost unknown for local" in page
+    assert "0.000" not in rows["local"]
+
+
+def _editformat(outcome: str, parts: dict[str, bool] | None, i: int, **kw: object) -> ItemResult:
+    return ItemResult(
+        "m", f"e{i}", f"d{i}", "editformat", outcome, parts=parts or {}, run="r", **kw
+    )  # type: ignore[arg-type]
+
+
+def test_sub_scores_count_truncated_and_timed_out_items_as_failures() -> None:
+    """Ten edit-format items, one answered well-formed, the rest truncated, timed out or
+    errored: well_formed is 1 of 10 (not 1.000 of the one that showed it), and the report says
+    beside the score how many could not show it."""
+    shown = {"well_formed": True, "applies": True, "applies_lenient": True, "tests_pass": False}
+    results = [_editformat("wrong", shown, 0)]
+    results += [_editformat("truncated", None, i, finish_reason="length") for i in range(1, 7)]
+    results += [_editformat("timeout", None, i, error_class="timeout") for i in range(7, 9)]
+    results += [_editformat("error", None, 9, error_class="http_503")]
+    section = next(s for s in build_report(results).sections if s.title == "Sub-scores")
+    rows = {row[2]: row for row in section.rows}
+    assert list(rows) == ["well_formed", "applies", "applies_lenient", "tests_pass"]
+    family, arm, _, rate, k_of_n, without = rows["well_formed"]
+    assert (family, arm, k_of_n) == ("editformat", "m", "1/10")
+    assert rate.startswith("0.100 [")
+    assert without == "error 1, timeout 2, truncated 6"
+    assert rows["tests_pass"][4] == "0/10"
+
+
+def test_sub_scores_of_a_family_whose_every_item_was_cut_off() -> None:
+    """No item showed a sub-score: the family's declared sub-scores are still reported, 0/n."""
+    results = [_editformat("truncated", None, i, finish_reason="length") for i in range(3)]
+    results += [ItemResult("m", f"i{i}", f"di{i}", "ifeval", "timeout", run="r") for i in range(2)]
+    section = next(s for s in build_report(results).sections if s.title == "Sub-scores")
+    got = {(row[0], row[2]): (row[4], row[5]) for row in section.rows}
+    assert got[("editformat", "well_formed")] == ("0/3", "truncated 3")
+    assert got[("ifeval", "strict")] == ("0/2", "timeout 2")
+    assert got[("ifeval", "loose")] == ("0/2", "timeout 2")
+
+
+def test_errors_are_counted_apart_by_class() -> None:
+    results = [
+        ItemResult("m", "a", "da", "math", "error", run="r", error_class="http_503", error="x"),
+        ItemResult("m", "b", "db", "math", "error", run="r", error_class="http_503", error="y"),
+        ItemResult("m", "c", "dc", "math", "error", run="r", error_class="scorer", error="z"),
+        ItemResult("m", "d", "dd", "math", "timeout", run="r", error_class="timeout"),
+        ItemResult("m", "e", "de", "math", "correct", "stop", run="r"),
+    ]
+    section = next(s for s in build_report(results).sections if s.title == "Errors and timeouts")
+    assert section.rows == (("m", "5", "3", "http_503 2, scorer 1", "1", "0"),)
+
+
+def test_scorer_detail_and_errors_are_shown_per_failed_item(tmp_path: Path) -> None:
+    results = [
+        ItemResult("m", "ok", "d1", "ifeval", "correct", "stop", run="r"),
+        ItemResult("m", "bad", "d2", "ifeval", "wrong", "stop", run="r", detail="failed: no_comma"),
+        ItemResult(
+            "m",
+            "gone",
+            "d3",
+            "math",
+            "error",
+            run="r",
+            error_class="http_503",
+            error="HTTP 503: upstream down",
+        ),  # fmt: skip
+    ]
+    paths = write_report(results, tmp_path / "out")
+    details, page = paths["details"].read_text(), paths["html"].read_text()
+    assert "| m | bad | ifeval | wrong | stop |  | failed: no_comma |" in details
+    assert "| m | gone | math | error |  | http_503 | HTTP 503: upstream down |" in details
+    assert "| m | ok |" not in details
+    assert "failed: no_comma" in page and "HTTP 503: upstream down" in page
+    assert "[details.md](details.md)" in paths["markdown"].read_text()
 
 
 def test_written_files(tmp_path: Path) -> None:

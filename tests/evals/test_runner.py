@@ -120,3 +120,107 @@ def test_smoke_suite_on_the_real_local_stack(local_stack: Any, tmp_path: Path) -
         assert families["overall"].n == SMOKE_ITEMS
     paths = write_report(results, tmp_path / "report")
     assert "Accuracy by family" in paths["markdown"].read_text()
+
+
+def _dataset(tmp_path: Path, n: int = 3) -> Path:
+    path = tmp_path / "sums.jsonl"
+    path.write_text(
+        "".join(f'{{"id": "s{i}", "question": "{i}+0?", "answer": {i}}}\n' for i in range(n))
+    )
+    return path
+
+
+def _dataset_spec(url: str, targets: list[str], tmp_path: Path, **kw: Any) -> runner.RunSpec:
+    return runner.RunSpec(
+        base_url=url,
+        targets=targets,
+        suite="none",
+        runs_dir=tmp_path,
+        timeout_s=20,
+        datasets=[(_dataset(tmp_path), "math_integer")],
+        retry_wait_s=0,
+        **kw,
+    )
+
+
+def test_errors_have_their_own_fields_and_scorer_detail_is_kept(tmp_path: Path) -> None:
+    """An upstream that fails (503, every retry) and one that refuses the request (400): each
+    item's outcome is `error` with its class and message in `error_class` / `error`, and no
+    finish reason (the upstream gave none). An answered item keeps the upstream's finish reason
+    and its scorer's detail, and the report counts the errors by class."""
+    with (
+        running_fake(status=503, message="overloaded") as down,
+        running_fake(status=400, message="bad prompt") as refuses,
+        running_fake(text="ANSWER: two") as words,
+    ):
+        cfg = gateway_for(down=down.base_url, refuses=refuses.base_url, words=words.base_url)
+        with running_gateway(cfg) as url:
+            path = runner.run(
+                _dataset_spec(url, ["down", "refuses", "words"], tmp_path, run_id="e"),
+                show_progress=False,
+            )
+    _, results = runner.load_run(path)
+    by = {t: [r for r in results if r.target == t] for t in ("down", "refuses", "words")}
+    assert all(len(rs) == 3 for rs in by.values())
+    for r in by["down"]:
+        assert (r.outcome, r.finish_reason) == ("error", None)
+        assert r.error_class is not None and r.error_class.startswith("http_5"), r
+        assert r.error and r.error.startswith("HTTP 5")
+    for r in by["refuses"]:
+        assert (r.outcome, r.finish_reason, r.error_class) == ("error", None, "http_400")
+    for r in by["words"]:
+        assert (r.outcome, r.finish_reason, r.error) == ("unparsed", "stop", None)
+        assert r.detail == "not an integer literal: 'two'"
+        assert r.upstream == "words" and r.started is not None and r.prompt_tokens
+    paths = write_report(results, tmp_path / "report")
+    details = paths["details"].read_text()
+    assert "not an integer literal: 'two'" in details and "http_400" in details
+    errors = paths["markdown"].read_text().split("## Errors and timeouts")[1]
+    assert "| refuses | 3 | 3 | http_400 3 | 0 | 0 |" in errors
+
+
+def test_a_self_hosted_arm_is_priced_by_its_node_hours(tmp_path: Path) -> None:
+    """A node upstream's answers carry no per-request cost; with the gateway config the report
+    prices them from [nodes.NAME] over the hours the run kept the node busy, and puts the arm on
+    the frontier; without the config its cost is unknown, never $0."""
+    with running_fake(text="ANSWER: 2", cost=0.0) as api, running_fake(text="ANSWER: 1") as gpu:
+        cfg = config_from(
+            {
+                "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 0},
+                "nodes": {"box": {"cost_per_hour": 36.0, "utilisation": 0.5}},
+                "prices": {"api": {"input": 1.0, "output": 4.0}},
+                "upstreams": [
+                    {"name": "api", "kind": "openai", "base_url": api.base_url, "model": "m"},
+                    {
+                        "name": "gpu",
+                        "kind": "vllm",
+                        "base_url": gpu.base_url,
+                        "model": "fake-model",
+                        "profile": "smollm2",
+                        "node": "box",
+                    },
+                ],
+                "models": {
+                    "api": {"upstreams": ["api"]},
+                    "gpu": {"profile": "smollm2", "upstreams": ["gpu"]},
+                },
+            }
+        )
+        with running_gateway(cfg) as url:
+            path = runner.run(
+                _dataset_spec(url, ["api", "gpu"], tmp_path, run_id="c"), show_progress=False
+            )
+    _, results = runner.load_run(path)
+    gpu_items = [r for r in results if r.target == "gpu"]
+    assert all(r.cost is None and r.upstream == "gpu" for r in gpu_items)
+    assert all(r.cost and r.cost_basis == "price" for r in results if r.target == "api")
+    unpriced = write_report(results, tmp_path / "a")
+    assert "cost unknown for gpu" in unpriced["markdown"].read_text()
+    priced = write_report(results, tmp_path / "b", config=cfg)
+    table = priced["markdown"].read_text().split("## Quality against cost")[1]
+    [gpu_row] = [line for line in table.splitlines() if line.startswith("| gpu |")]
+    assert "| 3/3 | node-hours |" in gpu_row and "unknown" not in gpu_row
+    assert "frontier" in priced
+    # The node's share: its busy hours (at most the items' summed latency) at $72 per hour.
+    total = float(gpu_row.split(" | ")[2])
+    assert 0 < total <= sum(r.latency_s or 0 for r in gpu_items) / 3600 * 72 + 1e-4

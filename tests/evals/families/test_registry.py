@@ -34,3 +34,19 @@ def test_an_unknown_scorer_is_an_error() -> None:
     item = Item("x", "math", (), 1, "no_such_scorer")
     with pytest.raises(KeyError):
         registry.score(item, Reply("ANSWER: 1"))
+
+
+@pytest.mark.parametrize("family", ["math", "code", "tools", "knowledge", "ifeval", "editformat"])
+def test_every_sub_score_a_family_shows_is_declared(family: str) -> None:
+    """The report counts every item in a sub-score's denominator by the family's declared
+    PARTS (an item that could not show one fails it), so a scorer must never show an
+    undeclared one."""
+    [item] = registry.build(family, 0, 1)
+    verdict = registry.score(item, Reply("hello world"))
+    assert set(verdict.parts) <= set(registry.parts_of(family))
+    assert registry.parts_of(family) == {
+        "ifeval": ("strict", "loose"),
+        "editformat": ("well_formed", "applies", "applies_lenient", "tests_pass"),
+    }.get(family, ())
+    if registry.parts_of(family) and verdict.outcome == "malformed":
+        assert set(verdict.parts) == set(registry.parts_of(family))
