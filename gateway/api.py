@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.config import Config
 from gateway.dispatch import Call
 from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
 from gateway.gate import pinned_upstream
@@ -125,14 +126,20 @@ def watch(request: Request) -> Callable[[], Awaitable[None]]:
     return disconnected
 
 
-def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
-    gw = request.app.state.gateway
-    model = body["model"]
-    if model not in gw.config.models:
+def _route_of(config: Config, name: str) -> str:
+    """The route a client's model name (a route's or an alias) means; 404 for any other."""
+    model = config.resolve(name)
+    if model is None:
         raise ModelNotFound(
-            f"The model {model!r} does not exist on this gateway; GET /v1/models lists them.",
+            f"The model {name!r} does not exist on this gateway; GET /v1/models lists them.",
             param="model",
         )
+    return model
+
+
+def _call(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
+    gw = request.app.state.gateway
+    model = _route_of(gw.config, body["model"])  # an alias means its route from here on
     heads = headers_of(request)
     chat = path == "/chat/completions"
     if path != "/embeddings":
@@ -188,22 +195,38 @@ async def embeddings(request: Request) -> Response:
     return await respond(gw, _call(request, "embeddings", "/embeddings", body), watch(request))
 
 
+def model_entry(config: Config, model: str, asked: str | None = None) -> dict[str, Any]:
+    """A route as an OpenAI model object: its name (or the alias `asked`, with `alias_of`), its
+    aliases, and its context window (`Config.context_window`: the smallest its upstreams serve)
+    as `context_window` and as vLLM's `max_model_len`, when known."""
+    entry: dict[str, Any] = {
+        "id": asked or model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "plumbline",
+    }
+    if asked is not None and asked != model:
+        entry["alias_of"] = model
+    else:
+        entry["aliases"] = config.aliases_of(model)
+    window = config.context_window(model)
+    if window is not None:
+        entry["context_window"] = entry["max_model_len"] = window
+    return entry
+
+
 @router.get("/v1/models")
 async def models(request: Request) -> Response:
-    gw = request.app.state.gateway
-    data = []
-    for name in gw.config.models:
-        profile = gw.config.profile_for(name)
-        entry: dict[str, Any] = {
-            "id": name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "plumbline",
-        }
-        if profile is not None and profile.context_window:
-            entry["max_model_len"] = profile.context_window
-        data.append(entry)
+    config = request.app.state.gateway.config
+    data = [model_entry(config, name) for name in config.models]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
+
+
+@router.get("/v1/models/{model:path}")
+async def model(request: Request, model: str) -> Response:
+    config = request.app.state.gateway.config
+    entry = model_entry(config, _route_of(config, model), asked=model)
+    return Response(orjson.dumps(entry), media_type=JSON)
 
 
 @router.get("/health")

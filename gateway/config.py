@@ -23,8 +23,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from gateway.access_config import AccessConfig as AccessConfig
+from gateway.access_config import ApiKey as ApiKey
+from gateway.profile_config import Profile as Profile
+from gateway.profile_config import Sampling as Sampling
 from gateway.trust_config import GateConfig, ShadowConfig, WatchdogConfig
 from gateway.trust_config import cross_check as trust_cross_check
 
@@ -140,6 +144,13 @@ class Upstream(_Frozen):
     # "reasoning.max_tokens", or "none". Unset: vLLM with a reasoning parser in its profile takes
     # the first, OpenRouter (its host, or provider routing set) the second, the rest none.
     thinking_budget: Literal["thinking_token_budget", "reasoning.max_tokens", "none"] | None = None
+    # Tokens the server serves in one sequence (prompt plus answer). Unset: the launch's
+    # max_model_len (or a --max-model-len / --n_ctx in its args), else the profile's
+    # context_window, else unknown (`Config.upstream_window`).
+    context_window: int | None = Field(None, ge=256)
+    # Request fields this upstream takes beyond its kind's table (gateway/adapt.py), e.g. a
+    # provider that serves top_k: ["top_k"]. Fields it does not take are stripped and marked.
+    accepts: list[str] = Field(default_factory=list)
 
     def api_key(self) -> str | None:
         if self.api_key_env is None:
@@ -149,6 +160,14 @@ class Upstream(_Frozen):
     @property
     def is_local(self) -> bool:
         return self.kind in ("vllm", "llamacpp")
+
+    @property
+    def openrouter(self) -> bool:
+        """An `openai` upstream on openrouter.ai (its own parameter set, gateway/adapt.py)."""
+        host = urlsplit(self.base_url).hostname or ""
+        return self.kind == "openai" and (
+            host == "openrouter.ai" or host.endswith(".openrouter.ai")
+        )
 
 
 class RouteConfig(_Frozen):
@@ -165,48 +184,14 @@ class RouteConfig(_Frozen):
     shadow: ShadowConfig | None = None
     # Evidence settings of the "cheapest_within_floor" policy (gateway/gate.py).
     gate: GateConfig | None = None
+    # Other names clients may send for this model (a harness's "small fast" model, say);
+    # resolved to this route on every door before routing; records name the route.
+    aliases: list[Name] = Field(default_factory=list)
 
     @property
     def names(self) -> tuple[str, ...]:
         """Every upstream this route may use: primaries, then fallbacks."""
         return (*self.upstreams, *self.fallback)
-
-
-class Sampling(_Frozen):
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1)
-    min_p: float | None = Field(None, ge=0, le=1)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    repetition_penalty: float | None = Field(None, gt=0)
-
-
-class Profile(_Frozen):
-    """A model's vendor serving recipe: used when launching replicas and on every request."""
-
-    # Where the recipe comes from (vendor model card / docs).
-    source: str = ""
-    sampling: Sampling = Sampling()
-    # Sent as the top-level `chat_template_kwargs` body field (e.g. enable_thinking).
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
-    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
-    # The chat template opens <think> in the prompt, so the model emits only the closing tag.
-    think_in_prompt: bool = False
-    reasoning_parser: str | None = None
-    tool_call_parser: str | None = None
-    context_window: int | None = Field(None, ge=256)
-    vllm_args: list[str] = Field(default_factory=list)
-    vllm_env: dict[str, str] = Field(default_factory=dict)
-    # GPUs per replica: above 1 when the model does not fit one card (a TP group per replica).
-    tensor_parallel: int = Field(1, ge=1)
-    # What vLLM's --model gets when `plumbline deploy vllm` launches this profile.
-    weights: str | None = None
-
-    @property
-    def thinking(self) -> bool | None:
-        value = self.chat_template_kwargs.get("enable_thinking")
-        return None if value is None else bool(value)
 
 
 class Price(_Frozen):
@@ -225,39 +210,6 @@ class Node(_Frozen):
     basis: Literal["list", "committed", "fully_loaded"] = "list"
     # Share of the node's hours the owner actually uses (the economics section's utilisation).
     utilisation: float = Field(1.0, gt=0, le=1)
-
-
-# ---- [access]: API keys (owned by gateway/access.py) -----------------------------------------
-
-
-class ApiKey(_Frozen):
-    """One key, by the hex sha256 of its plaintext (never the key itself)."""
-
-    id: Name
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    # client: the /v1 API; admin: /admin routes and /metrics; metrics: /metrics only.
-    role: Literal["client", "admin", "metrics"] = "client"
-    # Public model names this key may use (None: every model).
-    models: list[Name] | None = None
-    # Budgets per fixed window of `window_s` seconds (None: unlimited).
-    requests_per_window: int | None = Field(None, ge=1)
-    tokens_per_window: int | None = Field(None, ge=1)
-    window_s: float = Field(60.0, gt=0)
-
-
-class AccessConfig(_Frozen):
-    keys: list[ApiKey] = Field(default_factory=list)
-    # Also accept keys created through the admin API (the store's `keys` table).
-    store_keys: bool = False
-    # /metrics answers only to admin or metrics keys.
-    metrics_requires_key: bool = False
-    # Tokens reserved for the answer when a request names no max_tokens (settled after).
-    default_reserve_tokens: int = Field(1024, ge=0)
-
-    @property
-    def open(self) -> bool:
-        """No client key can exist: the /v1 API needs no key (the embedded default)."""
-        return not self.store_keys and not any(k.role == "client" for k in self.keys)
 
 
 class EvalSchedule(_Frozen):
@@ -289,6 +241,8 @@ class Config(_Frozen):
     watchdog: WatchdogConfig = WatchdogConfig()
     # Folder of the config file, for relative paths. Not a TOML key.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
+    # Every name a client may send (route names and their aliases) -> the route's name.
+    _names: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _cross_check(self) -> Config:
@@ -317,6 +271,7 @@ class Config(_Frozen):
                     problems.append(f"models.{model}: unknown upstream {ref!r}")
             if route.profile and route.profile not in self.profiles:
                 problems.append(f"models.{model}.profile: unknown profile {route.profile!r}")
+        problems += self._index_names()
         for target in self.evals.targets:
             if target not in self.models:
                 problems.append(f"evals.targets: unknown model {target!r}")
@@ -336,6 +291,57 @@ class Config(_Frozen):
             raise ValueError("; ".join(problems))
         return self
 
+    def _index_names(self) -> list[str]:
+        """Fill the name index; an alias may be neither a route's name nor another alias."""
+        problems: list[str] = []
+        names = {model: model for model in self.models}
+        for model, route in self.models.items():
+            for alias in route.aliases:
+                if alias in self.models:
+                    problems.append(f"models.{model}.aliases: {alias!r} is a model's own name")
+                elif alias in names:
+                    other = names[alias]
+                    problems.append(
+                        f"models.{model}.aliases: {alias!r} is already an alias of {other!r}"
+                    )
+                else:
+                    names[alias] = model
+        self._names = names
+        return problems
+
+    def resolve(self, name: str) -> str | None:
+        """The route a client's model name means: the route itself or the one it is an alias of;
+        None for a name this gateway does not serve."""
+        return self._names.get(name)
+
+    def aliases_of(self, model: str) -> list[str]:
+        route = self.models.get(model)
+        return list(route.aliases) if route is not None else []
+
+    def upstream_window(self, upstream: Upstream) -> int | None:
+        """Tokens `upstream` serves in one sequence, from what it is known to be started with:
+        its own `context_window`, else its launch (a --max-model-len / --n_ctx in the launch
+        args over `max_model_len`), else its profile's `context_window`; None when unknown."""
+        if upstream.context_window is not None:
+            return upstream.context_window
+        if upstream.launch is not None:
+            said = _window_flag(upstream.launch.args)
+            return said if said is not None else upstream.launch.max_model_len
+        profile = self.profiles.get(upstream.profile) if upstream.profile else None
+        return profile.context_window if profile is not None else None
+
+    def context_window(self, model: str) -> int | None:
+        """The window a route serves: the smallest known window of its upstreams (primaries and
+        fallbacks: any of them may answer), else its profile's `context_window`, else None."""
+        route = self.models.get(model)
+        if route is None:
+            return None
+        known = [w for n in route.names if (w := self.upstream_window(self.upstream(n)))]
+        if known:
+            return min(known)
+        profile = self.profile_for(model)
+        return profile.context_window if profile is not None else None
+
     def upstream(self, name: str) -> Upstream:
         for u in self.upstreams:
             if u.name == name:
@@ -352,9 +358,7 @@ class Config(_Frozen):
         if said is not None:
             return None if said == "none" else said
         if upstream.kind == "openai":
-            host = urlsplit(upstream.base_url).hostname or ""
-            openrouter = host == "openrouter.ai" or host.endswith(".openrouter.ai")
-            return "reasoning.max_tokens" if openrouter or upstream.provider else None
+            return "reasoning.max_tokens" if upstream.openrouter or upstream.provider else None
         if upstream.kind == "vllm" and self.reasoning_parser(upstream) is not None:
             return "thinking_token_budget"
         return None
@@ -369,6 +373,23 @@ class Config(_Frozen):
         if route is None or route.profile is None:
             return None
         return self.profiles[route.profile]
+
+
+_WINDOW_FLAGS = ("--max-model-len", "--max_model_len", "--n_ctx", "--n-ctx", "--ctx-size", "-c")
+
+
+def _window_flag(args: list[str]) -> int | None:
+    """The context length a launch's extra args set (the last one wins, as in argparse)."""
+    found: int | None = None
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag not in _WINDOW_FLAGS:
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if value.isdigit():
+            found = int(value)
+    return found
 
 
 class ConfigError(Exception):

@@ -21,6 +21,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
+from gateway.adapt import Unfit, adapt_call
 from gateway.config import Upstream
 from gateway.errors import (
     AllUpstreamsFailed,
@@ -149,11 +150,16 @@ class Dispatcher:
             raise UpstreamUnavailable(f"no upstream is configured for model {call.model!r}")
         call.record.queue_s = time.perf_counter() - call.record.t0
         causes: list[str] = []
+        unfit: list[Unfit] = []  # upstreams that cannot serve the request as asked (adapt.py)
         timed_out = False
         for name in names:
             upstream = gw.upstreams[name]
             try:
                 opened = await self._with_retries(call, upstream)
+            except Unfit as e:  # the next candidate may take what this one cannot
+                unfit.append(e)
+                causes.append(e.message)
+                continue
             except AttemptError as e:
                 if e.client_error:  # the upstream answered: its refusal is the client's
                     call.record.upstream = name
@@ -167,6 +173,8 @@ class Dispatcher:
             call.record.upstream = name
             call.record.engine = gw.engines.known.get(name)
             return opened
+        if unfit and len(unfit) == len(causes):
+            raise unfit[0]  # no candidate failed: none could serve it, the client's 400
         message = f"every upstream for {call.model!r} failed: " + " | ".join(causes)
         raise (UpstreamTimeout if timed_out else AllUpstreamsFailed)(message, causes)
 
@@ -174,12 +182,13 @@ class Dispatcher:
         gw = self.gw
         server = gw.config.server
         started = time.perf_counter()
+        adapted = adapt_call(gw.config, call, upstream)  # raises Unfit before anything is sent
         gw.pool.begin(upstream.name)
         native = call.native is not None and upstream.responses_api
         path = "/responses" if native else call.path
         data = body_for(
             upstream,
-            call.native if native and call.native else call.body,
+            call.native if native and call.native else adapted.body if adapted else call.body,
             call.stream,
             native=native,
             thinking_cap=gw.config.thinking_cap(upstream) if THINKING_BUDGET in call.body else None,
@@ -228,6 +237,8 @@ class Dispatcher:
             Attempt(upstream.name, "ok", resp.status, time.perf_counter() - started)
         )
         gw.pool.succeeded(upstream.name)
+        if adapted is not None:
+            adapted.mark(call.record)
         return Opened(upstream, resp, first, native, None if call.stream else parsed)
 
     def _failed(

@@ -181,6 +181,13 @@ class Metrics:
             ["model", "door", "field"],
             registry=r,
         )
+        self.clamped = Counter(
+            "gateway_clamped",
+            "Requests whose max_tokens / max_completion_tokens was clamped to the chosen "
+            "upstream's context window (x-plumbline-clamped; gateway/adapt.py).",
+            [*mu, "field"],
+            registry=r,
+        )
         self.queue = Histogram(
             "gateway_queue_seconds",
             "Accept to first upstream dispatch.",
@@ -297,6 +304,10 @@ class Metrics:
         if record.dropped:
             for name in record.dropped.split(","):
                 self._child(self.dropped, model, record.door, self.dropped_field(name)).inc()
+        if record.clamped:
+            for mark in record.clamped.split(","):
+                field = "max_tokens" if mark.startswith("max_tokens") else "max_completion_tokens"
+                self._child(self.clamped, *mu, field).inc()
         self._observe_attempts(record, model)
         # A whole answer's first token is its last: counted as time to first token, it would
         # pass its end-to-end time off as one (a 30 s answer as a 30 s TTFT).

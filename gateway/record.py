@@ -61,6 +61,7 @@ class Record:
     charged_cost_usd: float | None = None  # what the provider said it charged (usage.cost)
     params_hash: str | None = None
     dropped: str | None = None  # fields the door dropped and marked, comma-joined (doors/policy)
+    clamped: str | None = None  # caps cut to the upstream's window: max_tokens=32000->7000
     tool_calls: int = 0
     # Trust flags (gateway/watchdog.py, gateway/shadow.py).
     sampled: bool = False  # the answer text was captured and checked for degeneration

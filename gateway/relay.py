@@ -67,6 +67,8 @@ def _headers(gw: Gateway, call: Call, opened: Opened) -> dict[str, str]:
         from gateway.doors.policy import HEADER as DROPPED_HEADER
 
         headers[DROPPED_HEADER] = record.dropped
+    if record.clamped:
+        headers["x-plumbline-clamped"] = record.clamped  # gateway/adapt.py
     return headers
 
 

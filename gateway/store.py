@@ -103,6 +103,7 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
     charged_cost_usd: float | None = None
     params_hash: str | None = Field(default=None, max_length=128)
     dropped: str | None = Field(default=None, sa_type=sa.Text)
+    clamped: str | None = Field(default=None, sa_type=sa.Text)
     tool_calls: int
     sampled: bool = False
     degenerate: bool = False

@@ -139,10 +139,31 @@ def body_for(
         out["stream_options"] = options
     if upstream.provider is not None:
         out["provider"] = upstream.provider.body()
-    # llama-cpp-python names it repeat_penalty and ignores chat_template_kwargs.
-    if upstream.kind == "llamacpp" and "repetition_penalty" in out:
-        out["repeat_penalty"] = out.pop("repetition_penalty")
+    if upstream.kind == "llamacpp":
+        _llamacpp(out)
     return orjson.dumps(out)
+
+
+def _llamacpp(out: dict[str, Any]) -> None:
+    """llama-cpp-python's server's names (llama_cpp/server/types.py): `repeat_penalty`;
+    `max_tokens` only (it ignores max_completion_tokens, which OpenAI's newer clients send);
+    `response_format` types text and json_object, the latter with an optional `schema` it
+    enforces with a grammar, so a json_schema format is said as that."""
+    if "repetition_penalty" in out:
+        out["repeat_penalty"] = out.pop("repetition_penalty")
+    if "max_completion_tokens" in out:
+        cap = out.pop("max_completion_tokens")
+        if cap is not None:  # vLLM's rule: max_completion_tokens over max_tokens
+            out["max_tokens"] = cap
+    fmt = out.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        out["response_format"] = (
+            {"type": "json_object", "schema": schema}
+            if isinstance(schema, dict)
+            else {"type": "json_object"}
+        )
 
 
 def _retry_after(value: str | None) -> float | None:

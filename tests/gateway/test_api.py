@@ -56,7 +56,7 @@ def test_non_streaming_chat_matches_upstream_usage(fake: FakeHandle) -> None:
     assert reply.choices[0].finish_reason == "stop"
     assert reply.usage.completion_tokens == 7
     assert reply.usage.prompt_tokens_details.cached_tokens == 2
-    assert reply.model == "fake-model"
+    assert reply.model == "smol"  # the public name, not the upstream's id
 
 
 def test_streaming_chat_and_usage_only_when_asked(fake: FakeHandle) -> None:
