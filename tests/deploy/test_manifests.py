@@ -353,3 +353,82 @@ def test_k8s_documents_pass_the_kubernetes_schemas():
     broken["spec"]["replica"] = broken["spec"].pop("replicas")  # a typo the schema must catch
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, version, strict=True)
+
+
+# --- generated from the profile -------------------------------------------------------------
+
+
+def test_the_committed_files_are_what_the_profile_generates():
+    from deploy import manifests
+
+    assert manifests.stale(manifests.generated()) == [], "run: python -m deploy.manifests"
+    assert manifests.main(["--check"]) == 0
+
+
+def test_the_generator_notices_a_hand_edit(tmp_path: Path):
+    from deploy import manifests
+
+    files = {tmp_path / "vllm.yaml": manifests.k8s_vllm_yaml()}
+    (tmp_path / "vllm.yaml").write_text(files[tmp_path / "vllm.yaml"].replace("hermes", "x"))
+    assert manifests.stale(files) == [tmp_path / "vllm.yaml"]
+
+
+def test_k8s_vllm_args_are_the_profiles_recipe():
+    """Each replica runs what `plumbline deploy vllm` runs for the profile: its parsers, its
+    context window, its vllm_args and vllm_env (read here from the profile itself)."""
+    from deploy.engine import VLLM_RECORD_FLAGS
+    from deploy.manifests import MODEL, PROFILE, VLLM_PORT
+    from deploy.vllm import gpu_args, plan_replicas, resolve_profile
+
+    profile = resolve_profile(PROFILE, None)
+    (plan,) = plan_replicas(PROFILE, profile, [0], MODEL, MODEL, host="0.0.0.0", base_port=8000)
+    replicas = [
+        d
+        for d in k8s_docs()
+        if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("vllm-")
+    ]
+    assert replicas
+    for replica in replicas:
+        (container,) = replica["spec"]["template"]["spec"]["containers"]
+        args = container["args"]
+        assert container["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+        assert args == gpu_args(plan.spec)
+        flags = dict(zip(args, [*args[1:], None], strict=True))
+        assert flags["--model"] == flags["--served-model-name"] == MODEL
+        assert flags["--port"] == str(VLLM_PORT) == str(container["ports"][0]["containerPort"])
+        assert flags["--max-model-len"] == str(profile.context_window)
+        assert flags.get("--reasoning-parser") == profile.reasoning_parser
+        assert flags.get("--tool-call-parser") == profile.tool_call_parser
+        assert set(VLLM_RECORD_FLAGS) <= set(args)
+        tail = args[len(args) - len(profile.vllm_args) :] if profile.vllm_args else []
+        assert tail == list(profile.vllm_args)
+        env = {e["name"]: e["value"] for e in container.get("env", [])}
+        assert env == dict(profile.vllm_env)
+
+
+def test_shipped_gateway_configs_apply_the_profile():
+    from deploy.manifests import PROFILE
+
+    compose = parse_config(tomllib.loads((COMPOSE.parent / "plumbline.toml").read_text()))
+    k8s = parse_config(tomllib.loads(find("ConfigMap", "plumbline-gateway")["data"]["config.toml"]))
+    for config in (compose, k8s):
+        assert config.upstreams
+        assert {u.profile for u in config.upstreams} == {PROFILE}
+        assert {r.profile for r in config.models.values()} == {PROFILE}
+        assert config.profile_for(next(iter(config.models))) is config.profiles[PROFILE]
+
+
+def test_compose_upstreams_are_what_its_deploy_command_registers():
+    """deploy/compose's gateway names the replicas `plumbline deploy vllm` starts on the host,
+    with the command its header gives (same names, same ports)."""
+    import shlex
+
+    from deploy.manifests import compose_command, compose_plans
+
+    text = (COMPOSE.parent / "plumbline.toml").read_text()
+    assert compose_command() in text
+    argv = shlex.split(compose_command())
+    assert argv[:3] == ["plumbline", "deploy", "vllm"]
+    compose = parse_config(tomllib.loads(text))
+    got = [(u.name, u.base_url.rsplit(":", 1)[1]) for u in compose.upstreams]
+    assert got == [(p.name, f"{p.spec.port}/v1") for p in compose_plans()]
