@@ -50,6 +50,10 @@ class ServerConfig(_Frozen):
     ttft_timeout_s: float = Field(120.0, gt=0)
     # Whole-response budget for non-streamed requests (generous: the model's time is not capped).
     request_timeout_s: float = Field(3600.0, gt=0)
+    # Non-streamed requests: no response headers within this -> next candidate (a hung replica
+    # is left long before `request_timeout_s`). vLLM and llama.cpp send a whole answer's headers
+    # only once it is complete, so this also bounds their longest whole answer.
+    first_byte_timeout_s: float = Field(600.0, gt=0)
     # Longest silence tolerated between two bytes of a stream once it has started.
     idle_timeout_s: float = Field(300.0, gt=0)
     # A streamed /v1/responses answer sends `response.in_progress` after this long without an
@@ -59,6 +63,9 @@ class ServerConfig(_Frozen):
     # Extra attempts on the same upstream (connection errors, 429, 5xx) before falling back.
     retries: int = Field(1, ge=0, le=10)
     retry_backoff_s: float = Field(0.25, ge=0)
+    # The longest `Retry-After` (seconds or an HTTP date) honoured before a retry; longer waits
+    # are cut to this.
+    retry_after_max_s: float = Field(10.0, ge=0)
     # An upstream that fails `cooldown_after` times in a row is skipped for `cooldown_s`.
     cooldown_after: int = Field(3, ge=1)
     cooldown_s: float = Field(15.0, ge=0)

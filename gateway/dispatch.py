@@ -1,9 +1,16 @@
 """Dispatch: attempts, retries and fallback — everything before the first byte reaches the client.
 
 Retry is another attempt on the *same* upstream (one tenacity policy: connection errors, 429 and
-5xx, honouring Retry-After up to a cap). Fallback is moving to the *next* candidate routing gave.
-A first-byte timeout is not retried on the same upstream: it moves on at once. Once `open`
-returns, the caller owns the response; dispatch never switches upstream after that.
+5xx, honouring Retry-After — seconds or an HTTP date — up to `server.retry_after_max_s`, else
+exponential backoff from `server.retry_backoff_s` with jitter). Fallback is moving to the *next*
+candidate routing gave, at once (no wait: another upstream owes nothing to this one's
+Retry-After). A first-byte timeout is not retried on the same upstream: it moves on at once.
+The first byte is a stream's first data event (SSE comments before it, like OpenRouter's
+`: OPENROUTER PROCESSING`, are not), a whole answer's response headers
+(`server.first_byte_timeout_s`; its body then has `server.request_timeout_s` in all). Once
+`open` returns, the caller owns the response; dispatch never switches upstream after that.
+
+Waits go through `Dispatcher.sleep` (asyncio.sleep unless a test gives another).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -37,8 +45,6 @@ from gateway.wire import Reply
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
-
-MAX_RETRY_AFTER_S = 10.0
 
 
 class Translator(Protocol):
@@ -83,16 +89,22 @@ def _retryable(error: BaseException) -> bool:
 
 
 class Dispatcher:
-    def __init__(self, gw: Gateway):
+    def __init__(
+        self,
+        gw: Gateway,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rand: random.Random | None = None,
+    ):
         self.gw = gw
-        self._rand = random.Random()
+        self.sleep = sleep  # every wait between attempts
+        self._rand = rand or random.Random()
         self.targets = Targets()
 
     def _delay(self, error: BaseException | None, failed_attempts: int) -> float:
         """Seconds before the next attempt: Retry-After when the upstream said so (capped),
         else exponential backoff with jitter."""
         if isinstance(error, AttemptError) and error.retry_after is not None:
-            return min(error.retry_after, MAX_RETRY_AFTER_S)
+            return min(error.retry_after, self.gw.config.server.retry_after_max_s)
         base = self.gw.config.server.retry_backoff_s
         return min(base * 2 ** (failed_attempts - 1), base * 16) + self._rand.uniform(0, base)
 
@@ -105,8 +117,9 @@ class Dispatcher:
             retries = self.gw.config.server.retries
             if not retries or not _retryable(e):
                 raise
-            await asyncio.sleep(self._delay(e, 1))
+            await self.sleep(self._delay(e, 1))
         retrying = AsyncRetrying(
+            sleep=self.sleep,
             stop=stop_after_attempt(retries),
             wait=lambda state: self._delay(
                 state.outcome.exception() if state.outcome else None, state.attempt_number + 1
@@ -193,26 +206,39 @@ class Dispatcher:
             native=native,
             thinking_cap=gw.config.thinking_cap(upstream) if THINKING_BUDGET in call.body else None,
         )
-        first_byte_budget = server.ttft_timeout_s if call.stream else server.request_timeout_s
-        # A non-streamed answer is bounded by `first_byte_budget` (the whole request timeout)
-        # below, a stream's silences by `gw.silence` once it is relayed.
+        first_byte_budget = (
+            server.ttft_timeout_s
+            if call.stream
+            else min(server.first_byte_timeout_s, server.request_timeout_s)
+        )
+        # A stream's first data event, or a whole answer's headers, within `first_byte_budget`;
+        # then a whole answer's body within what is left of `request_timeout_s`, a stream's
+        # silences bounded by `gw.silence` once it is relayed.
         resp: Reply | None = None
+        answered = False
         try:
-            async with asyncio.timeout(first_byte_budget):
+            async with asyncio.timeout(first_byte_budget) as bound:
                 resp = await post(gw.wire, upstream, path, data, self.targets(upstream))
                 first = b""
                 if call.stream:
                     first = await _first_block(resp)
                 else:
+                    answered = True
+                    loop = asyncio.get_running_loop()
+                    bound.reschedule(loop.time() + server.request_timeout_s - _since(started))
                     first = await resp.read()
                 parsed = _validate(call, first, native)
         except TimeoutError:
-            self._failed(call, upstream.name, "ttft_timeout", None, started)
-            raise AttemptError(
-                "ttft_timeout",
-                f"{upstream.name} sent no first byte within {first_byte_budget:g}s",
-                retryable=False,
-            ) from None
+            outcome = "timeout" if answered else "ttft_timeout"
+            self._failed(call, upstream.name, outcome, None, started)
+            if resp is not None:
+                resp.close()
+            said = (
+                f"did not finish its answer within {server.request_timeout_s:g}s"
+                if answered
+                else f"sent no first byte within {first_byte_budget:g}s"
+            )
+            raise AttemptError(outcome, f"{upstream.name} {said}", retryable=False) from None
         except AttemptError as e:
             # A 4xx that is the request's fault is the upstream answering, not failing: counted
             # as a failure, one client's bad requests would cool it down for everyone.
@@ -230,8 +256,8 @@ class Dispatcher:
             if resp is not None:
                 resp.close()
             raise
-        except OSError as e:
-            self._failed(call, upstream.name, "connect_error", None, started)
+        except OSError as e:  # the answer began, then the connection failed while it was read
+            self._failed(call, upstream.name, "stream_error", None, started)
             raise AttemptError("stream_error", f"{upstream.name}: {e}") from None
         call.record.attempts.append(
             Attempt(upstream.name, "ok", resp.status, time.perf_counter() - started)
@@ -239,7 +265,7 @@ class Dispatcher:
         gw.pool.succeeded(upstream.name)
         if adapted is not None:
             adapted.mark(call.record)
-        return Opened(upstream, resp, first, native, None if call.stream else parsed)
+        return Opened(upstream, resp, first, native, parsed)
 
     def _failed(
         self,
@@ -257,11 +283,22 @@ class Dispatcher:
         call.record.attempts.append(Attempt(name, outcome, status, time.perf_counter() - started))
 
 
+def _since(started: float) -> float:
+    return time.perf_counter() - started
+
+
+def _first_data(block: bytes) -> int:
+    """Where the first data line of `block` starts (SSE: a line that begins with `data:`), -1
+    if none does; comments and other fields before it are skipped."""
+    at = 0 if block.startswith(b"data:") else block.find(b"\ndata:") + 1
+    return at if at > 0 or block.startswith(b"data:") else -1
+
+
 def _validate(call: Call, first: bytes, native: bool = False) -> Any:
     """A 200 that is not what was asked for fails the attempt while fallback is still possible.
     Returns the JSON read (a whole answer's, a stream's first event)."""
     if call.stream:
-        start = first.find(b"data:")
+        start = _first_data(first)
         end = first.find(b"\n", start) if start >= 0 else -1
         payload = first[start + 5 : end if end >= 0 else None].strip() if start >= 0 else b""
         if payload == b"[DONE]":
@@ -274,6 +311,8 @@ def _validate(call: Call, first: bytes, native: bool = False) -> Any:
         raise AttemptError("malformed", "upstream sent a response that is not valid JSON") from None
     if not isinstance(obj, dict):
         raise AttemptError("malformed", "upstream sent JSON that is not an object")
+    if isinstance(obj.get("error"), dict | str):  # a 200 that is an error (OpenRouter does this)
+        raise AttemptError("upstream_error", "upstream answered 200 with an error")
     if native:
         if "type" not in obj and obj.get("object") != "response":
             raise AttemptError("malformed", "upstream sent no Responses API event")
@@ -283,12 +322,20 @@ def _validate(call: Call, first: bytes, native: bool = False) -> Any:
 
 
 async def _first_block(resp: Reply) -> bytes:
-    """Read until at least one whole SSE event is in hand (or the stream ends)."""
+    """Read until the first whole data event is in hand (or the stream ends): comments and
+    keep-alives before it (OpenRouter's `: OPENROUTER PROCESSING`) are not a first byte."""
     chunks: list[bytes] = []
+    held = b""
     while block := await resp.read_some():
         chunks.append(block)
-        if b"\n\n" in block or b"\r\n\r\n" in block:
+        held += block
+        if b"\r" in held:
+            held = held.replace(b"\r\n", b"\n")
+        start = _first_data(held)
+        if start >= 0 and b"\n\n" in held[start:]:
             break
+        if start < 0:  # nothing of a data event yet: keep only a partial line
+            held = held[held.rfind(b"\n") + 1 :]
     else:
         if not chunks:
             resp.release()

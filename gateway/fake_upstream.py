@@ -26,7 +26,8 @@ Keys (unknown keys are rejected):
 
 ==========================  =================================================================
 status, message             reply with this HTTP status and an OpenAI error envelope
-retry_after                 ``Retry-After`` header (seconds) on that error
+retry_after                 ``Retry-After`` header on that error (seconds, or a string sent
+                            as is: an HTTP date)
 body                        send this raw body instead (any status; ``"not json"`` etc.)
 drop_connection             close the socket without any response
 hang_before_first_byte      sleep this many seconds before the response headers

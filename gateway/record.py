@@ -20,7 +20,11 @@ class Attempt:
     """One HTTP call to an upstream and how it ended."""
 
     upstream: str
-    outcome: str  # ok | connect_error | timeout | ttft_timeout | http_<status> | stream_error
+    # ok | connect_error (no connection) | dropped (connected, closed before an answer) |
+    # ttft_timeout (no first byte) | timeout (a whole answer's body unfinished) | http_<status> |
+    # stream_error (the connection failed while the answer was read) | malformed |
+    # upstream_error (a 200 that is an error) | cancelled
+    outcome: str
     status: int | None = None
     elapsed_s: float = 0.0
 

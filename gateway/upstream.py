@@ -9,15 +9,18 @@ fallback.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import email.utils
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway.config import Upstream
-from gateway.wire import Origin, Reply, Wire, head_block
+from gateway.wire import ConnectFailed, Origin, Reply, Wire, head_block
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +137,14 @@ def body_for(
         _thinking_budget(upstream, out, thinking_cap)
     out["model"] = upstream.model
     if stream and not native:
-        options = dict(out.get("stream_options") or {})
-        options["include_usage"] = True
-        out["stream_options"] = options
+        if upstream.stream_usage:
+            options = dict(out.get("stream_options") or {})
+            options["include_usage"] = True
+            out["stream_options"] = options
+        else:
+            # It reports no usage in streams (some such servers refuse `stream_options`): the
+            # gateway counts, and writes the usage chunk a client asked for (gateway/tap.py).
+            out.pop("stream_options", None)
     if upstream.provider is not None:
         out["provider"] = upstream.provider.body()
     if upstream.kind == "llamacpp":
@@ -166,13 +174,22 @@ def _llamacpp(out: dict[str, Any]) -> None:
         )
 
 
-def _retry_after(value: str | None) -> float | None:
+def _retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a `Retry-After` asks for: a number of seconds, or an HTTP date (RFC 9110)
+    from `now` (epoch seconds, default the wall clock). None when absent or unreadable."""
     if not value:
         return None
     try:
         return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:  # HTTP dates are GMT; RFC 850 and asctime ones say no zone
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 _SECRETS = re.compile(
@@ -223,8 +240,10 @@ async def post(
         target = Target.of(upstream)
     try:
         reply = await wire.post(target.origin, path, target.head, data)
-    except OSError as e:
+    except ConnectFailed as e:
         raise AttemptError("connect_error", f"cannot reach {upstream.name}: {e}") from None
+    except OSError as e:  # connected and sent, then closed or reset before an answer
+        raise AttemptError("dropped", f"{upstream.name} dropped the request: {e}") from None
     if reply.status >= 400:
         try:
             raw = await reply.read()

@@ -31,6 +31,10 @@ class WireError(OSError):
     """The connection failed: refused, reset, closed early, or the answer was not HTTP."""
 
 
+class ConnectFailed(WireError):
+    """No connection could be made (refused, unreachable, timed out): nothing was sent."""
+
+
 class ReplyTimeout(TimeoutError):
     """The silence sweep gave up on a reply: a `TimeoutError`, which the relay reports as an
     upstream gone silent mid-stream."""
@@ -452,13 +456,15 @@ class Wire:
                     server_hostname=origin.host if tls else None,
                 )
         except TimeoutError:
-            raise WireError(
+            raise ConnectFailed(
                 f"no connection to {origin.authority} within {self.connect_timeout:g}s"
             ) from None
         except OSError as e:
             if isinstance(e, WireError):
                 raise
-            raise WireError(f"cannot connect to {origin.authority}: {type(e).__name__}") from None
+            raise ConnectFailed(
+                f"cannot connect to {origin.authority}: {type(e).__name__}"
+            ) from None
         self._busy.add(conn)
         return conn
 

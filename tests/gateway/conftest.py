@@ -22,14 +22,6 @@ def fake2() -> Iterator[FakeHandle]:
         yield handle
 
 
-@pytest.fixture(autouse=True)
-def fast_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Zero the retry backoff so tests never sleep through it."""
-    import gateway.dispatch
-
-    monkeypatch.setattr(gateway.dispatch, "MAX_RETRY_AFTER_S", 0.0)
-
-
 @pytest.fixture(scope="session")
 def pg_admin() -> Iterator[str]:
     """A real PostgreSQL server for the session (each test takes a fresh database)."""

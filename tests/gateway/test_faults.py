@@ -58,9 +58,15 @@ def config(primary: str, fallback: str | None = None, **server: Any) -> Config:
     )
 
 
+async def no_wait(seconds: float) -> None:
+    """Waits between retries are asserted in test_dispatch.py; here they are not slept."""
+
+
 @contextlib.contextmanager
 def served(cfg: Config, sinks: list[Any], **uv: Any) -> Iterator[tuple[str, uvicorn.Server]]:
-    with serving_server(create_app(cfg, sinks=sinks, record=False), **uv) as served:
+    app = create_app(cfg, sinks=sinks, record=False)
+    with serving_server(app, **uv) as served:
+        app.state.gateway.dispatcher.sleep = no_wait
         yield served
 
 
@@ -87,7 +93,7 @@ def trail(record: Record) -> list[tuple[str, str]]:
 PRE_FIRST_BYTE = {
     "5xx": ({"status": 503}, [("a", "http_503"), ("a", "ok")]),
     "429_retry_after": ({"status": 429, "retry_after": 1}, [("a", "http_429"), ("a", "ok")]),
-    "dropped_connection": ({"drop_connection": True}, [("a", "connect_error"), ("a", "ok")]),
+    "dropped_connection": ({"drop_connection": True}, [("a", "dropped"), ("a", "ok")]),
     "invalid_json": ({"invalid_json": True}, [("a", "malformed"), ("a", "ok")]),
     "hang_before_first_byte": ({"hang_before_first_byte": 5}, [("a", "ttft_timeout"), ("b", "ok")]),
 }
@@ -162,6 +168,8 @@ def test_mid_stream_faults_end_with_an_error_event(
     assert trail(record) == [("a", "ok")]  # no switch to b after the first byte
     assert record.chunks >= 1  # the stream had started when it broke
     assert record.status == 502 and record.error_class is not None
+    # No usage arrived: the prompt is counted from the request, and said to be estimated.
+    assert record.prompt_tokens > 0 and record.usage_estimated
     assert fake2.requests() == []
 
 
