@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import hashlib
 import html
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evals.breakdown import COST_TITLE, cost_section, errors_section, parts_section
+from evals.breakdown import details as details_section
 from evals.chart import accuracy_chart, frontier_chart
-from evals.cost import ArmCost, arm_costs, frontier, node_map, price_nodes
-from evals.families import parts_of
+from evals.cost import ArmCost, arm_costs, node_map, price_nodes
 from evals.result import ItemResult, engines
+from evals.section import HTML_PAGE, Section, html_section, markdown_section
 from evals.stats import (
     NoiseFloor,
     Paired,
@@ -40,29 +42,19 @@ from evals.stats import (
     against_floor,
     by_family,
     pair,
-    wilson,
 )
 
 if TYPE_CHECKING:
     from gateway.config import Config
 
 RATE_COLUMNS = ("truncated", "unparsed", "degenerate", "timeout", "malformed", "error")
-DETAIL_SHOWN = 300  # characters of an item's detail shown in the details table
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    title: str
-    headers: tuple[str, ...] = ()
-    rows: tuple[tuple[str, ...], ...] = ()
-    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Report:
     sections: tuple[Section, ...]
     arms: dict[str, list[ItemResult]] = field(default_factory=dict)
-    # Every item not scored correct, with its scorer's detail or its error (see `_details`).
+    # Every item not scored correct, with its scorer's detail or its error (`evals.breakdown`).
     details: Section = Section("Item details")
     costs: dict[str, ArmCost] = field(default_factory=dict)
 
@@ -75,7 +67,7 @@ class Report:
         if chart:
             out += [f"![accuracy by family]({chart})", ""]
         for s in self.sections:
-            out += _markdown_section(s)
+            out += markdown_section(s)
             if s.title == COST_TITLE and frontier:
                 out += [f"![quality against cost]({frontier})", ""]
         if details:
@@ -83,59 +75,18 @@ class Report:
         return "\n".join(out).rstrip() + "\n"
 
     def details_markdown(self) -> str:
-        return "\n".join(["# Plumbline eval: item details", "", *_markdown_section(self.details)])
+        return "\n".join(["# Plumbline eval: item details", "", *markdown_section(self.details)])
 
     def html(self, chart: str | None = None, frontier: str | None = None) -> str:
         body = ["<h1>Plumbline eval report</h1>"]
         if chart:
             body.append(f'<img src="{html.escape(chart)}" alt="accuracy by family">')
         for s in self.sections:
-            body += _html_section(s)
+            body += html_section(s)
             if s.title == COST_TITLE and frontier:
                 body.append(f'<img src="{html.escape(frontier)}" alt="quality against cost">')
-        body += _html_section(self.details)
+        body += html_section(self.details)
         return HTML_PAGE.format(body="\n".join(body))
-
-
-def _markdown_section(s: Section) -> list[str]:
-    out = [f"## {s.title}", ""]
-    if s.headers:
-        out.append("| " + " | ".join(s.headers) + " |")
-        out.append("|" + "|".join("---" for _ in s.headers) + "|")
-        out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in s.rows]
-        out.append("")
-    out += [*(f"- {n}" for n in s.notes), ""] if s.notes else []
-    return out
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _html_section(s: Section) -> list[str]:
-    out = [f"<h2>{html.escape(s.title)}</h2>"]
-    if s.headers:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in s.headers)
-        rows = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in s.rows
-        )
-        out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-    if s.notes:
-        out.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in s.notes) + "</ul>")
-    return out
-
-
-HTML_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>Plumbline eval report</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; }}
-table {{ border-collapse: collapse; margin-bottom: 1em; }}
-th, td {{ border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }}
-th:first-child, td:first-child {{ text-align: left; }}
-</style></head><body>
-{body}
-</body></html>
-"""
 
 
 def arms_from_results(results: Sequence[ItemResult]) -> dict[str, list[ItemResult]]:
@@ -233,103 +184,6 @@ def _family_section(arms: dict[str, list[ItemResult]]) -> Section:
     return Section("Accuracy by family", headers, tuple(rows), notes)
 
 
-def _not_shown(results: Sequence[ItemResult], key: str) -> str:
-    """How many items could not show sub-score `key`, by outcome ("truncated 8, timeout 1")."""
-    counts = Counter(r.outcome for r in results if key not in r.parts)
-    return ", ".join(f"{o} {n}" for o, n in sorted(counts.items())) or "none"
-
-
-def _parts_section(arms: dict[str, list[ItemResult]]) -> Section | None:
-    """Each sub-score over *every* item of its family: an item that could not show it
-    (truncated, timed out, errored, unparsed...) counts as failing it, and is counted by outcome
-    beside the score."""
-    rows = []
-    for label, rs in arms.items():
-        by_fam: dict[str, list[ItemResult]] = defaultdict(list)
-        for r in rs:
-            by_fam[r.family].append(r)
-        for family, frs in sorted(by_fam.items()):
-            seen = {k for r in frs for k in r.parts}
-            keys = [*parts_of(family), *sorted(seen - set(parts_of(family)))]
-            for key in keys:
-                k, n = sum(bool(r.parts.get(key, False)) for r in frs), len(frs)
-                lo, hi = wilson(k, n)
-                rows.append(
-                    (
-                        family,
-                        label,
-                        key,
-                        f"{k / n:.3f} [{lo:.3f}, {hi:.3f}]",
-                        f"{k}/{n}",
-                        _not_shown(frs, key),
-                    )
-                )
-    if not rows:
-        return None
-    return Section(
-        "Sub-scores",
-        ("family", "arm", "sub-score", "rate [95% Wilson]", "k/n", "failed without a score"),
-        tuple(rows),
-        (
-            "Every item of the family is in each denominator; an item that could not show a "
-            "sub-score (truncated, timed out, errored, unparsed) counts as failing it and is "
-            "counted in the last column.",
-        ),
-    )
-
-
-def _errors_section(arms: dict[str, list[ItemResult]]) -> Section:
-    """Items with no answer to score, per arm: errors (by class) and timeouts, apart."""
-    rows = []
-    for label, rs in arms.items():
-        errors = [r for r in rs if r.outcome == "error"]
-        timeouts = [r for r in rs if r.outcome == "timeout"]
-        classes = Counter(r.error_class or "unknown" for r in errors)
-        rows.append(
-            (
-                label,
-                str(len(rs)),
-                str(len(errors)),
-                ", ".join(f"{c} {n}" for c, n in sorted(classes.items())) or "-",
-                str(len(timeouts)),
-                str(sum(r.outcome == "truncated" for r in rs)),
-            )
-        )
-    notes = (
-        "Errors are failures to get an answer (after retries) and are excluded from pairing; "
-        "timeouts are the model's and count as wrong. Both stay in every denominator.",
-    )
-    return Section(
-        "Errors and timeouts",
-        ("arm", "items", "errors", "by class", "timeouts", "truncated"),
-        tuple(rows),
-        notes,
-    )
-
-
-def _details(arms: dict[str, list[ItemResult]]) -> Section:
-    rows = [
-        (
-            label,
-            r.item_id,
-            r.family,
-            r.outcome,
-            r.finish_reason or "",
-            r.error_class or "",
-            (r.error or r.detail or "")[:DETAIL_SHOWN],
-        )
-        for label, rs in arms.items()
-        for r in rs
-        if not r.correct
-    ]
-    return Section(
-        "Item details",
-        ("arm", "item", "family", "outcome", "finish reason", "error class", "detail / error"),
-        tuple(rows),
-        () if rows else ("every item was scored correct",),
-    )
-
-
 def _pair_row(p: Paired) -> tuple[str, ...]:
     return (
         f"{p.a} vs {p.b}",
@@ -380,10 +234,10 @@ def build_report(
     base = baseline or labels[0]
     control_pairs = default_controls(arms) if controls is None else list(controls)
     sections = [_arms_section(arms), _family_section(arms)]
-    parts = _parts_section(arms)
+    parts = parts_section(arms)
     if parts:
         sections.append(parts)
-    sections.append(_errors_section(arms))
+    sections.append(errors_section(arms))
 
     floor_rows, floor_notes, computed = [], [], []
     for a, b in control_pairs:
@@ -445,65 +299,8 @@ def build_report(
     )
 
     costs = arm_costs(arms)
-    sections.append(_cost_section(costs))
-    return Report(tuple(sections), arms, _details(arms), costs)
-
-
-COST_TITLE = "Quality against cost"
-
-
-def _cost_section(costs: dict[str, ArmCost]) -> Section:
-    on = frontier(costs)
-    rows, unknown = [], []
-    for label, c in costs.items():
-        q = c.quality
-        quality = f"{q.accuracy:.3f} [{q.ci[0]:.3f}, {q.ci[1]:.3f}]"
-        if not c.known:
-            unknown.append(label)
-            rows.append((label, quality, "unknown", "unknown", f"0/{c.items}", "-", "-"))
-            continue
-        rows.append(
-            (
-                label,
-                quality,
-                f"{c.usd:.4g}",
-                f"{c.usd_per_m_output:.3f}",
-                f"{c.priced}/{c.items}",
-                ", ".join(c.bases),
-                "yes" if label in on else "no",
-            )
-        )
-    notes = [
-        "$/M is the arm's cost over the output tokens of its priced items; accuracy is over "
-        "every item. Cost basis: price = the gateway's price table per request; node-hours = "
-        "the self-hosted node's [nodes.NAME] cost per active hour times the hours this run kept "
-        "it busy, shared by tokens."
-    ]
-    if unknown:
-        notes.append(
-            f"cost unknown for {', '.join(unknown)}: left off the frontier chart (never plotted "
-            "at $0). A self-hosted arm is priced from the gateway config's [nodes.NAME] "
-            "(eval report --config)."
-        )
-    partial = [label for label, c in costs.items() if c.known and c.priced < c.items]
-    if partial:
-        notes.append(
-            f"partly priced: {', '.join(partial)} (items without a cost are left out of $/M)"
-        )
-    return Section(
-        COST_TITLE,
-        (
-            "arm",
-            "accuracy [95% Wilson]",
-            "total cost ($)",
-            "$ per M output tokens",
-            "items with cost",
-            "cost basis",
-            "on frontier",
-        ),
-        tuple(rows),
-        tuple(notes),
-    )
+    sections.append(cost_section(costs))
+    return Report(tuple(sections), arms, details_section(arms), costs)
 
 
 def write_report(
