@@ -25,8 +25,15 @@ from gateway.dispatch import Call
 from gateway.engine import HEADER as ENGINE_HEADER
 from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
 from gateway.outlet import Outlet
-from gateway.tap import MalformedStream, StreamTap, tap_body, tap_embeddings
-from gateway.upstream import Opened
+from gateway.tap import (
+    MalformedStream,
+    StreamTap,
+    UpstreamStreamError,
+    prompt_estimate,
+    tap_body,
+    tap_embeddings,
+)
+from gateway.upstream import Opened, sanitise
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -171,6 +178,7 @@ def _whole(
                 opened_in_prompt=opened_in_prompt,
                 chat=call.chat,
                 capture=capture,
+                model=call.model,
             )
         record.status = 200
         record.ttft_s = record.ttfa_s = record.e2e_s
@@ -237,6 +245,10 @@ class StreamRelay(Response):
     ):
         self.status_code = 200
         self.background = None
+        first = opened.parsed
+        if isinstance(first, dict) and isinstance(first.get("provider"), str):
+            # OpenRouter names the provider on every chunk: the first one is in hand already.
+            call.record.provider = first["provider"]
         self.init_headers({**_headers(gw, call, opened), "cache-control": "no-cache"})
         self.gw = gw
         self.call = call
@@ -255,6 +267,8 @@ class StreamRelay(Response):
                 opened_in_prompt=opened_in_prompt,
                 chat=call.chat,
                 capture=capture,
+                model=call.model,
+                prompt_tokens=lambda: prompt_estimate(call.body),
             )
         self.translator = None if opened.native else call.translator
         self.outlet: Outlet | None = None
@@ -335,9 +349,11 @@ class StreamRelay(Response):
         record = self.call.record
         name = self.opened.upstream.name
         record.error_class = type(error).__name__
-        record.status = 502
+        record.status = error.status if isinstance(error, UpstreamStreamError) else 502
         if isinstance(error, TimeoutError):
             message = f"upstream {name} went silent mid-stream"
+        elif isinstance(error, UpstreamStreamError):
+            message = f"upstream {name}: {sanitise(str(error), self.opened.upstream)}"
         elif isinstance(error, MalformedStream):
             message = f"upstream {name}: {error}"
         elif isinstance(error, OSError):

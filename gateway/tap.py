@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from itertools import repeat
 from typing import Any
 
@@ -99,6 +100,76 @@ class MalformedStream(Exception):
     partial = b""
 
 
+class UpstreamStreamError(MalformedStream):
+    """The upstream reported an error inside the stream (OpenRouter: an `error` object on a
+    chunk, its choice's `finish_reason` "error"): the answer ended in failure, not success.
+    `status`: the error's HTTP-like code when it gave one in 400-599, else 502."""
+
+    def __init__(self, message: str, status: int = 502):
+        super().__init__(message)
+        self.status = status
+
+
+def _stream_error(obj: dict[str, Any]) -> UpstreamStreamError | None:
+    error = obj.get("error")
+    failed = any(
+        isinstance(c, dict) and c.get("finish_reason") == "error" for c in obj.get("choices") or ()
+    )
+    if not error and not failed:
+        return None
+    message, status = "upstream reported an error mid-stream", 502
+    if isinstance(error, dict):
+        code = error.get("code")
+        if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+            status = code
+        if isinstance(error.get("message"), str) and error["message"]:
+            message += f": {error['message']}"
+    elif isinstance(error, str) and error:
+        message += f": {error}"
+    return UpstreamStreamError(message, status)
+
+
+def _swap_model(raw: bytes, old: str, new: bytes) -> bytes | None:
+    """`raw` with its one `"model":"old"` made `"model":"new"` (`new` JSON-encoded), the rest
+    byte for byte; None when it is not there exactly once as orjson writes it."""
+    needle = b'"model":' + orjson.dumps(old)
+    if raw.count(needle) != 1:
+        return None
+    return raw.replace(needle, b'"model":' + new, 1)
+
+
+def prompt_estimate(body: dict[str, Any]) -> int:
+    """Prompt tokens guessed from the request when the upstream reported none (a broken stream,
+    llama.cpp's streams): about four characters a token over the messages' (or prompt's) text,
+    and four tokens of framing a message. An estimate: the record says so (`usage_estimated`)."""
+    chars, messages = 0, body.get("messages")
+    if isinstance(messages, list):
+        for message in messages:
+            if not isinstance(message, dict):
+                continue
+            chars += 16  # role and framing
+            content = message.get("content")
+            if isinstance(content, str):
+                chars += len(content)
+            elif isinstance(content, list):
+                for part in content:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        chars += len(part["text"])
+            for call in message.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    chars += len(orjson.dumps(call.get("function")))
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        chars += len(prompt)
+    elif isinstance(prompt, list):
+        if prompt and all(isinstance(t, int) for t in prompt):
+            return len(prompt)  # token ids: counted exactly
+        chars += sum(len(p) for p in prompt if isinstance(p, str))
+    if body.get("tools"):
+        chars += len(orjson.dumps(body["tools"]))
+    return max(1, -(-chars // 4)) if chars else 0
+
+
 def _apply_usage(record: Record, usage: dict[str, Any]) -> None:
     record.prompt_tokens = int(usage.get("prompt_tokens") or 0)
     record.completion_tokens = int(usage.get("completion_tokens") or 0)
@@ -140,11 +211,20 @@ class StreamTap:
         opened_in_prompt: bool = False,
         chat: bool = True,
         capture: Capture | None = None,
+        model: str | None = None,
+        prompt_tokens: Callable[[], int] | None = None,
     ):
         self.record = record
         self.capture = capture
         self.client_wants_usage = client_wants_usage
         self.chat = chat
+        # The public model name every event is to carry instead of the upstream's id.
+        self._model = model
+        self._model_json = orjson.dumps(model) if model is not None else b""
+        # The request's prompt tokens, estimated, for a stream that reports no usage.
+        self._prompt_tokens = prompt_tokens
+        # The first event's id and created, for a usage chunk the gateway writes itself.
+        self._head: tuple[Any, Any] | None = None
         self._token_key = b'"content":"' if chat else b'"text":"'
         self._empty_token = self._token_key + b'"'
         self._split = split_think
@@ -228,6 +308,8 @@ class StreamTap:
             out.append(self.feed(b"\n\n"))
         out.append(self._flush_splitters())
         self._close_clocks()
+        if self.client_wants_usage and not self._saw_usage:
+            out.append(self._usage_chunk())
         if self.record.truncated:
             out.append(
                 b": plumbline truncated finish_reason=length max_tokens="
@@ -237,6 +319,29 @@ class StreamTap:
         out.append(b"data: [DONE]\n\n")
         self.done = True
         return b"".join(out)
+
+    def _usage_chunk(self) -> bytes:
+        """The usage chunk a client that asked for one gets when the upstream sent none
+        (llama.cpp): the gateway's counts, in OpenAI's shape, after a comment saying they are
+        estimated (the record says so too)."""
+        record = self.record
+        usage: dict[str, Any] = {
+            "prompt_tokens": record.prompt_tokens,
+            "completion_tokens": record.completion_tokens,
+            "total_tokens": record.prompt_tokens + record.completion_tokens,
+        }
+        if record.reasoning_tokens:
+            usage["completion_tokens_details"] = {"reasoning_tokens": record.reasoning_tokens}
+        rid, created = self._head or (None, None)
+        chunk: dict[str, Any] = {
+            "id": rid or f"chatcmpl-{record.request_id}",
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": created if isinstance(created, int) else int(record.time),
+            "model": self._model or record.model,
+            "choices": [],
+            "usage": usage,
+        }
+        return b": plumbline usage estimated\n\ndata: " + orjson.dumps(chunk) + b"\n\n"
 
     def abort(self) -> bytes:
         """The stream broke: flush what is held so the client keeps every token it was sent."""
@@ -260,9 +365,13 @@ class StreamTap:
             raise MalformedStream("upstream sent an event that is not valid JSON") from None
         if not isinstance(obj, dict):
             raise MalformedStream("upstream sent an event that is not a JSON object")
-        if "error" in obj and "choices" not in obj:
-            raise MalformedStream("upstream reported an error mid-stream")
         record = self.record
+        error = _stream_error(obj)
+        if error is not None:
+            record.finish_reason = "error"
+            raise error
+        if self._head is None:
+            self._head = (obj.get("id"), obj.get("created"))
         record.chunks += 1
         changed = False
         provider = obj.get("provider")
@@ -283,18 +392,27 @@ class StreamTap:
             changed = True
         for choice in obj.get("choices") or ():
             changed |= self._choice(choice, now)
+        model = obj.get("model")
+        if self._model is not None and isinstance(model, str) and model != self._model:
+            swapped = None if changed else _swap_model(payload, model, self._model_json)
+            if swapped is None:
+                obj["model"] = self._model
+                changed = True
+            else:
+                payload = swapped
         rendered = b"data: " + (orjson.dumps(obj) if changed else payload) + b"\n\n"
         if self.fast and self._shape is None and not self._splitters:
-            self._learn(event, obj, rendered)
+            self._learn(event, obj, rendered, changed)
         return rendered
 
     # -- events shaped like the stream's plain token events ------------------------------------
-    def _learn(self, event: bytes, obj: dict[str, Any], rendered: bytes) -> None:
+    def _learn(self, event: bytes, obj: dict[str, Any], rendered: bytes, encoded: bool) -> None:
         """Remember the bytes around the text of a plain token event (one choice, a delta of
         only non-empty `content` — or a completion's `text` —, no finish reason, usage,
         provider or error), as received and as relayed. Within one stream every such event is
         the same bytes around a different text, so `_shaped` can account for and relay the next
-        ones without parsing them."""
+        ones without parsing them. `encoded`: the event path wrote the event anew with orjson
+        (its text as orjson escapes it), rather than as received (perhaps a model id swapped)."""
         choices = obj.get("choices")
         if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
             return
@@ -329,8 +447,8 @@ class StreamTap:
         self._capture_text = (
             capture is not None and capture.keep_text and choice.get("index", 0) == 0
         )
-        self._text = _CANONICAL_PLAIN_TEXT if self._rewrite else _PLAIN_TEXT
-        self._run = _CANONICAL_RUN if self._rewrite else _RUN
+        self._text = _CANONICAL_PLAIN_TEXT if encoded else _PLAIN_TEXT
+        self._run = _CANONICAL_RUN if encoded else _RUN
 
     def _block(self, whole: bytes, pos: int, now: float) -> tuple[int, bytes] | None:
         """`_plain` for the common block: from `pos` to the last shaped event's end, nothing
@@ -520,9 +638,12 @@ class StreamTap:
             record.itl_mean_s = sum(self._gaps) / len(self._gaps)
             record.itl_p99_s = _percentile(self._gaps, 0.99)
         if not self._saw_usage:
-            # The upstream sent no usage (llama.cpp never does): count what streamed.
+            # The upstream sent no usage (llama.cpp never does, a broken stream may not have):
+            # count what streamed, and estimate the prompt from the request.
             record.completion_tokens = self._token_events
             record.reasoning_tokens = self._reasoning_events
+            if record.prompt_tokens == 0 and self._prompt_tokens is not None:
+                record.prompt_tokens = self._prompt_tokens()
             record.usage_estimated = True
         elif record.reasoning_tokens == 0 and self._reasoning_events:
             # vLLM reports no reasoning_tokens in usage: one streamed delta is one token.
@@ -539,9 +660,11 @@ def tap_body(
     chat: bool = True,
     capture: Capture | None = None,
     parsed: Any = None,
+    model: str | None = None,
 ) -> bytes:
     """Account for a non-streamed response and return the bytes to send to the client.
-    `parsed`: `raw` already read as JSON (dispatch validated it)."""
+    `parsed`: `raw` already read as JSON (dispatch validated it). `model`: the public name the
+    answer is to carry instead of the upstream's id."""
     try:
         obj = orjson.loads(raw) if parsed is None else parsed
     except orjson.JSONDecodeError:
@@ -589,6 +712,13 @@ def tap_body(
         record.usage_estimated = True
     record.e2e_s = time.perf_counter() - record.t0
     record.check_invariants()
+    upstream_model = obj.get("model")
+    if model is not None and isinstance(upstream_model, str) and upstream_model != model:
+        swapped = None if changed else _swap_model(raw, upstream_model, orjson.dumps(model))
+        if swapped is not None:
+            return swapped
+        obj["model"] = model
+        changed = True
     return orjson.dumps(obj) if changed else raw
 
 

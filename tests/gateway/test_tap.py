@@ -111,7 +111,12 @@ def streams(draw: st.DrawFn) -> tuple[list[bytes], bool]:
 
 
 def _run(
-    blocks: list[bytes], chat: bool, wants_usage: bool, fast: bool, keep: int | None = None
+    blocks: list[bytes],
+    chat: bool,
+    wants_usage: bool,
+    fast: bool,
+    keep: int | None = None,
+    model: str | None = None,
 ) -> tuple[Any, ...]:
     clock = itertools.count()
     real = tap_module.time
@@ -122,7 +127,13 @@ def _run(
         # `keep`: the answer is sampled, up to that many characters.
         capture = None if keep is None else Capture(record, None, True, keep)
         tap = StreamTap(
-            record, client_wants_usage=wants_usage, split_think=False, chat=chat, capture=capture
+            record,
+            client_wants_usage=wants_usage,
+            split_think=False,
+            chat=chat,
+            capture=capture,
+            model=model,
+            prompt_tokens=lambda: 11,
         )
         tap.fast = fast
         out: list[bytes] = []
@@ -147,13 +158,19 @@ def _run(
     stream=streams(),
     wants_usage=st.booleans(),
     keep=st.none() | st.integers(1, 12) | st.just(8192),
+    # The public name answers carry: none, the upstream's own, another (one needing escapes).
+    model=st.sampled_from([None, "m", "smol", 'a"b\\c']),
 )
 def test_plain_block_path_equals_event_path(
-    stream: tuple[list[bytes], bool], wants_usage: bool, keep: int | None
+    stream: tuple[list[bytes], bool], wants_usage: bool, keep: int | None, model: str | None
 ) -> None:
     blocks, chat = stream
-    fast = _run(blocks, chat, wants_usage, True, keep)
-    assert fast == _run(blocks, chat, wants_usage, False, keep)
+    fast = _run(blocks, chat, wants_usage, True, keep, model)
+    assert fast == _run(blocks, chat, wants_usage, False, keep, model)
+    if model is not None and fast[1] is None:  # every event carries the public name
+        for line in fast[0].split(b"\n"):
+            if line.startswith(b"data: {") and b'"model"' in line:
+                assert orjson.loads(line[6:])["model"] == model
 
 
 @pytest.mark.parametrize("sampled", [False, True])
@@ -193,3 +210,38 @@ def test_shaped_events_are_taken_and_relayed(sampled: bool) -> None:
     assert record.chunks == 17
     if capture is not None:
         assert capture.answer == "".join(map(str, range(16)))
+
+
+def test_shaped_events_carry_the_public_model_and_keep_their_escapes() -> None:
+    """The model id is swapped in the bytes: texts escaped other than as orjson would are
+    relayed as received (not written anew), shaped or not."""
+    head = b'data: {"id":"x","model":"up/m","choices":[{"index":0,"delta":{"content":"%s"}}]}'
+    events = [head % t + b"\n\n" for t in (b"a", b"\\u00e9", b"b", b"\\u00e9c")]
+    record = Record(request_id="r", door="chat", model="m", stream=True)
+    tap = StreamTap(record, client_wants_usage=False, split_think=False, model="pub")
+    out = tap.feed(events[0]) + tap.feed(events[1]) + tap.feed(b"".join(events[2:]))
+    assert tap._shape is not None and record.chunks == 4
+    assert out == b"".join(events).replace(b'"up/m"', b'"pub"')
+
+
+def test_usage_chunk_written_when_the_upstream_sent_none() -> None:
+    raw = (
+        b'data: {"id":"c1","created":5,"model":"up",'
+        b'"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    )
+    record = Record(request_id="r", door="chat", model="pub", stream=True)
+    tap = StreamTap(
+        record, client_wants_usage=True, split_think=False, model="pub", prompt_tokens=lambda: 9
+    )
+    out = tap.feed(raw) + tap.finish()
+    events = [orjson.loads(x[6:]) for x in out.split(b"\n\n") if x.startswith(b"data: {")]
+    assert events[-1] == {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 5,
+        "model": "pub",
+        "choices": [],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10},
+    }
+    assert b": plumbline usage estimated\n\n" in out and out.endswith(b"data: [DONE]\n\n")
+    assert record.usage_estimated and (record.prompt_tokens, record.completion_tokens) == (9, 1)
