@@ -1,23 +1,34 @@
-"""The Messages door: an Anthropic Messages API request as chat completions, and the answer back.
+"""The Messages door: Anthropic errors, and chat answers rendered as Anthropic messages.
 
-`chat_request` turns a validated Messages body into a chat-completions body; `render` turns a
-chat.completion into an Anthropic `message` (reasoning as a `thinking` block, tool calls as
-`tool_use` blocks, finish_reason as stop_reason); `chat_of` is its inverse, used to check that
-nothing is lost. `error_response` renders any gateway error in Anthropic's error shape. The
-streaming side is in `messages_stream`.
+The request side is `messages_request` (re-exported here: `chat_request`). `render` turns a
+chat.completion into an Anthropic `message` (reasoning as a `thinking` block unless the client
+asked for it omitted, tool calls as `tool_use` blocks with `toolu_` ids, finish_reason as
+stop_reason, the model name the client asked for); `chat_of` is its inverse, used to check that
+nothing is lost. `error_response` renders any gateway error in Anthropic's error shape, an
+upstream's context overflow in the wording Claude Code recognises. The streaming side is in
+`messages_stream`.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 
 from gateway.doors.chunks import chat_usage, first_message, reasoning_of, tokens_of
-from gateway.doors.protocol_messages import EXTENSIONS
-from gateway.errors import BadRequest, GatewayError
-from gateway.upstream import THINKING_BUDGET
+from gateway.doors.messages_request import (
+    RAW_ARGUMENTS,
+    Translation,
+    arguments_of,
+    assistant,
+    chat_request,
+    client_id,
+)
+from gateway.errors import GatewayError
+
+__all__ = ["RAW_ARGUMENTS", "Translation", "arguments_of", "chat_request", "render", "chat_of"]
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -29,181 +40,51 @@ ERROR_TYPES = {
     503: "overloaded_error",
     504: "timeout_error",
 }
-# Key under which tool arguments that are not a JSON object travel in a tool_use `input`.
-RAW_ARGUMENTS = "_raw_arguments"
+# Anthropic says "overloaded" with its own status.
+STATUSES = {503: 529}
+
+# An engine's context overflow, as vLLM words it (several versions) and llama.cpp.
+_WINDOW = re.compile(
+    r"maximum (?:context length|model length)(?: is| of)?\s*\(?(\d+)|context size \((\d+)|"
+    r"context window of (\d+)"
+)
+_PROMPT = re.compile(
+    r"\((\d+) in the messages|has (\d+) input tokens|prompt \(length (\d+)\)|"
+    r"[Ii]nput length \((\d+)\)|request \((\d+) tokens\)|Requested tokens \((\d+)\)"
+)
+
+
+def overflow(message: str) -> str | None:
+    """`prompt is too long: N tokens > M maximum` for an upstream's context overflow whose
+    prompt alone is over the window (a max_tokens that does not fit keeps its own wording)."""
+    window = _WINDOW.search(message)
+    if window is None:
+        return None
+    limit = int(next(g for g in window.groups() if g))
+    prompt = _PROMPT.search(message)
+    if prompt is None:
+        return f"prompt is too long: {message}" if "exceed" in message else None
+    n = int(next(g for g in prompt.groups() if g))
+    return f"prompt is too long: {n} tokens > {limit} maximum" if n > limit else None
 
 
 def error_body(error: GatewayError) -> dict[str, Any]:
     kind = ERROR_TYPES.get(error.status, "api_error")
-    return {"type": "error", "error": {"type": kind, "message": error.message}}
+    message = error.message
+    if error.status == 400 and (too_long := overflow(message)) is not None:
+        message = too_long
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def error_response(error: GatewayError) -> Response:
     return Response(
-        orjson.dumps(error_body(error)), status_code=error.status, media_type="application/json"
+        orjson.dumps(error_body(error)),
+        status_code=STATUSES.get(error.status, error.status),
+        media_type="application/json",
     )
 
 
-# ---------------------------------------------------------------- request: Messages -> chat
-
-
-def chat_request(body: dict[str, Any]) -> dict[str, Any]:
-    """The chat-completions body for a validated Messages request."""
-    messages: list[dict[str, Any]] = []
-    system = body.get("system")
-    if system:
-        messages.append({"role": "system", "content": _system(system)})
-    for i, message in enumerate(body["messages"]):
-        where = f"messages.{i}.content"
-        if message["role"] == "user":
-            messages += _user(message["content"], where)
-        else:
-            messages.append(_assistant(message["content"], where))
-    if not messages:
-        raise BadRequest("messages: there is no message to answer.", param="messages")
-    chat: dict[str, Any] = {
-        "model": body["model"],
-        "messages": messages,
-        "max_tokens": body["max_tokens"],
-    }
-    if body.get("stream"):
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}
-    for name in ("temperature", "top_p", "top_k", *EXTENSIONS):
-        if body.get(name) is not None:
-            chat[name] = body[name]
-    if body.get("stop_sequences"):
-        chat["stop"] = body["stop_sequences"]
-    if body.get("tools"):
-        chat["tools"] = [_tool(t, i) for i, t in enumerate(body["tools"])]
-    if body.get("tool_choice"):
-        _tool_choice(body["tool_choice"], chat)
-    thinking = body.get("thinking")
-    if thinking:
-        kwargs = dict(chat.get("chat_template_kwargs") or {})
-        kwargs["enable_thinking"] = thinking["type"] != "disabled"
-        chat["chat_template_kwargs"] = kwargs
-        if thinking["type"] == "enabled" and thinking.get("budget_tokens") is not None:
-            # vLLM's name; `upstream.body_for` says it in each upstream's dialect.
-            chat[THINKING_BUDGET] = thinking["budget_tokens"]
-    return chat
-
-
-def _system(system: str | list[dict[str, Any]]) -> str:
-    if isinstance(system, str):
-        return system
-    texts = []
-    for i, block in enumerate(system):
-        if block.get("type") != "text":
-            raise BadRequest(f"system.{i}: only text blocks are supported.", param=f"system.{i}")
-        texts.append(block.get("text", ""))
-    return "\n".join(texts)
-
-
-def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
-
-
-def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
-    source = block.get("source") or {}
-    if source.get("type") == "base64":
-        url = f"data:{source.get('media_type')};base64,{source.get('data')}"
-    elif source.get("type") == "url" and isinstance(source.get("url"), str):
-        url = source["url"]
-    else:
-        raise BadRequest(
-            f"{where}: image source type {source.get('type')!r} is not supported "
-            "(base64 and url are).",
-            param=where,
-        )
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _user(content: str | list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
-    """Tool results become tool messages (first: they answer the last turn), then a user turn."""
-    tools: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    for j, block in enumerate(_blocks(content)):
-        kind = block.get("type")
-        if kind == "text":
-            parts.append({"type": "text", "text": block.get("text", "")})
-        elif kind == "image":
-            parts.append(_image(block, f"{where}.{j}"))
-        elif kind == "tool_result":
-            text, images = _tool_result(block.get("content"), f"{where}.{j}.content")
-            tools.append(
-                {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": text}
-            )
-            parts += images
-        else:
-            raise BadRequest(
-                f"{where}.{j}: content block type {kind!r} is not supported in user "
-                "turns (text, image, tool_result are).",
-                param=f"{where}.{j}",
-            )
-    out = list(tools)
-    if parts and all(p["type"] == "text" for p in parts):
-        out.append({"role": "user", "content": "\n".join(p["text"] for p in parts)})
-    elif parts:
-        out.append({"role": "user", "content": parts})
-    return out
-
-
-def _tool_result(content: Any, where: str) -> tuple[str, list[dict[str, Any]]]:
-    if content is None or isinstance(content, str):
-        return content or "", []
-    texts, images = [], []
-    for j, block in enumerate(content):
-        if block.get("type") == "text":
-            texts.append(block.get("text", ""))
-        elif block.get("type") == "image":
-            images.append(_image(block, f"{where}.{j}"))
-        else:
-            raise BadRequest(
-                f"{where}.{j}: tool_result blocks of type {block.get('type')!r} are not supported.",
-                param=f"{where}.{j}",
-            )
-    return "\n".join(texts), images
-
-
-def _assistant(content: str | list[dict[str, Any]], where: str) -> dict[str, Any]:
-    texts, thoughts, calls = [], [], []
-    for j, block in enumerate(_blocks(content)):
-        kind = block.get("type")
-        if kind == "text":
-            texts.append(block.get("text", ""))
-        elif kind == "thinking":
-            thoughts.append(block.get("thinking", ""))
-        elif kind == "redacted_thinking":
-            continue  # opaque to any upstream but its issuer
-        elif kind == "tool_use":
-            calls.append(
-                {
-                    "id": block.get("id"),
-                    "type": "function",
-                    "function": {
-                        "name": block.get("name"),
-                        "arguments": arguments_of(block.get("input")),
-                    },
-                }
-            )
-        else:
-            raise BadRequest(
-                f"{where}.{j}: content block type {kind!r} is not supported in assistant turns.",
-                param=f"{where}.{j}",
-            )
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
-    if thoughts:
-        message["reasoning_content"] = message["reasoning"] = "".join(thoughts)
-    if calls:
-        message["tool_calls"] = calls
-    return message
-
-
-def arguments_of(tool_input: Any) -> str:
-    if isinstance(tool_input, dict) and set(tool_input) == {RAW_ARGUMENTS}:
-        return str(tool_input[RAW_ARGUMENTS])
-    return orjson.dumps(tool_input if tool_input is not None else {}).decode()
+# ---------------------------------------------------------------- answer: chat -> Messages
 
 
 def input_of(arguments: str) -> dict[str, Any]:
@@ -213,43 +94,6 @@ def input_of(arguments: str) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         value = None
     return value if isinstance(value, dict) else {RAW_ARGUMENTS: arguments}
-
-
-def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
-    if tool.get("type") not in (None, "custom"):
-        raise BadRequest(
-            f"tools.{i}: server tool type {tool['type']!r} is not supported; only "
-            "client tools (name, description, input_schema) are.",
-            param=f"tools.{i}",
-        )
-    if not isinstance(tool.get("name"), str):
-        raise BadRequest(f"tools.{i}.name: Field required", param=f"tools.{i}.name")
-    fn: dict[str, Any] = {
-        "name": tool["name"],
-        "parameters": tool.get("input_schema") or {"type": "object"},
-    }
-    if tool.get("description"):
-        fn["description"] = tool["description"]
-    return {"type": "function", "function": fn}
-
-
-def _tool_choice(choice: dict[str, Any], chat: dict[str, Any]) -> None:
-    kind = choice.get("type")
-    if kind == "auto":
-        chat["tool_choice"] = "auto"
-    elif kind == "any":
-        chat["tool_choice"] = "required"
-    elif kind == "none":
-        chat["tool_choice"] = "none"
-    elif kind == "tool" and choice.get("name"):
-        chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
-    else:
-        raise BadRequest(f"tool_choice: type {kind!r} is not supported.", param="tool_choice")
-    if choice.get("disable_parallel_tool_use"):
-        chat["parallel_tool_calls"] = False
-
-
-# ---------------------------------------------------------------- answer: chat -> Messages
 
 
 def stop_of(finish: str | None, stop_reason: Any, stops: list[str]) -> tuple[str, str | None]:
@@ -277,12 +121,17 @@ def usage_of(chat_usage_obj: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def render(chat: dict[str, Any], request: dict[str, Any], mid: str) -> dict[str, Any]:
+def render(
+    chat: dict[str, Any],
+    request: dict[str, Any],
+    mid: str,
+    translation: Translation | None = None,
+) -> dict[str, Any]:
     """A chat.completion as an Anthropic `message`."""
     message, finish, stop_reason = first_message(chat)
     content: list[dict[str, Any]] = []
     reasoning = reasoning_of(message)
-    if reasoning:
+    if reasoning and not (translation and translation.omit_thinking):
         content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
     if message.get("content"):
         content.append({"type": "text", "text": message["content"]})
@@ -291,27 +140,30 @@ def render(chat: dict[str, Any], request: dict[str, Any], mid: str) -> dict[str,
         content.append(
             {
                 "type": "tool_use",
-                "id": call.get("id"),
+                "id": client_id(call.get("id")),
                 "name": fn.get("name"),
                 "input": input_of(fn.get("arguments") or ""),
             }
         )
     reason, sequence = stop_of(finish, stop_reason, request.get("stop_sequences") or [])
-    return {
+    out = {
         "id": mid,
         "type": "message",
         "role": "assistant",
-        "model": chat.get("model") or request.get("model"),
+        "model": request.get("model") or chat.get("model"),
         "content": content,
         "stop_reason": reason,
         "stop_sequence": sequence,
         "usage": usage_of(chat.get("usage")),
     }
+    if translation is not None and translation.applied_edits:
+        out["context_management"] = {"applied_edits": translation.applied_edits}
+    return out
 
 
 def chat_of(message: dict[str, Any]) -> dict[str, Any]:
     """An Anthropic `message` read back as a chat.completion (the inverse of `render`)."""
-    reply = _assistant(message["content"], "content")
+    reply = assistant(message["content"], "content")
     reply.pop("reasoning", None)
     finish = {"max_tokens": "length", "tool_use": "tool_calls", "refusal": "content_filter"}.get(
         message["stop_reason"], "stop"

@@ -4,8 +4,10 @@
 through `messages.render`. A stream is rebuilt as Anthropic sends it: `message_start`, `ping`,
 then one content block at a time (`thinking`, `text`, `tool_use`) opened by
 `content_block_start`, filled by `thinking_delta` / `text_delta` / `input_json_delta` and closed
-by `content_block_stop`, then `message_delta` (stop_reason, stop_sequence, the record's usage)
-and `message_stop`. An upstream that broke mid-stream ends the stream with an `error` event.
+by `content_block_stop`, then `message_delta` (stop_reason, stop_sequence, the record's usage,
+the context edits applied) and `message_stop`. Reasoning asked for with `display: omitted` is
+not sent; tool_use ids are the door's (`messages_request.client_id`). An upstream that broke
+mid-stream ends the stream with an `error` event.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ import orjson
 
 from gateway.doors.chunks import ChatEvents, Piece, piece_of, record_usage, sse
 from gateway.doors.messages import render, stop_of, usage_of
+from gateway.doors.messages_request import Translation, client_id
 from gateway.record import Record
 
 
 class MessagesTranslator:
-    def __init__(self, request: dict[str, Any], record: Record):
+    def __init__(
+        self, request: dict[str, Any], record: Record, translation: Translation | None = None
+    ):
         self.request = request
         self.record = record
+        self.translation = translation or Translation(chat={})
         self.mid = "msg_" + os.urandom(12).hex()
         self._events = ChatEvents()
         self._started = self._ended = False
@@ -36,7 +42,7 @@ class MessagesTranslator:
     # -- the Translator protocol -----------------------------------------------------------
     def whole(self, chat: dict[str, Any]) -> bytes:
         chat = {**chat, "usage": record_usage(self.record)}
-        return orjson.dumps(render(chat, self.request, self.mid))
+        return orjson.dumps(render(chat, self.request, self.mid, self.translation))
 
     def feed(self, block: bytes) -> bytes:
         out: list[bytes] = []
@@ -47,7 +53,7 @@ class MessagesTranslator:
             if self._ended:
                 continue
             if not self._started:
-                out += self._start(event.data.get("model"))
+                out += self._start()
             if event.kind == "chunk":
                 out += self._piece(piece_of(event.data))
             elif event.kind == "done":
@@ -58,14 +64,14 @@ class MessagesTranslator:
         return b"".join(out)
 
     # -- events ----------------------------------------------------------------------------
-    def _start(self, model: str | None) -> list[bytes]:
+    def _start(self) -> list[bytes]:
         self._started = True
         message: dict[str, Any] = {
             "id": self.mid,
             "type": "message",
             "role": "assistant",
             "content": [],
-            "model": model or self.request.get("model"),
+            "model": self.request.get("model"),
             "stop_reason": None,
             "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": 0},
@@ -77,7 +83,7 @@ class MessagesTranslator:
 
     def _piece(self, piece: Piece) -> list[bytes]:
         out: list[bytes] = []
-        if piece.reasoning:
+        if piece.reasoning and not self.translation.omit_thinking:
             out += self._ensure("thinking", {"type": "thinking", "thinking": "", "signature": ""})
             out.append(self._delta({"type": "thinking_delta", "thinking": piece.reasoning}))
         if piece.content:
@@ -87,7 +93,7 @@ class MessagesTranslator:
             if tool.index not in self._tools:
                 block = {
                     "type": "tool_use",
-                    "id": tool.id or f"toolu_{self.mid[4:]}_{tool.index}",
+                    "id": client_id(tool.id),
                     "name": tool.name or "",
                     "input": {},
                 }
@@ -133,16 +139,15 @@ class MessagesTranslator:
         reason, sequence = stop_of(
             self._finish, self._stop_reason, self.request.get("stop_sequences") or []
         )
-        usage = usage_of(record_usage(self.record))
+        delta: dict[str, Any] = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": usage_of(record_usage(self.record)),
+        }
+        if self.translation.applied_edits:
+            delta["context_management"] = {"applied_edits": self.translation.applied_edits}
         return [
-            sse(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                    "usage": usage,
-                },
-            ),
+            sse("message_delta", delta),
             sse("message_stop", {"type": "message_stop"}),
         ]
 

@@ -1,20 +1,66 @@
-"""Wire model of the Anthropic Messages API request the gateway accepts — validation only.
+"""Wire model of the Anthropic Messages API request the gateway accepts, and the door's field
+policy (`POLICY`, rendered into the README's Messages-door section).
 
-Server-side features (MCP servers, containers, server tools) are refused by name; labels are
-accepted and ignored; any other unknown field is refused, so nothing is silently dropped.
+Validation checks the fields the door serves and the blocks it knows; anything else is open:
+an unknown top-level field, content block or tool type is dropped and marked by the translation
+(`messages.chat_request`), never refused, since Claude Code adds fields with every release. A
+400 is left for requests that could only be served by silently changing their meaning.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
+from gateway.doors.policy import Action, Rule, table
 from gateway.doors.wire import check_model
 from gateway.errors import BadRequest
 from gateway.protocol import _Open
 
-IGNORED = frozenset({"metadata", "service_tier"})
+H, T, N, D = Action.HONOUR, Action.TRANSLATE, Action.INERT, Action.DROP
+POLICY = table(
+    Rule("model", H, "the route; answers carry the name asked for"),
+    Rule("messages", T, "chat messages; `role: system` turns merged into the leading system"),
+    Rule("system", T, "one leading system message; the `x-anthropic-billing-header` block dropped"),
+    Rule("max_tokens", T, "clamped to the served window minus the prompt, marked `max_tokens`"),
+    Rule("stream", H, "SSE events as Anthropic sends them; `false` always gets JSON"),
+    Rule("stop_sequences", T, "`stop`"),
+    Rule("temperature", H),
+    Rule("top_p", H),
+    Rule("top_k", H),
+    Rule("tools", T, "chat functions"),
+    Rule("tools.defer_loading", T, "a deferred tool is sent once a `tool_reference` names it"),
+    Rule("tools[type=server]", D, "server tools (`web_search_*`, `code_execution_*`, …)"),
+    Rule("tool_choice", T, "`auto`, `required`, `none`, a named function"),
+    Rule("thinking", T, "`enabled`/`disabled`: `enable_thinking`; `adaptive`: the profile's"),
+    Rule("thinking.budget_tokens", T, "the upstream's thinking cap, where it takes one"),
+    Rule("thinking.display", H, "`omitted`: no thinking text is sent back"),
+    Rule("context_management", H, "edits applied by the gateway, reported in `applied_edits`"),
+    Rule("context_management[clear_thinking_20251015]", H, "older turns' thinking dropped"),
+    Rule("context_management[clear_tool_uses_20250919]", H, "oldest tool results replaced"),
+    Rule("context_management[other]", D, "an edit the gateway does not know"),
+    Rule("output_config.effort", T, "`reasoning_effort` (xhigh, max: high) where the route has it"),
+    Rule("output_config.format", T, "`response_format` (a JSON schema)"),
+    Rule("output_config.*", N, "other output settings (task budgets)"),
+    Rule("metadata", N, "`user_id`'s session id keys session affinity; never forwarded"),
+    Rule("service_tier", N),
+    Rule("cache_control", N, "on any block or tool: the engine caches prefixes by itself"),
+    Rule("content[type=text|image]", T, "chat text and `image_url` parts"),
+    Rule("content[type=tool_use]", T, "assistant `tool_calls`; ids mapped to and from `toolu_…`"),
+    Rule("content[type=tool_result]", T, "a `tool` message; `is_error`: `Error: `; images after"),
+    Rule("content[type=tool_reference]", T, "text: the tool is now available, with its schema"),
+    Rule("content[type=thinking]", T, "`reasoning_content` of the assistant turn"),
+    Rule("content[type=redacted_thinking]", N, "opaque to any engine but its issuer"),
+    Rule("content[type=other]", D, "a block the gateway cannot show the model (`document`, …)"),
+    Rule("mcp_servers", D, "the gateway connects to no MCP server"),
+    Rule("container", D, "no code-execution containers"),
+    Rule("anthropic-beta", N, "any value; never refused"),
+    Rule("<other field>", D, "a field this table does not name (x-plumbline-dropped)"),
+)
+
+# Labels the door takes and does nothing with.
+INERT = frozenset({"metadata", "service_tier", "context_management", "output_config"})
 # Gateway extensions: vLLM sampling fields passed to the upstream as they are.
 EXTENSIONS = (
     "min_p",
@@ -24,11 +70,8 @@ EXTENSIONS = (
     "frequency_penalty",
     "chat_template_kwargs",
 )
-REFUSED = {
-    "mcp_servers": "MCP servers are not supported",
-    "container": "code-execution containers are not supported",
-    "context_management": "server-side context management is not supported",
-}
+# Server-side features the gateway cannot serve: dropped and marked.
+DROPPED = ("mcp_servers", "container")
 
 
 class TextBlock(_Open):
@@ -59,12 +102,36 @@ class ToolUseBlock(_Open):
     input: dict[str, Any]
 
 
+class ToolReferenceBlock(_Open):
+    type: Literal["tool_reference"]
+    tool_name: str
+
+
+KNOWN_BLOCKS = frozenset(
+    {"text", "image", "tool_use", "tool_result", "tool_reference", "thinking", "redacted_thinking"}
+)
+
+
+def _tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in KNOWN_BLOCKS else "other"
+
+
+# Any other block is open: dropped and marked by the translation, never refused.
+Other = Annotated[dict[str, Any], Tag("other")]
+InnerBlock = Annotated[
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ImageBlock, Tag("image")]
+    | Annotated[ToolReferenceBlock, Tag("tool_reference")]
+    | Other,
+    Discriminator(_tag),
+]
+
+
 class ToolResultBlock(_Open):
     type: Literal["tool_result"]
     tool_use_id: str
-    content: str | list[Annotated[TextBlock | ImageBlock, Field(discriminator="type")]] | None = (
-        None
-    )
+    content: str | list[InnerBlock] | None = None
     is_error: bool | None = None
 
 
@@ -80,13 +147,20 @@ class RedactedThinkingBlock(_Open):
 
 
 Block = Annotated[
-    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock,
-    Field(discriminator="type"),
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ImageBlock, Tag("image")]
+    | Annotated[ToolUseBlock, Tag("tool_use")]
+    | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[ToolReferenceBlock, Tag("tool_reference")]
+    | Annotated[ThinkingBlock, Tag("thinking")]
+    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")]
+    | Other,
+    Discriminator(_tag),
 ]
 
 
 class Message(_Open):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
 
@@ -95,6 +169,7 @@ class Tool(_Open):
     name: str
     description: str | None = None
     input_schema: dict[str, Any] | None = None
+    defer_loading: bool | None = None
 
 
 class ToolChoice(_Open):
@@ -106,6 +181,12 @@ class ToolChoice(_Open):
 class Thinking(_Open):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | None = Field(None, ge=1)
+    display: str | None = None
+
+
+class OutputConfig(_Open):
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: dict[str, Any] | None = None
 
 
 class MessagesRequest(_Open):
@@ -121,21 +202,18 @@ class MessagesRequest(_Open):
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
+    output_config: OutputConfig | None = None
+    context_management: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
-KNOWN = frozenset(MessagesRequest.model_fields) | IGNORED | frozenset(EXTENSIONS)
+KNOWN = frozenset(MessagesRequest.model_fields) | INERT | frozenset(EXTENSIONS) | set(DROPPED)
 
 
 def check(body: Any) -> MessagesRequest:
-    """Validate a Messages request; refuse by name what this door does not do."""
+    """Validate a Messages request: what the door serves must be well formed; the rest is open."""
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
-    for name, reason in REFUSED.items():
-        if body.get(name) is not None:
-            raise BadRequest(f"{name}: {reason}.", param=name)
-    unknown = sorted(set(body) - KNOWN - set(REFUSED))
-    if unknown:
-        raise BadRequest(f"{unknown[0]}: Extra inputs are not permitted.", param=unknown[0])
     request = check_model(MessagesRequest, body)
     thinking = request.thinking
     if (

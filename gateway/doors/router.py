@@ -14,8 +14,15 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.api import _call, read_json, watch
-from gateway.doors import messages, protocol_messages, protocol_responses, responses
+from gateway.api import _call, headers_of, read_json, watch
+from gateway.doors import (
+    messages,
+    messages_request,
+    messages_tokens,
+    protocol_messages,
+    protocol_responses,
+    responses,
+)
 from gateway.doors.messages_stream import MessagesTranslator
 from gateway.doors.policy import mark_dropped
 from gateway.doors.responses_stream import ResponsesTranslator
@@ -52,8 +59,14 @@ async def create_message(request: Request) -> Response:
     try:
         body = await read_json(request, gw.config.server.max_body_bytes)
         protocol_messages.check(body)
-        call = _call(request, "messages", "/chat/completions", messages.chat_request(body))
-        call.translator = MessagesTranslator(body, call.record)
+        served = messages_request.served_of(gw.config, body["model"])
+        translation = messages.chat_request(body, served)
+        call = _call(request, "messages", "/chat/completions", translation.chat)
+        mark_dropped(call.record, *translation.dropped)
+        if call.session is None:  # Claude Code's session id: sticky routing
+            heads = headers_of(request)
+            call.session = messages_request.session_of(body, heads.get("x-claude-code-session-id"))
+        call.translator = MessagesTranslator(body, call.record, translation)
         return await respond(gw, call, watch(request))
     except GatewayError as e:
         return messages.error_response(e)
@@ -61,3 +74,19 @@ async def create_message(request: Request) -> Response:
         log.exception("unhandled error on /v1/messages")
         error = GatewayError("The gateway failed to handle this request; it has been logged.")
         return messages.error_response(error)
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_message_tokens(request: Request) -> Response:
+    gw = request.app.state.gateway
+    try:
+        body = await read_json(request, gw.config.server.max_body_bytes)
+        return await messages_tokens.count(gw, body)
+    except GatewayError as e:
+        return messages.error_response(e)
+
+
+@router.api_route("/api/hello", methods=["GET", "HEAD"])
+async def hello(request: Request) -> Response:
+    """Claude Code's start-up preconnect: answered at once."""
+    return Response(b"{}", media_type="application/json")

@@ -4,6 +4,7 @@ upstream, plus property tests of the chat <-> Messages translation (whole and st
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -13,9 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.doors import messages, protocol_messages
+from gateway.doors import messages, messages_edits, protocol_messages
 from gateway.doors.messages_stream import MessagesTranslator
-from gateway.errors import BadRequest
+from gateway.doors.policy import HEADER, markdown
+from gateway.errors import BadRequest, UpstreamUnavailable
 from gateway.fake_upstream import FakeHandle
 from tests.gateway.test_api import gateway_config
 from tests.gateway.test_responses import (
@@ -123,12 +125,14 @@ def test_tool_use_round_trip(fake: FakeHandle, gateway: Any) -> None:
     sent = [r["body"] for r in fake.requests()]
     assert sent[0]["tool_choice"] == "required"
     assert sent[0]["tools"][0]["function"]["parameters"] == WEATHER["input_schema"]
-    assert sent[1]["messages"][1]["tool_calls"][0]["id"] == use.id
+    # The client sees Anthropic-style ids; the upstream its own ones, mapped back on replay.
+    upstream_id = sent[1]["messages"][1]["tool_calls"][0]["id"]
+    assert use.id == "toolu_" + upstream_id and upstream_id.startswith("chatcmpl-tool-")
     assert orjson.loads(sent[1]["messages"][1]["tool_calls"][0]["function"]["arguments"]) == {
         "city": "Paris"
     }
     assert sent[1]["messages"][2:] == [
-        {"role": "tool", "tool_call_id": use.id, "content": "sunny"},
+        {"role": "tool", "tool_call_id": upstream_id, "content": "sunny"},
         {"role": "user", "content": "thanks"},
     ]
 
@@ -272,40 +276,7 @@ def test_upstream_failures_are_anthropic_errors(fake: FakeHandle) -> None:
             {"model": "smol", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
             400,
             "invalid_request_error",
-            "role",
-        ),
-        (
-            {
-                "model": "smol",
-                "max_tokens": 5,
-                "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}],
-            },
-            400,
-            "invalid_request_error",
-            "document",
-        ),
-        (
-            {
-                "model": "smol",
-                "max_tokens": 5,
-                "messages": HI,
-                "tools": [{"type": "web_search_20250305", "name": "web_search"}],
-            },
-            400,
-            "invalid_request_error",
-            "web_search_20250305",
-        ),
-        (
-            {"model": "smol", "max_tokens": 5, "messages": HI, "mcp_servers": []},
-            400,
-            "invalid_request_error",
-            "mcp_servers",
-        ),
-        (
-            {"model": "smol", "max_tokens": 5, "messages": HI, "frobnicate": 1},
-            400,
-            "invalid_request_error",
-            "frobnicate",
+            "no user or assistant turn",
         ),
         (
             {
@@ -350,6 +321,484 @@ def test_bad_input_gets_an_anthropic_error(
     assert r.json()["type"] == "error" and r.json()["error"]["type"] == kind
     assert fragment in r.json()["error"]["message"]
     assert fake.requests() == []
+
+
+# ---------------------------------------------------------------- Claude Code's requests
+
+ROOT = Path(__file__).resolve().parents[2]
+# Claude Code 2.1.328's first request as it reached a capture server (device and session ids,
+# and the temporary paths in its environment text, replaced).
+CAPTURED = orjson.loads((Path(__file__).parent / "claude_code_request.json").read_bytes())
+CC_HEADERS = {
+    "authorization": "Bearer k",
+    "anthropic-version": "2023-06-01",
+    "anthropic-beta": "claude-code-20250219,context-management-2025-06-27,"
+    "advanced-tool-use-2025-11-20,effort-2025-11-24,some-future-beta-2027-01-01",
+    "x-claude-code-session-id": "00000000-0000-4000-8000-000000000001",
+    "x-app": "cli",
+}
+
+
+def routes(fake: FakeHandle) -> Any:
+    """Routes of each kind the door adapts to: a small window, a thinking model, a
+    reasoning_effort model, a llama.cpp upstream (no tokenizer endpoint)."""
+    ups = {
+        "smol": ("vllm", "smollm2"),
+        "agent": ("vllm", "qwen3-thinking"),
+        "oss": ("vllm", "gpt-oss"),
+        "cpp": ("llamacpp", "smollm2"),
+    }
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 0},
+            "upstreams": [
+                {
+                    "name": n,
+                    "kind": k,
+                    "base_url": fake.base_url,
+                    "model": "fake-model",
+                    "profile": p,
+                }
+                for n, (k, p) in ups.items()
+            ],
+            "models": {n: {"profile": p, "upstreams": [n]} for n, (_, p) in ups.items()},
+        }
+    )
+
+
+@pytest.fixture
+def many(fake: FakeHandle) -> Iterator[tuple[str, ListSink]]:
+    sink = ListSink()
+    with running_gateway(routes(fake), sinks=[sink]) as url:
+        yield url.removesuffix("/v1"), sink
+
+
+def post(root: str, body: dict[str, Any], path: str = "/v1/messages?beta=true") -> httpx.Response:
+    return httpx.post(root + path, json=body, headers=CC_HEADERS, timeout=30)
+
+
+def test_the_readme_shows_the_doors_policy_table() -> None:
+    readme = (ROOT / "README.md").read_text()
+    start = "<!-- messages-policy:start -->\n"
+    shown = readme[readme.index(start) + len(start) : readme.index("<!-- messages-policy:end -->")]
+    assert shown.strip() == markdown(protocol_messages.POLICY)
+
+
+def test_claude_codes_first_request_is_served(fake: FakeHandle, many: Any) -> None:
+    """The captured request, streamed and not: accepted whole; the upstream gets one leading
+    system message without the attribution block, no Anthropic-only fields, no deferred tool,
+    a max_tokens within the window; the answer names the model asked for and, with
+    `display: omitted`, carries no thinking."""
+    root, sink = many
+    fake.set_default(reasoning_field="reasoning_content", tokens=3)
+    body = {**CAPTURED, "model": "agent"}
+    streamed = post(root, body)
+    whole = post(root, {**body, "stream": False})
+    assert streamed.status_code == whole.status_code == 200, streamed.text
+    events = sse_events(streamed.content)
+    assert events[0]["type"] == "message_start" and events[-1]["type"] == "message_stop"
+    assert events[0]["message"]["model"] == "agent" and whole.json()["model"] == "agent"
+    assert whole.headers["content-type"] == "application/json"
+    assert all(e.get("content_block", {}).get("type") != "thinking" for e in events)
+    assert [b["type"] for b in whole.json()["content"]] == ["text"]
+    assert "context_management" not in whole.json()  # keep: "all" cleared nothing
+    sent = fake.requests()[0]["body"]
+    for field in ("metadata", "context_management", "output_config", "thinking", "system"):
+        assert field not in sent
+    assert b"cache_control" not in orjson.dumps(sent) and b"defer_loading" not in orjson.dumps(sent)
+    roles = [m["role"] for m in sent["messages"]]
+    assert roles == ["system", "user"]
+    system = sent["messages"][0]["content"]
+    assert "x-anthropic-billing-header" not in system
+    assert system.startswith(CAPTURED["system"][1]["text"])
+    mid_conversation = CAPTURED["messages"][1]["content"][0]["text"]
+    assert system.endswith(mid_conversation)  # the system turn, merged up in order
+    names = [t["function"]["name"] for t in sent["tools"]]
+    assert "Bash" in names and "DeferredToolPlaceholder" not in names
+    assert all("$schema" not in t["function"]["parameters"] for t in sent["tools"])
+    assert sent["chat_template_kwargs"] == {"enable_thinking": True}  # adaptive: the profile's
+    assert "reasoning_effort" not in sent  # qwen3 has no effort control: dropped, marked
+    prompt = len(orjson.dumps([sent["messages"], sent["tools"]])) // 3
+    assert sent["max_tokens"] == 32768 - prompt
+    assert streamed.headers[HEADER] == "output_config.effort,max_tokens"
+    assert sink.records[0].dropped == "output_config.effort,max_tokens"
+    assert sink.records[0].max_tokens == sent["max_tokens"]
+
+
+def test_effort_and_format_reach_a_route_that_takes_them(fake: FakeHandle, many: Any) -> None:
+    root, _ = many
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    for effort, said in (("max", "high"), ("xhigh", "high"), ("low", "low")):
+        r = post(
+            root,
+            {
+                "model": "oss",
+                "max_tokens": 50,
+                "messages": HI,
+                "output_config": {
+                    "effort": effort,
+                    "format": {"type": "json_schema", "schema": schema},
+                },
+            },
+        )
+        assert r.status_code == 200 and HEADER not in r.headers
+        sent = fake.requests()[-1]["body"]
+        assert sent["reasoning_effort"] == said
+        assert sent["response_format"]["json_schema"]["schema"] == schema
+
+
+def test_thinking_modes(fake: FakeHandle, many: Any) -> None:
+    root, _ = many
+    fake.set_default(reasoning_field="reasoning", tokens=2)
+    shown = post(
+        root,
+        {"model": "agent", "max_tokens": 50, "messages": HI, "thinking": {"type": "adaptive"}},
+    )
+    assert [b["type"] for b in shown.json()["content"]] == ["thinking", "text"]
+    off = post(
+        root,
+        {"model": "agent", "max_tokens": 50, "messages": HI, "thinking": {"type": "disabled"}},
+    )
+    assert off.status_code == 200
+    kwargs = [r["body"]["chat_template_kwargs"] for r in fake.requests()]
+    assert kwargs == [{"enable_thinking": True}, {"enable_thinking": False}]
+
+
+def second_turn() -> list[dict[str, Any]]:
+    """A Claude Code session after ToolSearch loaded WebFetch, and a Bash call that failed."""
+    return [
+        {"role": "user", "content": "fetch it"},
+        {
+            "role": "system",
+            "content": [{"type": "text", "text": "<system-reminder>x</system-reminder>"}],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "first thought", "signature": "sig"},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_h_426173683a3132",
+                    "name": "ToolSearch",
+                    "input": {"query": "select:WebFetch"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_h_426173683a3132",
+                    "content": [{"type": "tool_reference", "tool_name": "WebFetch"}],
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "second thought", "signature": "sig"},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_01AbC",
+                    "name": "Bash",
+                    "input": {"command": "false"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_01AbC",
+                    "is_error": True,
+                    "content": [
+                        {"type": "text", "text": "exit 1"},
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"},
+                        },
+                    ],
+                }
+            ],
+        },
+    ]
+
+
+CC_TOOLS = [
+    {
+        "name": "Bash",
+        "description": "Run a command",
+        "input_schema": {"type": "object"},
+        "cache_control": {"type": "ephemeral"},
+    },
+    {"name": "ToolSearch", "description": "Find tools", "input_schema": {"type": "object"}},
+    {
+        "name": "WebFetch",
+        "description": "Fetch a URL",
+        "input_schema": {"type": "object", "properties": {"url": {"type": "string"}}},
+        "defer_loading": True,
+    },
+    {
+        "name": "NotebookEdit",
+        "description": "Edit",
+        "input_schema": {"type": "object"},
+        "defer_loading": True,
+    },
+    {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+]
+
+
+def test_a_later_turn_loads_deferred_tools_and_maps_results(fake: FakeHandle, many: Any) -> None:
+    root, sink = many
+    r = post(
+        root,
+        {
+            "model": "agent",
+            "max_tokens": 100,
+            "messages": second_turn(),
+            "tools": CC_TOOLS,
+            "strict_future_field": 1,
+        },
+    )
+    assert r.status_code == 200, r.text
+    sent = fake.requests()[0]["body"]
+    names = [t["function"]["name"] for t in sent["tools"]]
+    assert names == ["Bash", "ToolSearch", "WebFetch"]  # referenced: loaded; the rest: not yet
+    msgs = sent["messages"]
+    assert [m["role"] for m in msgs] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "user",
+    ]
+    assert msgs[0]["content"] == "<system-reminder>x</system-reminder>"
+    assert msgs[2]["tool_calls"][0]["id"] == "Bash:12"  # the upstream's own id, mapped back
+    assert msgs[3]["tool_call_id"] == "Bash:12"
+    assert msgs[3]["content"].startswith("Tool 'WebFetch' is now available. Fetch a URL")
+    assert '"url"' in msgs[3]["content"]
+    assert msgs[4]["tool_calls"][0]["id"] == msgs[5]["tool_call_id"] == "01AbC"
+    assert msgs[5]["content"] == "Error: exit 1"
+    assert msgs[6]["content"][0]["type"] == "image_url"  # the result's image, in a user turn after
+    assert msgs[2]["reasoning_content"] == "first thought"  # no context edit asked: kept
+    assert r.headers[HEADER] == "strict_future_field,tools[type=web_search_20250305]"
+    assert sink.records[0].dropped == r.headers[HEADER]
+
+
+def test_clear_thinking_keeps_the_last_turns(fake: FakeHandle, many: Any) -> None:
+    root, _ = many
+    edits = {
+        "edits": [
+            {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}
+        ]
+    }
+    body = {"model": "agent", "max_tokens": 100, "messages": second_turn(), "tools": CC_TOOLS[:3]}
+    whole = post(root, {**body, "context_management": edits})
+    streamed = post(root, {**body, "context_management": edits, "stream": True})
+    kept = post(
+        root,
+        {
+            **body,
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        },
+    )
+    applied = whole.json()["context_management"]["applied_edits"]
+    assert applied[0]["type"] == "clear_thinking_20251015"
+    assert applied[0]["cleared_thinking_turns"] == 1 and applied[0]["cleared_input_tokens"] > 0
+    delta = next(e for e in sse_events(streamed.content) if e["type"] == "message_delta")
+    assert delta["context_management"]["applied_edits"] == applied
+    assert "context_management" not in kept.json()
+    cleared, _, unchanged = (r["body"]["messages"] for r in fake.requests())
+    assert (
+        "reasoning_content" not in cleared[2]
+        and cleared[4]["reasoning_content"] == "second thought"
+    )
+    assert unchanged[2]["reasoning_content"] == "first thought"
+
+
+def test_clear_tool_uses_replaces_old_results(fake: FakeHandle, many: Any) -> None:
+    root, _ = many
+    turns: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for i, tool in enumerate(["Read", "Bash", "Read", "Bash"]):
+        turns.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": f"toolu_{i}", "name": tool, "input": {"n": i}}
+                ],
+            }
+        )
+        turns.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"toolu_{i}",
+                        "content": f"result {i} " * 50,
+                    }
+                ],
+            }
+        )
+    edit = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "input_tokens", "value": 100},
+        "keep": {"type": "tool_uses", "value": 1},
+        "exclude_tools": ["Read"],
+        "clear_tool_inputs": True,
+    }
+    r = post(
+        root,
+        {
+            "model": "agent",
+            "max_tokens": 50,
+            "messages": turns,
+            "context_management": {"edits": [edit]},
+        },
+    )
+    applied = r.json()["context_management"]["applied_edits"]
+    assert applied[0]["type"] == "clear_tool_uses_20250919" and applied[0]["cleared_tool_uses"] == 1
+    tools = [m for m in fake.requests()[0]["body"]["messages"] if m["role"] == "tool"]
+    calls = [m for m in fake.requests()[0]["body"]["messages"] if m.get("tool_calls")]
+    assert tools[1]["content"] == messages_edits.CLEARED  # the one old Bash result
+    assert calls[1]["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert tools[0]["content"].startswith("result 0") and tools[3]["content"].startswith("result 3")
+    below = post(
+        root,
+        {
+            "model": "agent",
+            "max_tokens": 50,
+            "messages": turns,
+            "context_management": {
+                "edits": [{**edit, "trigger": {"type": "input_tokens", "value": 10**6}}]
+            },
+        },
+    )
+    assert "context_management" not in below.json()
+    unknown = post(
+        root,
+        {
+            "model": "agent",
+            "max_tokens": 50,
+            "messages": HI,
+            "context_management": {"edits": [{"type": "compact_20260101"}]},
+        },
+    )
+    assert (
+        unknown.status_code == 200
+        and unknown.headers[HEADER] == "context_management[compact_20260101]"
+    )
+
+
+def test_max_tokens_is_clamped_to_a_small_window(fake: FakeHandle, many: Any) -> None:
+    root, sink = many
+    r = post(root, {"model": "smol", "max_tokens": 32000, "messages": HI})
+    fits = post(root, {"model": "smol", "max_tokens": 100, "messages": HI})
+    sent = [q["body"]["max_tokens"] for q in fake.requests()]
+    assert 8000 < sent[0] < 8192 and sent[1] == 100
+    assert r.headers[HEADER] == "max_tokens" and HEADER not in fits.headers
+    assert sink.records[0].max_tokens == sent[0]
+
+
+def test_count_tokens_asks_the_engines_tokenizer(fake: FakeHandle, many: Any) -> None:
+    """The fake's /tokenize counts a word a token over the chat messages (system included),
+    so 5 is its count; the llama.cpp route has no tokenizer endpoint and gets the estimate."""
+    root, _ = many
+    c = anthropic.Anthropic(base_url=root, api_key="k", max_retries=0, timeout=30)
+    counted = c.messages.with_raw_response.count_tokens(
+        model="agent", messages=[{"role": "user", "content": "one two three"}], system="be brief"
+    )
+    assert counted.parse().input_tokens == 5
+    assert counted.headers["x-plumbline-token-count"] == "tokenizer agent"
+    raw = post(root, {"model": "cpp", "messages": HI}, "/v1/messages/count_tokens?beta=true")
+    assert raw.status_code == 200 and raw.headers["x-plumbline-token-count"] == "estimate"
+    estimate = len(orjson.dumps([[{"role": "user", "content": "hello"}], None])) // 4
+    assert raw.json() == {"input_tokens": estimate}
+    missing = post(root, {"model": "nope", "messages": HI}, "/v1/messages/count_tokens")
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    assert fake.requests() == []  # counting generates nothing
+
+
+def test_hello_is_answered(many: Any) -> None:
+    root, _ = many
+    assert httpx.head(root + "/api/hello").status_code == 200
+    assert httpx.get(root + "/api/hello").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "upstream, shown",
+    [
+        (
+            "This model's maximum context length is 8192 tokens. However, you requested 9100 "
+            "tokens (9000 in the messages, 100 in the completion).",
+            "prompt is too long: 9000 tokens > 8192 maximum",
+        ),
+        (
+            "This model's maximum context length is 8192 tokens. However, your request has 12001 "
+            "input tokens. Please reduce the length of the input messages.",
+            "prompt is too long: 12001 tokens > 8192 maximum",
+        ),
+        (
+            "The decoder prompt (length 9999) is longer than the maximum model length of 8192.",
+            "prompt is too long: 9999 tokens > 8192 maximum",
+        ),
+        (
+            "Requested tokens (5000) exceed context window of 4096",
+            "prompt is too long: 5000 tokens > 4096 maximum",
+        ),
+    ],
+)
+def test_a_context_overflow_is_worded_as_claude_code_knows(
+    fake: FakeHandle, gateway: Any, upstream: str, shown: str
+) -> None:
+    url, _ = gateway
+    fake.set_default(status=400, message=upstream)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude(url).messages.create(model="smol", max_tokens=5, messages=HI)
+    assert e.value.status_code == 400
+    assert e.value.body["error"] == {"type": "invalid_request_error", "message": shown}
+
+
+def test_a_max_tokens_refusal_keeps_its_own_wording() -> None:
+    said = (
+        "'max_tokens' or 'max_completion_tokens' is too large: 32000. This model's maximum "
+        "context length is 8192 tokens and your request has 100 input tokens (32000 > 8192 - 100)."
+    )
+    assert messages.overflow(said) is None
+    assert messages.error_body(BadRequest(said))["error"]["message"] == said
+
+
+def test_overloaded_is_529() -> None:
+    r = messages.error_response(UpstreamUnavailable("no upstream"))
+    assert r.status_code == 529 and orjson.loads(r.body)["error"]["type"] == "overloaded_error"
+
+
+def test_a_broken_stream_then_a_whole_retry(fake: FakeHandle, gateway: Any) -> None:
+    """What Claude Code does after a stream breaks: the same request, non-streamed, gets JSON."""
+    url, _ = gateway
+    fake.script({"tokens": 20, "disconnect_after_chunks": 3}, {"tokens": 4})
+    body = {"model": "smol", "max_tokens": 50, "messages": HI}
+    broken = httpx.post(f"{url}/messages", json={**body, "stream": True})
+    events = sse_events(broken.content)
+    assert events[0]["type"] == "message_start" and events[-1]["type"] == "error"
+    assert "message_stop" not in [e["type"] for e in events]
+    retry = httpx.post(f"{url}/messages", json={**body, "stream": False})
+    assert retry.headers["content-type"] == "application/json"
+    assert retry.json()["type"] == "message" and retry.json()["stop_reason"] == "end_turn"
+
+
+def test_session_affinity_follows_claude_codes_session_id() -> None:
+    from gateway.doors.messages_request import session_of
+
+    user = '{"device_id":"d","account_uuid":"","session_id":"s-1"}'
+    assert session_of({"metadata": {"user_id": user}}, "h") == "s-1"
+    assert session_of({"metadata": {"user_id": "plain"}}, None) == "plain"
+    assert session_of({}, "h") == "h" and session_of({}, None) is None
 
 
 # ---------------------------------------------------------------- translation properties
@@ -450,7 +899,7 @@ MESSAGE_FIELDS = [
 def test_any_body_is_translated_or_refused_with_a_400(body: dict[str, Any]) -> None:
     try:
         protocol_messages.check(body)
-        chat = messages.chat_request(body)
+        chat = messages.chat_request(body).chat
     except BadRequest:
         return
     assert chat["messages"] is not None and orjson.dumps(chat)

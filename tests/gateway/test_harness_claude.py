@@ -1,0 +1,135 @@
+"""Claude Code (the pinned npm release, `deploy/install.sh` installs it into .harness) drives a
+real tool-using session through the gateway's Messages door against the scripted fake upstream:
+the model calls Claude Code's Bash tool, the command really runs (a file appears), its output
+goes back, Claude Code prints the final answer and exits 0. Every request is streamed; a variant
+breaks the first stream, so Claude Code's non-streamed retry is what carries the session on.
+
+The binary missing is a failure, not a skip: CI installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.fake_upstream import FakeHandle, running_fake
+from tests.harness import ListSink, config_from, running_gateway
+
+ROOT = Path(__file__).resolve().parents[2]
+CLAUDE = ROOT / ".harness" / "node_modules" / ".bin" / "claude"
+KEY = "plumbline-test-key"
+MODEL = "plumbline-agent"
+COMMAND = "echo plumbline-ok | tee marker.txt"
+# The scripted session: Claude Code's shell tool, running the command that leaves a file.
+BASH = [{"name": "Bash", "arguments": {"command": COMMAND, "description": "Print a marker"}}]
+
+
+def config(base_url: str) -> Any:
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 0},
+            "upstreams": [
+                {
+                    "name": "a",
+                    "kind": "vllm",
+                    "base_url": base_url,
+                    "model": "fake-model",
+                    "profile": "qwen3-thinking",
+                }
+            ],
+            "models": {MODEL: {"profile": "qwen3-thinking", "upstreams": ["a"]}},
+        }
+    )
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeHandle]:
+    with running_fake(harness=BASH) as handle:
+        yield handle
+
+
+def run_claude(url: str, home: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
+    assert CLAUDE.exists(), f"Claude Code is not installed at {CLAUDE}: run deploy/install.sh"
+    (home / "config").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_"))}
+    env |= {
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(home / "config"),
+        "ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
+        "ANTHROPIC_AUTH_TOKEN": KEY,
+        "ANTHROPIC_MODEL": MODEL,
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "65536",
+        "CLAUDE_CODE_MAX_RETRIES": "2",
+        "NO_COLOR": "1",
+    }
+    return subprocess.run(
+        [str(CLAUDE), "-p", "Run the command: echo plumbline-ok", "--allowedTools", "Bash"],
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def chat_requests(fake: FakeHandle) -> list[dict[str, Any]]:
+    return [r["body"] for r in fake.requests() if r["path"] == "/v1/chat/completions"]
+
+
+def explain(done: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+
+
+def check_session(done: subprocess.CompletedProcess[str], fake: FakeHandle, work: Path) -> None:
+    assert done.returncode == 0, explain(done)
+    assert done.stdout.strip() == "All done.", explain(done)
+    assert (work / "marker.txt").read_text().strip() == "plumbline-ok"
+    bodies = chat_requests(fake)
+    assert len(bodies) >= 2
+    last = bodies[-1]["messages"]
+    at = next(i for i, m in enumerate(last) if m["role"] == "assistant" and m.get("tool_calls"))
+    assert last[at]["tool_calls"][0]["function"]["name"] == "Bash"
+    assert last[at + 1]["role"] == "tool" and "plumbline-ok" in last[at + 1]["content"]
+    # One leading system message (Claude Code's mid-conversation system turns merged into it).
+    assert [m["role"] for m in last].count("system") == 1 and last[0]["role"] == "system"
+    assert "x-anthropic-billing-header" not in last[0]["content"]
+
+
+def test_claude_code_runs_a_shell_command_through_the_gateway(
+    fake: FakeHandle, tmp_path: Path
+) -> None:
+    sink = ListSink()
+    work = tmp_path / "work"
+    work.mkdir()
+    with running_gateway(config(fake.base_url), sinks=[sink]) as url:
+        done = run_claude(url, tmp_path / "home", work)
+    check_session(done, fake, work)
+    served = [r for r in sink.records if r.door == "messages"]
+    assert len(served) >= 2 and all(r.status == 200 for r in served)
+    assert all(r.stream for r in served)  # the streamed multi-turn path
+    # Claude Code's first request carries what once made the door refuse it.
+    first = fake.requests()[0]
+    assert first["path"] == "/v1/chat/completions"
+    assert first["body"]["max_tokens"] < 32000  # clamped to the served window
+    assert "max_tokens" in (served[0].dropped or "")
+
+
+def test_a_broken_stream_is_retried_without_streaming(fake: FakeHandle, tmp_path: Path) -> None:
+    """The first answer's stream breaks after its first chunk; Claude Code retries that request
+    non-streamed, gets JSON (never SSE), and the session goes on."""
+    fake.script({"disconnect_after_chunks": 1})
+    sink = ListSink()
+    work = tmp_path / "work"
+    work.mkdir()
+    with running_gateway(config(fake.base_url), sinks=[sink]) as url:
+        done = run_claude(url, tmp_path / "home", work)
+    check_session(done, fake, work)
+    served = [r for r in sink.records if r.door == "messages"]
+    assert served[0].status == 502 and served[0].stream
+    assert any(not r.stream and r.status == 200 for r in served)
