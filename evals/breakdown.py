@@ -170,5 +170,3 @@ def cost_section(costs: dict[str, ArmCost]) -> Section:
         tuple(rows),
         tuple(notes),
     )
-
-

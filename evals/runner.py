@@ -160,6 +160,14 @@ def reply_from(chat: dict[str, Any]) -> Reply:
     )
 
 
+def _said(e: openai.APIStatusError) -> str:
+    """The error body's own message (the client's `message` repeats the status around it)."""
+    body = e.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return str(body["message"])
+    return e.message
+
+
 class Runner:
     def __init__(self, spec: RunSpec):
         self.spec = spec
@@ -198,7 +206,7 @@ class Runner:
             raise InfraError(f"connection: {e}") from None
         except openai.APIStatusError as e:
             if e.status_code >= 500 or e.status_code == 429:
-                raise InfraError(f"HTTP {e.status_code}: {e.message}") from None
+                raise InfraError(f"HTTP {e.status_code}: {_said(e)}") from None
             raise
         elapsed = time.perf_counter() - started
         return orjson.loads(raw.content), dict(raw.headers), elapsed
@@ -240,7 +248,7 @@ class Runner:
                 **base,
                 outcome="error",
                 error_class=f"http_{e.status_code}",
-                error=f"HTTP {e.status_code}: {e.message}"[:500],
+                error=f"HTTP {e.status_code}: {_said(e)}"[:500],
             )
         fp = self.fingerprints[target]
         for key, header in (

@@ -54,5 +54,3 @@ th:first-child, td:first-child {{ text-align: left; }}
 {body}
 </body></html>
 """
-
-
