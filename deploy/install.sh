@@ -23,15 +23,23 @@ if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
     # instruction (tileloadd) where the kernel or hypervisor does not grant the tile state, and a
     # native build cached by pip on one machine family is wrong on another. A build that reports
     # AMX or native-only features is rebuilt without the cache.
+    # PyPI has no wheel of it (sdist only), so it is compiled: about 5 minutes on 2 cores, once;
+    # a later run finds the portable build and keeps it. The version is pyproject.toml's pin.
+    llama=$(grep -o 'llama-cpp-python\[server\]==[0-9][0-9.]*' pyproject.toml | sed 's/\[server\]//')
     if ! .venv/bin/python -m deploy.llamacpp >/dev/null 2>&1; then
+        echo "plumbline: compiling $llama for a portable x86-64 baseline (minutes)"
         portable="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF"
         portable+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
         CMAKE_ARGS="$portable" FORCE_CMAKE=1 .venv/bin/pip install --quiet \
-            --disable-pip-version-check --no-cache-dir --force-reinstall --no-deps \
-            "llama-cpp-python==0.3.36"
+            --disable-pip-version-check --no-cache-dir --force-reinstall --no-deps "$llama"
     fi
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check -e ".[${extras}]"
+if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
+    # The project's install keeps the build above (same pin); were it replaced (a cached native
+    # wheel of another version), this says so instead of an illegal instruction at run time.
+    .venv/bin/python -m deploy.llamacpp
+fi
 # The BFCL answer sets ship in bfcl-eval; its declared dependencies are heavy and pin an old
 # numpy, and we only read its data files, so it is installed without them.
 .venv/bin/pip install --quiet --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23"
