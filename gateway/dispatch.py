@@ -318,6 +318,10 @@ def _validate(call: Call, first: bytes, native: bool = False) -> Any:
             raise AttemptError("malformed", "upstream sent no Responses API event")
     elif "choices" not in obj and "data" not in obj:
         raise AttemptError("malformed", "upstream sent JSON without choices")
+    elif not call.stream and any(
+        isinstance(c, dict) and c.get("finish_reason") == "error" for c in obj.get("choices") or ()
+    ):
+        raise AttemptError("upstream_error", "upstream answered 200 with a choice that failed")
     return obj
 
 

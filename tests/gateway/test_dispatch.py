@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from gateway.app import create_app
@@ -219,7 +220,8 @@ def test_a_200_that_is_an_error_is_retried_then_falls_back(
     fake: FakeHandle, fake2: FakeHandle
 ) -> None:
     error = '{"error": {"code": 502, "message": "provider returned error"}}'
-    fake.script({"body": error}, {"body": error})
+    failed = {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "error"}
+    fake.script({"body": error}, {"body": orjson.dumps({"choices": [failed]}).decode()})
     sink = ListSink()
     with gateway(config(fake.base_url, fake2.base_url, retry_backoff_s=0), sink) as (root, _):
         assert chat(root).status_code == 200
