@@ -4,7 +4,10 @@ A bare ASGI app that forwards POST bodies to one upstream with a pooled aiohttp 
 relays the answer block by block: no validation, routing, taps, records or metrics. What our
 gateway costs above this is ours; what this costs is the stack's.
 
-    python bench/floor_proxy.py --upstream http://127.0.0.1:PORT --port PORT
+    python bench/floor_proxy.py --upstream http://127.0.0.1:PORT --port PORT [--key KEY]
+
+With `--key`, every request must carry `Authorization: Bearer KEY` (one constant-time
+comparison; a 401 otherwise), as the gateway and LiteLLM check theirs in the benchmark.
 
 Used by `bench/gateway_perf.py --target floor`.
 """
@@ -12,6 +15,7 @@ Used by `bench/gateway_perf.py --target floor`.
 from __future__ import annotations
 
 import argparse
+import hmac
 from typing import Any
 
 import aiohttp
@@ -29,6 +33,32 @@ async def lifespan(receive: Any, send: Any, start: Any, stop: Any) -> None:
             await stop()
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+DENIED = b'{"error":{"message":"Invalid API key.","type":"authentication_error"}}'
+
+
+class Guard:
+    """ASGI middleware: the request's bearer token must be `key` (lifespan passes through)."""
+
+    def __init__(self, app: Any, key: str):
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(given, self.expected):
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": DENIED})
+                return
+        await self.app(scope, receive, send)
 
 
 async def read_body(receive: Any) -> bytes:
@@ -126,9 +156,11 @@ def main() -> None:
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--wire", action="store_true", help="relay with gateway/wire.py")
+    ap.add_argument("--key", help="require 'Authorization: Bearer KEY' on every request")
     args = ap.parse_args()
+    relay: Any = (WireFloor if args.wire else Floor)(args.upstream)
     uvicorn.run(
-        (WireFloor if args.wire else Floor)(args.upstream),
+        Guard(relay, args.key) if args.key else relay,
         host="127.0.0.1",
         port=args.port,
         loop="uvloop",

@@ -9,11 +9,20 @@ limit) and driven by a cheap aiohttp client through every scenario:
     stream-c32      256-chunk unpaced streams, 32 workers looping
     seed            2,048 concurrent streams of 64 tokens paced at 10 tok/s, each sent once
 
-For each (target, scenario): req/s, chunks/s, latency and time to first chunk (p50/p99, and what
-the proxy adds over ``direct``), errors, the proxy's CPU time per request and per streamed chunk
-(utime + stime of its process tree from /proc, before and after), and the proxy's peak RSS after
-the seed scenario. Rows are appended to ``bench/results/gateway_perf.tsv`` and a Markdown table
-is printed (and appended to ``bench/results/gateway_perf.md``). See bench/README.md.
+Every target is started once and kept up; each scenario then runs `--repeat` rounds (3 by
+default) that visit the targets in turn — A B C, A B C, A B C — so a drift in the machine's load
+touches every target alike. Every guarded proxy checks the same client key on every request
+(`perf_procs.BENCH_KEY`). The fake answers realistic text by default (`--text realistic`:
+non-ASCII, quotes, backslashes, line breaks, `gateway/fake_text.py`) and every request asks for
+logprobs (top 5), so each chunk carries what a real one does; `--text plain` is ``tok0 tok1``.
+
+For each (target, scenario, round): req/s, chunks/s, latency and time to first chunk (p50/p99,
+and what the proxy adds over ``direct`` in the same round), errors, the proxy's CPU time per
+request and per streamed chunk (utime + stime of its process tree from /proc, before and after),
+and the proxy's peak RSS after the seed scenario. Each cell of the summary is the median of the
+rounds and their range (min–max). Rounds are appended to ``bench/results/gateway_perf_runs.tsv``,
+the summary to ``bench/results/gateway_perf_summary.md``, both to
+``bench/results/gateway_perf-<time>.json``. See bench/README.md.
 
     python bench/gateway_perf.py --setup                  # LiteLLM and vllm-router virtualenvs
     python bench/gateway_perf.py                          # every target, every scenario
@@ -24,9 +33,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -73,11 +84,15 @@ TARGETS = (
     "floor",
     "floor-wire",
 )
+TEXTS = ("realistic", "plain")
+LOGPROBS = {"logprobs": True, "top_logprobs": 5}
 COLUMNS = (
     "timestamp",
     "load_avg_1m",
     "target",
     "scenario",
+    "round",
+    "text",
     "requests",
     "errors",
     "wall_s",
@@ -107,8 +122,18 @@ def setup(venvs: Path) -> None:
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", package], check=True)
 
 
-def row(target: str, sc: Scenario, tally: Tally, cpu: float, base: dict | None, rss: float) -> dict:
-    """One result row; `base` is the direct row of the same scenario (for the added latency)."""
+def row(
+    target: str,
+    sc: Scenario,
+    tally: Tally,
+    cpu: float,
+    base: dict | None,
+    rss: float,
+    round_: int = 0,
+    text: str = "realistic",
+) -> dict:
+    """One result row; `base` is the direct row of the same scenario and round (for the added
+    latency)."""
     ms = {
         "p50_ms": 1e3 * percentile(tally.latency, 50),
         "p99_ms": 1e3 * percentile(tally.latency, 99),
@@ -126,6 +151,8 @@ def row(target: str, sc: Scenario, tally: Tally, cpu: float, base: dict | None, 
         "load_avg_1m": os.getloadavg()[0],
         "target": target,
         "scenario": sc.name,
+        "round": round_,
+        "text": text,
         "requests": tally.requests,
         "errors": tally.errors,
         "wall_s": tally.wall_s,
@@ -147,37 +174,87 @@ def fmt(value: object) -> str:
     return str(value)
 
 
-def append(rows: list[dict]) -> None:
-    """Append rows to the TSV (header once) and the Markdown table."""
+SHOWN = (
+    "req_per_s",
+    "chunks_per_s",
+    "added_p50_ms",
+    "added_p99_ms",
+    "first_p99_ms",
+    "added_first_p99_ms",
+    "errors",
+    "cpu_per_req_us",
+    "cpu_per_chunk_us",
+    "peak_rss_mb",
+)
+
+
+def append(rows: list[dict], cells: list[dict], meta: dict) -> Path:
+    """Append the rounds to the TSV (header once) and the summary to the Markdown file; write
+    both, with `meta`, to one JSON file for this run. Returns the JSON file."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    tsv = RESULTS / "gateway_perf.tsv"
+    tsv = RESULTS / "gateway_perf_runs.tsv"
     new = not tsv.exists() or tsv.stat().st_size == 0
     with tsv.open("a", encoding="utf-8") as fh:
         if new:
             fh.write("\t".join(COLUMNS) + "\n")
         for r in rows:
             fh.write("\t".join(str(r[c]) for c in COLUMNS) + "\n")
-    with (RESULTS / "gateway_perf.md").open("a", encoding="utf-8") as fh:
-        fh.write(markdown(rows) + "\n")
+    with (RESULTS / "gateway_perf_summary.md").open("a", encoding="utf-8") as fh:
+        fh.write(f"\n{meta['started']} ({meta['text']} text, {meta['rounds']} rounds)\n\n")
+        fh.write(summary_markdown(cells) + "\n")
+    out = RESULTS / f"gateway_perf-{meta['started'].replace(':', '')}.json"
+    out.write_text(json.dumps({**meta, "summary": cells, "rounds": rows}, indent=2, default=str))
+    return out
 
 
 def markdown(rows: list[dict]) -> str:
-    shown = (
-        "target",
-        "scenario",
-        "req_per_s",
-        "chunks_per_s",
-        "added_p50_ms",
-        "added_p99_ms",
-        "first_p99_ms",
-        "added_first_p99_ms",
-        "errors",
-        "cpu_per_req_us",
-        "cpu_per_chunk_us",
-        "peak_rss_mb",
-    )
+    """One line per round (printed as the run goes)."""
+    shown = ("target", "scenario", "round", *SHOWN)
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     lines += ["| " + " | ".join(fmt(r[c]) for c in shown) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, min and max of the numbers among `values` (NaN ones left out)."""
+    xs = [v for v in values if isinstance(v, int | float) and not math.isnan(v)]
+    if not xs:
+        return {"median": math.nan, "min": math.nan, "max": math.nan}
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """One cell per (scenario, target), in the order first run: each shown column's median and
+    range over the rounds."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["scenario"], r["target"]), []).append(r)
+    return [
+        {
+            "scenario": scenario,
+            "target": target,
+            "rounds": len(group),
+            **{c: spread([r[c] for r in group]) for c in SHOWN},
+        }
+        for (scenario, target), group in groups.items()
+    ]
+
+
+def fmt_spread(s: dict[str, float]) -> str:
+    if math.isnan(s["median"]):
+        return ""
+    if s["min"] == s["max"]:
+        return fmt(s["median"])
+    return f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})"
+
+
+def summary_markdown(cells: list[dict]) -> str:
+    """Median (min–max) over the rounds, per scenario and target."""
+    shown = ("scenario", "target", "rounds", *SHOWN)
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    for c in cells:
+        values = [c["scenario"], c["target"], str(c["rounds"]), *(fmt_spread(c[k]) for k in SHOWN)]
+        lines.append("| " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 
@@ -198,37 +275,61 @@ def starter(target: str, fake: Proc, scratch: Path, venvs: Path) -> Callable[[],
     raise ValueError(f"unknown target {target!r}")
 
 
+def schedule(
+    targets: list[str], scenarios: list[Scenario], rounds: int
+) -> list[tuple[Scenario, int, str]]:
+    """The order of the runs: per scenario, `rounds` rounds that each visit every target in turn
+    (A B C, A B C, ...), `direct` first in each round when it is a target (the others' added
+    latency is against the direct run of their own round)."""
+    order = sorted(targets, key=lambda t: t != "direct")
+    return [(sc, r, t) for sc in scenarios for r in range(1, rounds + 1) for t in order]
+
+
 async def measure(
-    targets: list[str], scenarios: list[Scenario], seconds: float, venvs: Path, scratch: Path
+    targets: list[str],
+    scenarios: list[Scenario],
+    seconds: float,
+    venvs: Path,
+    scratch: Path,
+    rounds: int = 3,
+    text: str = "realistic",
 ) -> list[dict]:
+    """Start every target, then per scenario `rounds` rounds visiting the targets in turn."""
     fake = fake_upstream(scratch)
+    procs: dict[str, Proc] = {}
     rows: list[dict] = []
-    direct: dict[str, dict] = {}
+    extra = LOGPROBS if text == "realistic" else None
     try:
         for target in targets:
             try:
-                proc = starter(target, fake, scratch, venvs)()
+                procs[target] = starter(target, fake, scratch, venvs)()
             except (RuntimeError, OSError) as exc:
                 print(f"{target}: not started ({exc})", flush=True)
-                continue
-            try:
-                for sc in scenarios:
-                    set_fake_default(fake, {"tokens": sc.tokens, "pace_tps": sc.pace_tps})
-                    cpu0 = cpu_seconds(proc.pid)
-                    tally = await drive(
-                        proc.base_url + "/chat/completions", sc, MODEL, seconds, proc.headers
-                    )
-                    cpu = cpu_seconds(proc.pid) - cpu0
-                    rss = peak_rss_mb(proc.pid) if sc.name == "seed" else math.nan
-                    r = row(target, sc, tally, cpu, direct.get(sc.name), rss)
-                    if target == "direct":
-                        direct[sc.name] = r
-                    rows.append(r)
-                    print(markdown([r]).splitlines()[-1], flush=True)
-            finally:
-                if proc is not fake:
-                    proc.stop()
+        base: dict[tuple[str, int], dict] = {}
+        for sc, round_, target in schedule(list(procs), scenarios, rounds):
+            proc = procs[target]
+            set_fake_default(
+                fake,
+                {
+                    "tokens": sc.tokens,
+                    "pace_tps": sc.pace_tps,
+                    "realistic": True if text == "realistic" else None,
+                },
+            )
+            cpu0 = cpu_seconds(proc.pid)
+            url = proc.base_url + "/chat/completions"
+            tally = await drive(url, sc, MODEL, seconds, proc.headers, extra=extra)
+            cpu = cpu_seconds(proc.pid) - cpu0
+            rss = peak_rss_mb(proc.pid) if sc.name == "seed" else math.nan
+            r = row(target, sc, tally, cpu, base.get((sc.name, round_)), rss, round_, text)
+            if target == "direct":
+                base[(sc.name, round_)] = r
+            rows.append(r)
+            print(markdown([r]).splitlines()[-1], flush=True)
     finally:
+        for proc in procs.values():
+            if proc is not fake:
+                proc.stop()
         fake.stop()
     return rows
 
@@ -238,20 +339,26 @@ def main() -> None:
     ap.add_argument("--target", action="append", choices=TARGETS)
     ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each looping scenario")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds per scenario (at least 3)")
+    ap.add_argument("--text", choices=TEXTS, default="realistic", help="the fake's answer text")
     ap.add_argument("--venvs", type=Path, default=DEFAULT_VENVS, help="competitors' virtualenvs")
     ap.add_argument("--setup", action="store_true", help="create the virtualenvs and exit")
     args = ap.parse_args()
     if args.setup:
         setup(args.venvs)
         return
+    if args.repeat < 3:
+        ap.error("--repeat must be at least 3: a median and a range need three rounds")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 2,048 streams need the sockets
     targets = args.target or list(TARGETS[:4])
     if targets[0] != "direct":
         targets = ["direct", *[t for t in targets if t != "direct"]]
     scenarios = [SCENARIOS[n] for n in (args.scenario or SCENARIOS)]
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
-    print(markdown([]).splitlines()[0] + "\n" + markdown([]).splitlines()[1], flush=True)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    load0 = os.getloadavg()[0]
+    print(f"load average {load0:.2f} on {os.cpu_count()} cores", flush=True)
+    print("\n".join(markdown([]).splitlines()[:2]), flush=True)
     with tempfile.TemporaryDirectory(prefix="plumbline-perf-") as tmp:
         runner = asyncio.run
         try:
@@ -260,9 +367,25 @@ def main() -> None:
             runner = uvloop.run
         except ImportError:
             pass
-        rows = runner(measure(targets, scenarios, args.seconds, args.venvs, Path(tmp)))
-    append(rows)
-    print(f"\nload average {os.getloadavg()[0]:.2f} at the end\n\n" + markdown(rows))
+        work = measure(
+            targets, scenarios, args.seconds, args.venvs, Path(tmp), args.repeat, args.text
+        )
+        rows = runner(work)
+    cells = summarise(rows)
+    meta = {
+        "started": started,
+        "argv": sys.argv[1:],
+        "text": args.text,
+        "rounds": args.repeat,
+        "seconds": args.seconds,
+        "load_avg_start": load0,
+        "load_avg_end": os.getloadavg()[0],
+        "cores": os.cpu_count(),
+    }
+    out = append(rows, cells, meta)
+    print(f"\nload average {meta['load_avg_end']:.2f} at the end; median (min–max) of the rounds\n")
+    print(summary_markdown(cells))
+    print(f"\nwritten: {out}")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ async def run(scenario: str, seconds: float, flame: Path | None, workdir: Path, 
         spy = ["py-spy", "record", "-p", str(gw.pid), "-d", str(int(seconds)), "-r", "200"]
         recorder = subprocess.Popen([*spy, "--format", "raw", "-o", str(raw)])
         await asyncio.sleep(1.0)
-        await drive(gw.base_url + "/chat/completions", sc, MODEL, seconds - 1.5, warmup=0)
+        url = gw.base_url + "/chat/completions"
+        await drive(url, sc, MODEL, seconds - 1.5, gw.headers, warmup=0)
         recorder.wait(60)
         print(top(raw, n))
         if flame:

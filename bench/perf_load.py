@@ -56,13 +56,14 @@ def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def body(scenario: Scenario, model: str) -> dict:
-    """The chat request every target gets for `scenario`."""
+def body(scenario: Scenario, model: str, extra: Mapping[str, object] | None = None) -> dict:
+    """The chat request every target gets for `scenario`, with `extra` fields (logprobs)."""
     out: dict = {
         "model": model,
         "messages": [{"role": "user", "content": "say something"}],
         "max_tokens": scenario.tokens,
         "stream": scenario.stream,
+        **(extra or {}),
     }
     if scenario.stream:
         out["stream_options"] = {"include_usage": True}
@@ -116,9 +117,10 @@ async def drive(
     seconds: float,
     headers: Mapping[str, str] | None = None,
     warmup: int = 32,
+    extra: Mapping[str, object] | None = None,
 ) -> Tally:
     """Warm up with `warmup` short requests, then run `scenario` against `url`."""
-    payload = body(scenario, model)
+    payload = body(scenario, model, extra)
     headers = dict(headers or {})
     timeout = aiohttp.ClientTimeout(total=scenario.timeout_s)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)

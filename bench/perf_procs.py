@@ -3,10 +3,17 @@
 Every process runs in its own session on loopback, so it and any workers it forks are one tree:
 CPU time (utime + stime from ``/proc/<pid>/stat``) and peak RSS (``VmHWM``) are summed over the
 live tree. Each proxy is configured from a file written to a scratch folder.
+
+Every proxy that can check a client's key is given the same one (`BENCH_KEY`) and checks it on
+every request, so none is measured open against another guarded: plumbline (a client key in
+`[access].keys`, by sha256), LiteLLM (its master key) and the floor relays (`--key`: one
+constant-time comparison). vllm-router has no check of client keys (its `--api-key` is the key
+it sends to its workers) and the fake upstream (`direct`) is the upstream itself: both run open.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -20,7 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "fake-model"
-LITELLM_KEY = "sk-bench-local"  # the proxy's master key; loopback only
+BENCH_KEY = "sk-bench-local"  # the key every guarded proxy checks; loopback only
+BENCH_HEADERS = {"Authorization": f"Bearer {BENCH_KEY}"}
 
 
 def free_port() -> int:
@@ -167,12 +175,15 @@ def set_fake_default(fake: Proc, behaviour: dict) -> None:
 
 def plumbline(fake: Proc, scratch: Path, workers: int = 1, record: bool = True) -> Proc:
     """Our gateway: ``plumbline serve`` (or uvicorn with `workers`) on a generated config.
-    `record=False` turns the record store off (metrics stay on) to price recording."""
+    `record=False` turns the record store off (metrics stay on) to price recording. A client
+    key (`BENCH_KEY`) guards the API, as LiteLLM's master key guards its."""
     port = free_port()
     config = scratch / ("plumbline.toml" if record else "plumbline-norecord.toml")
+    digest = hashlib.sha256(BENCH_KEY.encode()).hexdigest()
     config.write_text(
         f'[server]\nhost = "127.0.0.1"\nport = {port}\nhealth_interval_s = 5\n'
         f"ttft_timeout_s = 120\n\n"
+        f'[[access.keys]]\nid = "bench"\nsha256 = "{digest}"\nrole = "client"\n\n'
         f'[store]\nurl = "sqlite:///{scratch}/plumbline.db"\n'
         f"enabled = {'true' if record else 'false'}\n\n"
         f'[[upstreams]]\nname = "fake"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
@@ -214,7 +225,9 @@ def plumbline(fake: Proc, scratch: Path, workers: int = 1, record: bool = True) 
         env = {}
     name = "plumbline" if workers == 1 else f"plumbline-w{workers}"
     name = name if record else "plumbline-norecord"
-    return launch(name, argv, f"http://127.0.0.1:{port}/v1", scratch, env=env)
+    return launch(
+        name, argv, f"http://127.0.0.1:{port}/v1", scratch, env=env, headers=BENCH_HEADERS
+    )
 
 
 def litellm(fake: Proc, scratch: Path, venv: Path, workers: int = 1) -> Proc:
@@ -229,7 +242,7 @@ def litellm(fake: Proc, scratch: Path, venv: Path, workers: int = 1) -> Proc:
         f"      api_base: {fake.base_url}\n"
         "      api_key: fake-key\n"
         "general_settings:\n"
-        f"  master_key: {LITELLM_KEY}\n"
+        f"  master_key: {BENCH_KEY}\n"
         "  disable_spend_logs: true\n"
         "  disable_error_logs: true\n"
         "litellm_settings:\n"
@@ -249,14 +262,13 @@ def litellm(fake: Proc, scratch: Path, venv: Path, workers: int = 1) -> Proc:
         str(workers),
     ]
     env = {"LITELLM_LOG": "ERROR", "LITELLM_MODE": "PRODUCTION", "NO_DOCS": "True"}
-    headers = {"Authorization": f"Bearer {LITELLM_KEY}"}
     return launch(
         "litellm",
         argv,
         f"http://127.0.0.1:{port}/v1",
         scratch,
         env=env,
-        headers=headers,
+        headers=BENCH_HEADERS,
         health="/health/liveliness",
         timeout=240,
     )
@@ -290,6 +302,9 @@ def floor(fake: Proc, scratch: Path, wire: bool = False) -> Proc:
         fake.base_url.removesuffix("/v1"),
         "--port",
         str(port),
+        "--key",
+        BENCH_KEY,
         *(["--wire"] if wire else []),
     ]
-    return launch("floor-wire" if wire else "floor", argv, f"http://127.0.0.1:{port}/v1", scratch)
+    name = "floor-wire" if wire else "floor"
+    return launch(name, argv, f"http://127.0.0.1:{port}/v1", scratch, headers=BENCH_HEADERS)

@@ -1,0 +1,91 @@
+"""The gateway benchmark's own machinery (bench/gateway_perf.py, bench/perf_procs.py): rounds
+interleave the targets, cells are the median and range of the rounds, and every guarded proxy
+refuses a request without the bench's key and serves one with it."""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.gateway_perf import SCENARIOS, schedule, summarise, summary_markdown
+from bench.perf_procs import BENCH_HEADERS, Proc, fake_upstream, floor, plumbline
+
+
+def test_rounds_visit_every_target_in_turn_direct_first() -> None:
+    sc = [SCENARIOS["stream-c32"], SCENARIOS["nonstream-c1"]]
+    order = [(s.name, r, t) for s, r, t in schedule(["plumbline", "direct", "floor"], sc, 3)]
+    first = [t for s, r, t in order if s == "stream-c32"]
+    assert first == ["direct", "plumbline", "floor"] * 3  # A B C A B C A B C
+    assert [r for s, r, t in order if s == "stream-c32"] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert len(order) == 18
+
+
+def test_each_cell_is_the_median_and_range_of_its_rounds() -> None:
+    def run(target: str, rps: float, rss: float = math.nan) -> dict:
+        row = {c: math.nan for c in ("chunks_per_s", "added_p50_ms", "added_p99_ms")}
+        row |= {c: math.nan for c in ("first_p99_ms", "added_first_p99_ms", "cpu_per_chunk_us")}
+        cpu = 1e6 / rps
+        return row | {
+            "scenario": "nonstream-c1",
+            "target": target,
+            "req_per_s": rps,
+            "errors": 0,
+            "cpu_per_req_us": cpu,
+            "peak_rss_mb": rss,
+        }
+
+    rows = [run("plumbline", 1000.0), run("floor", 2000.0), run("plumbline", 1400.0)]
+    rows += [run("floor", 2100.0), run("plumbline", 1100.0), run("floor", 1900.0)]
+    cells = {c["target"]: c for c in summarise(rows)}
+    assert cells["plumbline"]["rounds"] == 3
+    assert cells["plumbline"]["req_per_s"] == {"median": 1100, "min": 1000, "max": 1400}
+    assert cells["floor"]["req_per_s"]["median"] == 2000
+    assert math.isnan(cells["floor"]["peak_rss_mb"]["median"])  # not measured: no number
+    table = summary_markdown(list(cells.values()))
+    assert "1,100.0 (1,000.0–1,400.0)" in table and "| 0 |" in table
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proc, Path]]:
+    scratch = tmp_path_factory.mktemp("bench")
+    fake = fake_upstream(scratch)
+    try:
+        yield fake, scratch
+    finally:
+        fake.stop()
+
+
+def _post(proc: Proc, headers: dict[str, str]) -> tuple[int, dict]:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+    request = urllib.request.Request(
+        proc.base_url + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **headers},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.mark.parametrize("target", ["plumbline", "floor-wire"])
+def test_every_guarded_proxy_checks_the_bench_key(upstream: tuple[Proc, Path], target: str) -> None:
+    fake, scratch = upstream
+    proc = plumbline(fake, scratch) if target == "plumbline" else floor(fake, scratch, wire=True)
+    try:
+        status, err = _post(proc, {})
+        assert status == 401 and "error" in err
+        status, err = _post(proc, {"Authorization": "Bearer sk-wrong"})
+        assert status == 401
+        status, answer = _post(proc, BENCH_HEADERS)
+        assert status == 200 and answer["choices"][0]["message"]["content"]
+    finally:
+        proc.stop()
