@@ -67,22 +67,16 @@ class Served:
 
 
 def served_of(config: Config, model: str) -> Served:
-    """What `model`'s route serves: its window (`Config.context_window` where the config knows
-    upstream windows, else the profile's `context_window`), and `reasoning_effort` where the
-    profile sets one or an upstream is an API. An alias is resolved (`Config.resolve`)."""
-    resolve = getattr(config, "resolve", None)
-    name = (resolve(model) if callable(resolve) else None) or model
-    route = config.models.get(name)
-    if route is None:
+    """What `model`'s route (an alias resolved) serves: its window (`Config.context_window`:
+    its upstreams' windows, else its profile's), and `reasoning_effort` where the profile sets
+    one or an upstream is an API."""
+    name = config.resolve(model)
+    if name is None:
         return Served()
     profile = config.profile_for(name)
-    window_of = getattr(config, "context_window", None)
-    window = window_of(name) if callable(window_of) else None
-    if window is None and profile is not None:
-        window = profile.context_window
-    ups = [u for u in config.upstreams if u.name in route.names]
+    ups = [u for u in config.upstreams if u.name in config.models[name].names]
     effort = bool(profile and profile.reasoning_effort) or any(u.kind == "openai" for u in ups)
-    return Served(window, effort)
+    return Served(config.context_window(name), effort)
 
 
 @dataclass(slots=True)

@@ -38,10 +38,11 @@ async def count(gw: Gateway, body: Any) -> Response:
     if isinstance(body, dict) and "max_tokens" not in body:
         body = {**body, "max_tokens": 2**31}  # count_tokens takes none
     protocol_messages.check(body)
-    model = body["model"]
-    if model not in gw.config.models:
+    model = gw.config.resolve(body["model"])
+    if model is None:
         raise ModelNotFound(
-            f"The model {model!r} does not exist on this gateway; GET /v1/models lists them.",
+            f"The model {body['model']!r} does not exist on this gateway; GET /v1/models lists "
+            "them.",
             param="model",
         )
     chat = chat_request(body).chat

@@ -339,8 +339,12 @@ CC_HEADERS = {
 }
 
 
+HAIKU = "claude-haiku-4-5-20251001"
+
+
 def routes(fake: FakeHandle) -> Any:
-    """Routes of each kind the door adapts to: a small window, a thinking model, a
+    """Routes of each kind the door adapts to: a small window (the profile's), a thinking model
+    served with a 40960 window (the upstream's) and Claude Code's haiku id as an alias, a
     reasoning_effort model, a llama.cpp upstream (no tokenizer endpoint)."""
     ups = {
         "smol": ("vllm", "smollm2"),
@@ -358,10 +362,14 @@ def routes(fake: FakeHandle) -> Any:
                     "base_url": fake.base_url,
                     "model": "fake-model",
                     "profile": p,
+                    **({"context_window": 40960} if n == "agent" else {}),
                 }
                 for n, (k, p) in ups.items()
             ],
-            "models": {n: {"profile": p, "upstreams": [n]} for n, (_, p) in ups.items()},
+            "models": {
+                n: {"profile": p, "upstreams": [n], "aliases": [HAIKU] if n == "agent" else []}
+                for n, (_, p) in ups.items()
+            },
         }
     )
 
@@ -419,7 +427,7 @@ def test_claude_codes_first_request_is_served(fake: FakeHandle, many: Any) -> No
     assert sent["chat_template_kwargs"] == {"enable_thinking": True}  # adaptive: the profile's
     assert "reasoning_effort" not in sent  # qwen3 has no effort control: dropped, marked
     prompt = len(orjson.dumps([sent["messages"], sent["tools"]])) // 3
-    assert sent["max_tokens"] == 32768 - prompt
+    assert sent["max_tokens"] == 40960 - prompt  # the upstream's window, not the profile's
     assert streamed.headers[HEADER] == "output_config.effort,max_tokens"
     assert sink.records[0].dropped == "output_config.effort,max_tokens"
     assert sink.records[0].max_tokens == sent["max_tokens"]
@@ -722,6 +730,19 @@ def test_count_tokens_asks_the_engines_tokenizer(fake: FakeHandle, many: Any) ->
     missing = post(root, {"model": "nope", "messages": HI}, "/v1/messages/count_tokens")
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
     assert fake.requests() == []  # counting generates nothing
+
+
+def test_a_haiku_id_aliased_to_a_route(fake: FakeHandle, many: Any) -> None:
+    """Claude Code's background tasks ask for a claude-haiku id: an alias of a route serves
+    it, and the answer carries the name asked for."""
+    root, sink = many
+    whole = post(root, {"model": HAIKU, "max_tokens": 9, "messages": HI})
+    streamed = post(root, {"model": HAIKU, "max_tokens": 9, "messages": HI, "stream": True})
+    counted = post(root, {"model": HAIKU, "messages": HI}, "/v1/messages/count_tokens")
+    assert whole.json()["model"] == HAIKU
+    assert sse_events(streamed.content)[0]["message"]["model"] == HAIKU
+    assert counted.headers["x-plumbline-token-count"] == "tokenizer agent"
+    assert [r.model for r in sink.records] == ["agent", "agent"]
 
 
 def test_hello_is_answered(many: Any) -> None:
