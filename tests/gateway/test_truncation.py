@@ -34,12 +34,37 @@ def test_the_cap_reached_is_the_clients_and_anything_short_of_it_the_upstreams()
     assert cause(record(0, truncated=True, usage_estimated=True)) == "upstream"
 
 
+def test_a_cap_the_gateway_cut_to_the_window_is_the_windows() -> None:
+    """Claude Code asks for 32,000 tokens; the gateway clamps that to what fits beside the
+    prompt. An answer that reaches the clamp was cut by the served window, not by the client."""
+    adapted = record(0, truncated=True, max_tokens=32000, completion_tokens=7000)
+    adapted.clamped = "max_tokens=32000->7000"
+    assert cause(adapted) == "upstream"
+    door = record(0, truncated=True, max_tokens=7000, completion_tokens=7000)
+    door.dropped = "tools.web_search,max_tokens"  # the Messages door clamped and marked it
+    assert cause(door) == "upstream"
+    door.dropped = "tools.web_search"
+    assert cause(door) == "client_cap"
+
+
 def test_the_reports_sql_agrees_with_the_rule_on_every_combination(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    marks = [(None, None), ("max_tokens=99->16", None), (None, "max_tokens"), (None, "tools.x")]
+    marks += [(None, "a,max_tokens,b"), (None, "max_tokens_x")]
     records = [
-        record(i, truncated=t, max_tokens=cap, completion_tokens=n, usage_estimated=est)
-        for i, (t, cap, n, est) in enumerate(
-            itertools.product([True, False], [None, 1, 16, 17], [0, 15, 16, 17], [True, False])
+        record(
+            i,
+            truncated=t,
+            max_tokens=cap,
+            completion_tokens=n,
+            usage_estimated=est,
+            clamped=clamped,
+            dropped=dropped,
+        )
+        for i, (t, cap, n, est, (clamped, dropped)) in enumerate(
+            itertools.product(
+                [True, False], [None, 1, 16, 17], [0, 15, 16, 17], [True, False], marks
+            )
         )
     ]
     store.write([record_row(r) for r in records])
