@@ -186,7 +186,10 @@ class Runner:
         }
 
     # -- one item ------------------------------------------------------------------------
-    async def _ask(self, target: str, item: Item) -> tuple[dict[str, Any], dict[str, str], float]:
+    async def _ask(
+        self, target: str, item: Item
+    ) -> tuple[dict[str, Any], dict[str, str], float, float]:
+        """The answer, its headers, its latency (s) and when it was sent (epoch s)."""
         body: dict[str, Any] = {
             "model": self.spec.target_models.get(target, target),
             "messages": list(item.messages),
@@ -195,7 +198,7 @@ class Runner:
             body["tools"] = list(item.tools)
         if self.spec.max_tokens:
             body["max_tokens"] = self.spec.max_tokens
-        started = time.perf_counter()
+        sent, started = time.time(), time.perf_counter()
         try:
             raw = await self.client.chat.completions.with_raw_response.create(
                 **body, extra_headers=self.spec.target_headers.get(target)
@@ -209,7 +212,7 @@ class Runner:
                 raise InfraError(f"HTTP {e.status_code}: {_said(e)}") from None
             raise
         elapsed = time.perf_counter() - started
-        return orjson.loads(raw.content), dict(raw.headers), elapsed
+        return orjson.loads(raw.content), dict(raw.headers), elapsed, sent
 
     async def run_item(self, target: str, item: Item) -> ItemResult:
         base: dict[str, Any] = {
@@ -228,7 +231,7 @@ class Runner:
                 reraise=True,
             ):
                 with attempt:
-                    chat, headers, elapsed = await self._ask(target, item)
+                    chat, headers, elapsed, sent = await self._ask(target, item)
         except openai.APITimeoutError:
             return ItemResult(
                 **base,
@@ -263,6 +266,7 @@ class Runner:
         cost = headers.get("x-plumbline-cost-usd")
         answered: dict[str, Any] = {
             **base,
+            "started": sent,  # the attempt that was answered (a retried item's last)
             "finish_reason": reply.finish_reason,
             "output_tokens": reply.completion_tokens,
             "reasoning_tokens": reply.reasoning_tokens,
