@@ -4,6 +4,7 @@ through the real gateway, the real `openai` / `anthropic` clients and fake upstr
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -11,10 +12,13 @@ import httpx
 import openai
 import pytest
 
-from gateway.adapt import ContextExceeded, Unfit, adapt, prompt_bounds
+from gateway.adapt import ContextExceeded, Unfit, adapt, capability_markdown, prompt_bounds
 from gateway.config import Upstream
+from gateway.doors.policy import markdown
 from gateway.fake_upstream import FakeHandle
+from gateway.fields import CHAT_POLICY, COMPLETIONS_POLICY
 from gateway.profile import NEUTRAL
+from gateway.protocol import ChatRequest, CompletionRequest
 from tests.harness import ListSink, config_from, running_gateway
 
 HI = [{"role": "user", "content": "hello"}]
@@ -256,3 +260,18 @@ def test_the_messages_door_is_clamped_too(fake: FakeHandle) -> None:
         )
         claude.messages.create(model="smol", max_tokens=32000, messages=HI)
     assert sent(fake)[0]["max_tokens"] < 4096
+
+
+# ---- the written policy ----------------------------------------------------------------------
+
+
+def test_the_readme_shows_the_tables_in_the_code() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### Chat and completions: field policy") :]
+    for table in (markdown(CHAT_POLICY), markdown(COMPLETIONS_POLICY), capability_markdown()):
+        assert table in section
+
+
+def test_every_field_the_doors_validate_has_a_row() -> None:
+    for request, policy in ((ChatRequest, CHAT_POLICY), (CompletionRequest, COMPLETIONS_POLICY)):
+        assert set(request.model_fields) <= set(policy), request.__name__

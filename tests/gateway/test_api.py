@@ -410,3 +410,53 @@ def test_a_thinking_budget_is_checked_on_both_generation_doors(fake: FakeHandle)
             )
             assert good.status_code == 200
     assert len(fake.requests()) == 2
+
+
+def aliased(url: str, **route: Any) -> Any:
+    base = gateway_config(("a", url))
+    data = base.model_dump(exclude={"root"})
+    data["models"]["smol"] |= {"aliases": ["gpt-5.5", "claude-haiku-4-5"], **route}
+    data["upstreams"][0]["context_window"] = 4096
+    return config_from(data)
+
+
+def test_an_alias_is_its_route_on_every_door(fake: FakeHandle) -> None:
+    import anthropic
+
+    sink = ListSink()
+    with running_gateway(aliased(fake.base_url), sinks=[sink]) as url:
+        c = client(url)
+        chat = c.chat.completions.create(model="gpt-5.5", messages=MESSAGES)
+        c.completions.create(model="gpt-5.5", prompt="Once upon", max_tokens=4)
+        c.responses.create(model="gpt-5.5", input="hi")
+        claude = anthropic.Anthropic(
+            base_url=url.removesuffix("/v1"), api_key="unused", max_retries=0
+        )
+        claude.messages.create(model="claude-haiku-4-5", max_tokens=8, messages=MESSAGES)
+    assert chat.choices[0].finish_reason == "stop"
+    # Records, metrics and routing name the route; the upstream is sent its own model id.
+    assert [r.model for r in sink.records] == ["smol"] * 4
+    assert [r.door for r in sink.records] == ["chat", "completions", "responses", "messages"]
+    assert {r["body"]["model"] for r in fake.requests()} == {"fake-model"}
+
+
+def test_models_report_windows_and_aliases_and_resolve_by_id(fake: FakeHandle) -> None:
+    with running_gateway(aliased(fake.base_url)) as url:
+        c = client(url)
+        listed = c.models.list().data
+        one = c.models.retrieve("smol")
+        by_alias = c.models.retrieve("claude-haiku-4-5")
+        with pytest.raises(openai.NotFoundError) as missing:
+            c.models.retrieve("claude-opus-9")
+    assert [m.id for m in listed] == ["smol"]
+    entry = listed[0].model_dump()
+    assert entry["aliases"] == ["gpt-5.5", "claude-haiku-4-5"]
+    # The served window: the smallest of the route's upstreams' (here its own 4096).
+    assert entry["context_window"] == entry["max_model_len"] == 4096
+    assert one.model_dump() == entry
+    assert by_alias.id == "claude-haiku-4-5"
+    assert by_alias.model_dump()["alias_of"] == "smol"
+    assert by_alias.model_dump()["context_window"] == 4096
+    error = missing.value.body
+    assert isinstance(error, dict) and error["code"] == "model_not_found"
+    assert "claude-opus-9" in error["message"]

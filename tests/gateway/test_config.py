@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,58 @@ def test_api_key_is_read_by_env_name_only(monkeypatch: pytest.MonkeyPatch) -> No
     )
     assert cfg.upstream("p").api_key() == "sk-planted-secret"
     assert "sk-planted-secret" not in cfg.model_dump_json()
+
+
+def _routes(models: dict[str, Any], **upstream: Any) -> Any:
+    return parse_config(
+        {
+            "upstreams": [
+                {"name": "a", "kind": "vllm", "base_url": "http://127.0.0.1:1/v1", "model": "m"},
+                {"name": "b", "model": "m", "base_url": "http://127.0.0.1:2/v1", **upstream},
+            ],
+            "models": models,
+        }
+    )
+
+
+def test_aliases_resolve_to_their_route_and_may_not_collide() -> None:
+    cfg = _routes({"x": {"upstreams": ["a"], "aliases": ["gpt-5.5"]}}, kind="vllm")
+    assert cfg.resolve("gpt-5.5") == "x" and cfg.resolve("x") == "x"
+    assert cfg.resolve("gpt-6") is None
+    with pytest.raises(ConfigError) as info:
+        _routes(
+            {
+                "x": {"upstreams": ["a"], "aliases": ["y", "shared"]},
+                "y": {"upstreams": ["a"], "aliases": ["shared"]},
+            },
+            kind="vllm",
+        )
+    message = str(info.value)
+    assert "models.x.aliases: 'y' is a model's own name" in message
+    assert "models.y.aliases: 'shared' is already an alias of 'x'" in message
+    with pytest.raises(ConfigError, match=r"models\.x\.aliases\.0: String should match"):
+        _routes({"x": {"upstreams": ["a"], "aliases": ["bad name"]}}, kind="vllm")
+
+
+@pytest.mark.parametrize(
+    ("upstream", "window"),
+    [
+        ({"kind": "openai"}, None),
+        ({"kind": "openai", "context_window": 128000}, 128000),
+        ({"kind": "vllm", "profile": "smollm2"}, 8192),
+        ({"kind": "vllm", "launch": {"max_model_len": 2048}}, 2048),
+        ({"kind": "vllm", "launch": {"args": ["--max-model-len", "1024"]}}, 1024),
+        ({"kind": "llamacpp", "launch": {"engine": "llamacpp", "args": ["--n_ctx=512"]}}, 512),
+        ({"kind": "vllm", "profile": "smollm2", "context_window": 4096}, 4096),
+    ],
+)
+def test_each_upstream_window_and_the_routes_smallest(
+    upstream: dict[str, Any], window: int | None
+) -> None:
+    cfg = _routes(
+        {"x": {"upstreams": ["a"], "fallback": ["b"]}, "y": {"upstreams": ["b"]}}, **upstream
+    )
+    assert cfg.upstream_window(cfg.upstream("b")) == window
+    # Route x: b's window (a has none known); route y: b's, else its profile's, else unknown.
+    assert cfg.context_window("x") == window
+    assert cfg.context_window("y") == window

@@ -117,3 +117,23 @@ def test_a_budget_field_vllm_would_refuse_is_a_config_error() -> None:
                 "thinking_budget": "thinking_token_budget",
             }
         )
+
+
+def test_llamacpp_is_said_its_own_names() -> None:
+    schema = {"type": "object"}
+    body = {
+        "max_completion_tokens": 7,
+        "repetition_penalty": 1.0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
+    }
+    out = said("llamacpp", body, None)
+    assert out["max_tokens"] == 7 and "max_completion_tokens" not in out
+    assert out["repeat_penalty"] == 1.0 and "repetition_penalty" not in out
+    assert out["response_format"] == {"type": "json_object", "schema": schema}
+    # max_completion_tokens wins over max_tokens, as on vLLM; a format without a schema is
+    # llama.cpp's plain JSON mode; other kinds are sent the names as they are.
+    both = said("llamacpp", {"max_tokens": 100, "max_completion_tokens": 7}, None)
+    assert both["max_tokens"] == 7
+    bare = {"response_format": {"type": "json_schema", "json_schema": {"name": "n"}}}
+    assert said("llamacpp", bare, None)["response_format"] == {"type": "json_object"}
+    assert said("vllm", body, None) == {**body, "model": "m"}
