@@ -56,6 +56,9 @@ class MessagesTranslator:
                 out += self._start()
             if event.kind == "chunk":
                 out += self._piece(piece_of(event.data))
+            elif event.kind == "done" and self._finish is None:
+                # Ended without a finish reason: the answer is cut short, not complete.
+                out += self._failed({"message": "the upstream ended the stream mid-answer"})
             elif event.kind == "done":
                 out += self._close()
                 out += self._finished()

@@ -813,6 +813,28 @@ def test_a_broken_stream_then_a_whole_retry(fake: FakeHandle, gateway: Any) -> N
     assert retry.json()["type"] == "message" and retry.json()["stop_reason"] == "end_turn"
 
 
+def test_a_stream_cut_short_ends_with_an_error_not_message_stop(
+    fake: FakeHandle, gateway: Any
+) -> None:
+    """An upstream stream that ends cleanly without a finish reason (nor [DONE]) is an answer
+    cut short: Claude Code must see an error (and retry), never a complete message."""
+    url, _ = gateway
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [{"index": 0, "delta": {"content": "half an"}, "finish_reason": None}],
+    }
+    fake.set_default(body="data: " + orjson.dumps(chunk).decode() + "\n\n")
+    r = httpx.post(
+        f"{url}/messages", json={"model": "smol", "max_tokens": 50, "messages": HI, "stream": True}
+    )
+    kinds = [e["type"] for e in sse_events(r.content)]
+    assert kinds[0] == "message_start" and kinds[-1] == "error"
+    assert "message_stop" not in kinds and "message_delta" not in kinds
+
+
 def test_session_affinity_follows_claude_codes_session_id() -> None:
     from gateway.doors.messages_request import session_of
 
