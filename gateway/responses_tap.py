@@ -2,7 +2,9 @@
 
 When an upstream implements `POST /v1/responses` (vLLM does; `responses_api = true` on the
 upstream), a `/v1/responses` request is relayed as is instead of being translated to chat
-completions. The bytes go to the client unchanged; this tap only reads them for the record:
+completions. The bytes go to the client unchanged but for the `response` object's `model`, which
+names the route the client asked for (`record.model`), not the upstream's id; this tap reads
+them for the record:
 
     response.output_text.delta           an answer token (time to first token / first answer)
     response.reasoning_text.delta        a reasoning token (time to first token)
@@ -79,6 +81,9 @@ def tap_whole(record: Record, raw: bytes) -> bytes:
         raise MalformedStream("upstream sent JSON that is not a response object")
     account(record, obj)
     record.e2e_s = time.perf_counter() - record.t0
+    if obj.get("model") not in (None, record.model):
+        obj["model"] = record.model
+        return orjson.dumps(obj)
     return raw
 
 
@@ -98,21 +103,39 @@ class ResponsesStreamTap:
         if not whole:
             return b""
         now = time.perf_counter()
-        for event in whole[:-2].split(b"\n\n"):
-            self._event(event, now)
-        return whole
+        events = whole[:-2].split(b"\n\n")
+        renamed = False
+        for i, event in enumerate(events):
+            named = self._event(event, now)
+            if named is not None:
+                events[i], renamed = named, True
+        return b"\n\n".join(events) + b"\n\n" if renamed else whole
 
-    def _event(self, event: bytes, now: float) -> None:
+    def _event(self, event: bytes, now: float) -> bytes | None:
+        """Account for one event; the event again when its response's `model` was renamed."""
         payload = None
         for line in event.split(b"\n"):
             if line.startswith(b"data:"):
                 payload = line[5:].strip()
         if not payload or payload == b"[DONE]":
-            return
+            return None
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
             raise MalformedStream("upstream sent an event that is not valid JSON") from None
+        renamed = self._renamed(event, obj)
+        self._account(obj, now)
+        return renamed
+
+    def _renamed(self, event: bytes, obj: Any) -> bytes | None:
+        response = obj.get("response") if isinstance(obj, dict) else None
+        if not isinstance(response, dict) or response.get("model") in (None, self.record.model):
+            return None
+        response["model"] = self.record.model
+        kept = [line for line in event.split(b"\n") if not line.startswith(b"data:")]
+        return b"\n".join([*kept, b"data: " + orjson.dumps(obj)])
+
+    def _account(self, obj: Any, now: float) -> None:
         record = self.record
         record.chunks += 1
         kind = obj.get("type") if isinstance(obj, dict) else None

@@ -64,6 +64,16 @@ class Translation:
     tools: Tools
     dropped: list[str] = field(default_factory=list)
 
+    @property
+    def plain(self) -> bool:
+        """Nothing in the request needed more than relaying: no field dropped, no namespace or
+        custom tool renamed. Only such a request goes as is to an upstream that implements the
+        Responses API; a harness's (Codex's hosted and namespace tools) is served translated,
+        where the door restores names, names the public model and sends heartbeats."""
+        return not self.dropped and all(
+            o.namespace is None and not o.custom for o in self.tools.origins.values()
+        )
+
 
 def chat_request(body: dict[str, Any]) -> dict[str, Any]:
     """The chat-completions body for a validated Responses request."""

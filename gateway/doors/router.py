@@ -46,7 +46,8 @@ async def create_response(request: Request) -> Response:
     call.translator = ResponsesTranslator(
         body, call.body, call.record, translation.tools, gw.config.server.heartbeat_s
     )
-    call.native = responses.native_request(body, call.body)
+    if translation.plain:
+        call.native = responses.native_request(body, call.body)
     try:
         return await respond(gw, call, watch(request))
     except BadRequest as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import openai
 import orjson
 
@@ -92,3 +93,32 @@ def test_stream_tap_counts_usage_and_passes_bytes_unchanged() -> None:
     assert (
         record.ttft_s is not None and record.ttfa_s is not None and record.ttfa_s >= record.ttft_s
     )
+
+
+def test_a_harness_request_is_served_translated(fake: FakeHandle) -> None:
+    """What only the door can serve (a namespace tool to restore, a hosted tool to drop) goes
+    through the chat translation even to an upstream that implements the Responses API."""
+    namespace = {
+        "type": "namespace",
+        "name": "multi_agent_v1",
+        "tools": [{"type": "function", "name": "close_agent", "parameters": {"type": "object"}}],
+    }
+    with running_gateway(native_config(fake.base_url)) as url:
+        for tools in ([namespace], [{"type": "web_search"}], [{"type": "function", "name": "f"}]):
+            r = httpx.post(f"{url}/responses", json={"model": "smol", "input": "x", "tools": tools})
+            assert r.status_code == 200 and r.json()["model"] == "smol"
+    paths = [r["path"] for r in fake.requests()]
+    assert paths == ["/v1/chat/completions", "/v1/chat/completions", "/v1/responses"]
+
+
+def test_a_native_stream_names_the_route() -> None:
+    """Relayed as is, but for the response's model: the route's name, not the upstream's id."""
+    tap = ResponsesStreamTap(Record("req-x", "responses", "smol", True))
+    created = {"type": "response.created", "response": {"model": "fake-model", "output": []}}
+    delta = {"type": "response.output_text.delta", "delta": "fake-model"}
+    raw = b"".join(b"event: x\ndata: " + orjson.dumps(e) + b"\n\n" for e in (created, delta))
+    out = tap.feed(raw) + tap.finish()
+    blocks = out.split(b"\n\n")
+    assert blocks[0].startswith(b"event: x\n")
+    events = [orjson.loads(b.split(b"data: ", 1)[1]) for b in blocks if b]
+    assert events == [{**created, "response": {"model": "smol", "output": []}}, delta]
