@@ -20,19 +20,19 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway import responses_tap
-from gateway.capture import Capture
-from gateway.dispatch import Call
-from gateway.engine import HEADER as ENGINE_HEADER
-from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
-from gateway.outlet import Outlet
-from gateway.tap import (
+from gateway.accounting import (
     MalformedStream,
-    StreamTap,
     UpstreamStreamError,
     prompt_estimate,
     tap_body,
     tap_embeddings,
 )
+from gateway.capture import Capture
+from gateway.dispatch import Call
+from gateway.engine import HEADER as ENGINE_HEADER
+from gateway.errors import AllUpstreamsFailed, GatewayError, sse_error_event
+from gateway.outlet import Outlet
+from gateway.tap import StreamTap
 from gateway.upstream import Opened, sanitise
 
 if TYPE_CHECKING:

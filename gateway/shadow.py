@@ -42,11 +42,11 @@ from prometheus_client import CollectorRegistry, Counter
 from rich.console import Console
 from rich.table import Table
 
+from gateway.accounting import MalformedStream, tap_body
 from gateway.capture import Capture, ToolCall
 from gateway.config import Config, Price
 from gateway.cost import request_cost
 from gateway.record import Attempt, Record
-from gateway.tap import MalformedStream, tap_body
 from gateway.trust_config import ShadowConfig
 from gateway.upstream import AttemptError, body_for, post
 from gateway.wire import Wire

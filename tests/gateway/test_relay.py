@@ -13,8 +13,8 @@ import openai
 import orjson
 import pytest
 
+from gateway.accounting import prompt_estimate
 from gateway.fake_upstream import FakeHandle
-from gateway.tap import prompt_estimate
 from tests.harness import ListSink, config_from, running_gateway
 
 MESSAGES = [{"role": "user", "content": "say hello to the relay"}]

@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import tap as tap_module
+from gateway.accounting import MalformedStream
 from gateway.capture import Capture
 from gateway.record import Record
-from gateway.tap import MalformedStream, StreamTap
+from gateway.tap import StreamTap
 
 PIECES = [*'ab "\\\n<>/{}:,é漢\x7f', "@@", "think>", "<think>", "</think>", '"error"', "\\u003c"]
 TEXT = st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map("".join)
