@@ -7,6 +7,7 @@ tests assert what the gateway chose to wait, not how long anything took."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
 import time
@@ -18,8 +19,9 @@ import orjson
 import pytest
 
 from gateway.app import create_app
+from gateway.dispatch import _first_block
 from gateway.fake_upstream import FakeHandle
-from gateway.upstream import _retry_after
+from gateway.upstream import AttemptError, _retry_after
 from tests.harness import ListSink, config_from, serving_server
 
 BODY = {"model": "smol", "messages": [{"role": "user", "content": "hello there"}]}
@@ -226,3 +228,47 @@ def test_a_200_that_is_an_error_is_retried_then_falls_back(
     with gateway(config(fake.base_url, fake2.base_url, retry_backoff_s=0), sink) as (root, _):
         assert chat(root).status_code == 200
     assert trail(sink) == [("a", "upstream_error"), ("a", "upstream_error"), ("b", "ok")]
+
+
+# ---- a stream's first byte ------------------------------------------------------------------
+
+
+class Blocks:
+    """The reading side of a reply (`read_some`), fed scripted blocks as a socket would."""
+
+    def __init__(self, *blocks: bytes):
+        self.blocks = list(blocks)
+        self.released = False
+
+    async def read_some(self) -> bytes:
+        return self.blocks.pop(0) if self.blocks else b""
+
+    def release(self) -> None:
+        self.released = True
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+def test_first_block_reads_past_comments_to_the_first_data_event(crlf: bool) -> None:
+    """Comments (whole, or cut anywhere) are not a first event; reading stops at the end of the
+    first data event, however it is cut, and not later."""
+    blocks = [
+        b": OPENROUTER PROC",
+        b"ESSING\n\n: OPENROUTER PROCESSING\n",
+        b"\nda",
+        b'ta: {"choices": []}\n',
+        b"\n",
+        b'data: {"later": 1}\n\n',
+    ]
+    if crlf:
+        blocks = [b.replace(b"\n", b"\r\n") for b in blocks]
+    reply = Blocks(*blocks)
+    first = asyncio.run(_first_block(reply))  # type: ignore[arg-type]
+    assert first == b"".join(blocks[:5])
+    assert reply.blocks == blocks[5:]
+
+
+def test_first_block_of_a_stream_that_ends_at_once() -> None:
+    reply = Blocks()
+    with pytest.raises(AttemptError) as caught:
+        asyncio.run(_first_block(reply))  # type: ignore[arg-type]
+    assert caught.value.outcome == "stream_error" and reply.released
