@@ -146,6 +146,8 @@ def chat_request(body: dict[str, Any], served: Served | None = None) -> Translat
         chat["tools"] = functions
         if body.get("tool_choice"):
             _tool_choice(body["tool_choice"], chat)
+    elif body.get("tool_choice"):
+        out.dropped.append("tool_choice")  # no tool left to choose
     _thinking(body, chat, out)
     _output_config(body, chat, served, out.dropped)
     chat["max_tokens"] = _clamped(body["max_tokens"], chat, served, out.dropped)

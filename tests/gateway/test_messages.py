@@ -598,6 +598,26 @@ def test_a_later_turn_loads_deferred_tools_and_maps_results(fake: FakeHandle, ma
     assert sink.records[0].dropped == r.headers[HEADER]
 
 
+def test_only_server_tools_leave_nothing_to_choose(fake: FakeHandle, many: Any) -> None:
+    root, _ = many
+    web = {"type": "web_search_20250305", "name": "web_search"}
+    r = post(
+        root,
+        {
+            "model": "smol",
+            "max_tokens": 9,
+            "messages": HI,
+            "tools": [web],
+            "tool_choice": {"type": "any"},
+            "mcp_servers": [{"type": "url", "url": "https://mcp.example", "name": "x"}],
+        },
+    )
+    assert r.status_code == 200
+    assert r.headers[HEADER] == "mcp_servers,tools[type=web_search_20250305],tool_choice"
+    sent = fake.requests()[0]["body"]
+    assert not {"tools", "tool_choice", "mcp_servers"} & set(sent)
+
+
 def test_clear_thinking_keeps_the_last_turns(fake: FakeHandle, many: Any) -> None:
     root, _ = many
     edits = {
@@ -835,9 +855,25 @@ def test_a_stream_cut_short_ends_with_an_error_not_message_stop(
     assert "message_stop" not in kinds and "message_delta" not in kinds
 
 
-def test_session_affinity_follows_claude_codes_session_id() -> None:
+def test_session_affinity_follows_claude_codes_session_id(
+    fake: FakeHandle, fake2: FakeHandle
+) -> None:
+    """Claude Code's session id (in metadata.user_id) keeps a session on one replica."""
     from gateway.doors.messages_request import session_of
 
+    config = gateway_config(("a", fake.base_url), ("b", fake2.base_url))
+    with running_gateway(config) as url:
+
+        def served(session: str) -> str:
+            user = orjson.dumps({"device_id": "d", "session_id": session}).decode()
+            body = {"model": "smol", "max_tokens": 5, "messages": HI, "metadata": {"user_id": user}}
+            r = httpx.post(f"{url}/messages", json=body)
+            assert r.status_code == 200
+            return r.headers["x-plumbline-upstream"]
+
+        assert len({served("one session") for _ in range(6)}) == 1
+        assert {served(f"session {i}") for i in range(16)} == {"a", "b"}
+    assert "metadata" not in fake.requests()[0]["body"]
     user = '{"device_id":"d","account_uuid":"","session_id":"s-1"}'
     assert session_of({"metadata": {"user_id": user}}, "h") == "s-1"
     assert session_of({"metadata": {"user_id": "plain"}}, None) == "plain"
