@@ -27,7 +27,8 @@ KEY = "plumbline-test-key"
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\n"
 
 
-def config(base_url: str, model: str) -> Any:
+def config(base_url: str, aliases: tuple[str, ...] = ()) -> Any:
+    """A route `smol` on the fake upstream, with `aliases`."""
     return config_from(
         {
             "server": {"health_interval_s": 0, "retry_backoff_s": 0},
@@ -40,7 +41,9 @@ def config(base_url: str, model: str) -> Any:
                     "profile": "smollm2",
                 }
             ],
-            "models": {model: {"profile": "smollm2", "upstreams": ["a"]}},
+            "models": {
+                "smol": {"profile": "smollm2", "upstreams": ["a"], "aliases": list(aliases)}
+            },
         }
     )
 
@@ -115,7 +118,7 @@ def test_codex_runs_a_shell_command_through_the_gateway(
     command = "echo plumbline-ok | tee marker.txt"
     fake.set_default(harness=[{"name": "exec_command", "arguments": {"cmd": command}}])
     sink = ListSink()
-    with running_gateway(config(fake.base_url, "smol"), sinks=[sink]) as url:
+    with running_gateway(config(fake.base_url), sinks=[sink]) as url:
         done = run_codex(url, "smol", codex_home, work, "Run: echo plumbline-ok")
     assert done.returncode == 0, explain(done)
     assert done.stdout.strip().splitlines()[-1] == "All done.", explain(done)
@@ -143,7 +146,7 @@ def test_codex_namespaced_tool_round_trips(
     name = "multi_agent_v1__close_agent"
     fake.set_default(harness=[{"name": name, "arguments": {"target": "x"}}])
     sink = ListSink()
-    with running_gateway(config(fake.base_url, "smol"), sinks=[sink]) as url:
+    with running_gateway(config(fake.base_url), sinks=[sink]) as url:
         done = run_codex(url, "smol", codex_home, work, "Close agent x.")
     assert done.returncode == 0, explain(done)
     assert done.stdout.strip().splitlines()[-1] == "All done.", explain(done)
@@ -155,13 +158,14 @@ def test_codex_namespaced_tool_round_trips(
 
 
 def test_codex_apply_patch_custom_tool(fake: FakeHandle, codex_home: Path, tmp_path: Path) -> None:
-    """`gpt-5.5` is a slug Codex knows: it sends the freeform `apply_patch` tool, which the door
-    offers as a function of one string `input` and returns as a `custom_tool_call`."""
+    """`gpt-5.5` (here an alias of the route) is a slug Codex knows: it sends the freeform
+    `apply_patch` tool, which the door offers as a function of one string `input` and returns as
+    a `custom_tool_call`."""
     work = tmp_path / "work"
     work.mkdir()
     fake.set_default(harness=[{"name": "apply_patch", "arguments": {"input": PATCH}}])
     sink = ListSink()
-    with running_gateway(config(fake.base_url, "gpt-5.5"), sinks=[sink]) as url:
+    with running_gateway(config(fake.base_url, aliases=("gpt-5.5",)), sinks=[sink]) as url:
         done = run_codex(url, "gpt-5.5", codex_home, work, "Create hello.txt saying hi.")
     assert done.returncode == 0, explain(done)
     assert done.stdout.strip().splitlines()[-1] == "All done.", explain(done)
