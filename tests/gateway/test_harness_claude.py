@@ -53,7 +53,9 @@ def fake() -> Iterator[FakeHandle]:
         yield handle
 
 
-def run_claude(url: str, home: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
+def run_claude(
+    url: str, home: Path, workdir: Path, prompt: str = "Run the command: echo plumbline-ok"
+) -> subprocess.CompletedProcess[str]:
     assert CLAUDE.exists(), f"Claude Code is not installed at {CLAUDE}: run deploy/install.sh"
     (home / "config").mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_"))}
@@ -68,7 +70,7 @@ def run_claude(url: str, home: Path, workdir: Path) -> subprocess.CompletedProce
         "NO_COLOR": "1",
     }
     return subprocess.run(
-        [str(CLAUDE), "-p", "Run the command: echo plumbline-ok", "--allowedTools", "Bash"],
+        [str(CLAUDE), "-p", prompt, "--allowedTools", "Bash"],
         cwd=workdir,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -133,3 +135,23 @@ def test_a_broken_stream_is_retried_without_streaming(fake: FakeHandle, tmp_path
     served = [r for r in sink.records if r.door == "messages"]
     assert served[0].status == 502 and served[0].stream
     assert any(not r.stream and r.status == 200 for r in served)
+
+
+def test_a_deferred_tool_is_loaded_by_tool_search(tmp_path: Path) -> None:
+    """The model asks ToolSearch for WebFetch (deferred: not sent until loaded); Claude Code
+    answers with a tool_reference, which reaches the model as text naming the tool and its
+    schema, and WebFetch is offered from then on."""
+    search = [{"name": "ToolSearch", "arguments": {"query": "select:WebFetch", "max_results": 1}}]
+    work = tmp_path / "work"
+    work.mkdir()
+    with running_fake(harness=search) as fake, running_gateway(config(fake.base_url)) as url:
+        done = run_claude(url, tmp_path / "home", work, "Fetch https://example.com")
+        bodies = chat_requests(fake)
+    assert done.returncode == 0 and done.stdout.strip() == "All done.", explain(done)
+    first, last = bodies[0], bodies[-1]
+    offered = [t["function"]["name"] for t in first["tools"]]
+    assert "ToolSearch" in offered and "WebFetch" not in offered
+    assert "DeferredToolPlaceholder" not in offered
+    assert "WebFetch" in [t["function"]["name"] for t in last["tools"]]
+    result = next(m for m in last["messages"] if m["role"] == "tool")
+    assert "Tool 'WebFetch' is now available." in result["content"]
