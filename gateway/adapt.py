@@ -135,8 +135,11 @@ class ContextExceeded(Unfit):
 
 
 def table_of(upstream: Upstream) -> str:
-    """The row of `TAKES` an upstream reads from."""
-    return "openrouter" if upstream.openrouter else upstream.kind
+    """The row of `TAKES` an upstream reads from: an `openai` upstream on openrouter.ai, or
+    with OpenRouter's `provider` routing, reads OpenRouter's (as `Config.thinking_cap` does)."""
+    if upstream.kind == "openai" and (upstream.openrouter or upstream.provider is not None):
+        return "openrouter"
+    return upstream.kind
 
 
 def takes(upstream: Upstream) -> frozenset[str]:

@@ -59,6 +59,8 @@ def test_vllm_only_fields_are_stripped_per_kind() -> None:
     # OpenRouter takes top_k and min_p; an upstream's `accepts` adds to its kind's table.
     router = adapt(body, upstream("openai", base_url="https://openrouter.ai/api/v1"), None, True)
     assert router.stripped == ("chat_template_kwargs",)
+    routed = upstream("openai", provider={"only": ["Together"]})  # OpenRouter's routing
+    assert adapt(body, routed, None, True).stripped == ("chat_template_kwargs",)
     told = adapt(body, upstream("openai", accepts=["top_k"]), None, True)
     assert told.stripped == ("min_p", "chat_template_kwargs")
     assert adapt(body, upstream("vllm"), None, True).stripped == ()
