@@ -14,9 +14,9 @@ import gc
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -40,6 +40,7 @@ from gateway.guard import AccessGuard
 from gateway.metrics import Metrics
 from gateway.pool import Pool
 from gateway.prefix import PrefixIndex
+from gateway.processes import EngineProcesses, EngineView, ProcessHealth
 from gateway.record import Record, RecordSink
 from gateway.report import window_economics
 from gateway.schedule import GATEWAY_ID, EvalScheduler
@@ -60,21 +61,6 @@ def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
 
 
-EngineView = Mapping[str, Any]
-
-
-class EngineProcesses(Protocol):
-    """The local engine processes behind some upstreams, as their supervisor sees them
-    (`deploy.launch.LocalEngines` under `plumbline up`), by upstream name. Each view has
-    ``state`` (running, restarting, down, stopped), ``restarts`` and ``last_exit``."""
-
-    def snapshot(self) -> Mapping[str, EngineView]: ...
-
-    def subscribe(self, callback: Callable[[str, EngineView], None]) -> None: ...
-
-    def unsubscribe(self, callback: Callable[[str, EngineView], None]) -> None: ...
-
-
 class Gateway:
     """Everything one gateway process holds. Built in the lifespan, reachable as app.state."""
 
@@ -87,7 +73,6 @@ class Gateway:
         processes: EngineProcesses | None = None,
     ):
         self.config = config
-        self.processes = processes
         # This gateway among those on one store (hostname:pid, and which gateway of the process).
         self.id = f"{GATEWAY_ID}:{secrets.token_hex(3)}"
         self.upstreams = {u.name: u for u in config.upstreams}
@@ -112,6 +97,7 @@ class Gateway:
         self.sampler = TextSampler.from_config(config.watchdog)
         self.wire = Wire(s.connect_timeout_s)
         self.engines = Engines()
+        self.processes = ProcessHealth(processes, self._set_health)
         self.shadow = ShadowMirror.from_config(
             config, self.wire, self.finish, registry=self.metrics.registry, store=store
         )
@@ -144,31 +130,19 @@ class Gateway:
         self.scheduler.start()
         if self.store is not None:
             self._housekeeper = asyncio.create_task(self._housekeeping())
-        if self.processes is not None:
-            self.processes.subscribe(self._engine_changed)
-            for name, view in self.processes.snapshot().items():
-                self._engine_state(name, view)
+        self.processes.start(self.loop)
 
-    def _engine_changed(self, upstream: str, view: EngineView) -> None:
-        """From the supervisor's watcher thread: an engine died, came back or is down."""
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the gateway is gone
-            self.loop.call_soon_threadsafe(self._engine_state, upstream, view)
-
-    def _engine_state(self, upstream: str, view: EngineView) -> None:
-        """A dead engine is unhealthy at once (not at the next probe); a restarted one is
-        healthy again (its supervisor saw every health path answer)."""
+    def _set_health(self, upstream: str, ok: bool) -> None:
         if upstream in self.pool.states:
-            ok = view.get("state") == "running"
             self.pool.set_health(upstream, ok)
             self.metrics.set_health(upstream, ok)
 
     def engine_view(self, upstream: str) -> EngineView | None:
-        """The supervisor's view of `upstream`'s engine process; None when none is launched."""
-        return None if self.processes is None else self.processes.snapshot().get(upstream)
+        """The supervisor's view of `upstream`'s engine process (`gateway.processes`)."""
+        return self.processes.view(upstream)
 
     async def stop(self) -> None:
-        if self.processes is not None:
-            self.processes.unsubscribe(self._engine_changed)
+        self.processes.stop()
         await self.scheduler.stop()
         await self.shadow.drain()
         await self.silence.stop()
@@ -256,10 +230,10 @@ class Gateway:
             *(probe(self.wire, u, timeout) for u in self.config.upstreams)
         )
         due = []
-        engines = self.processes.snapshot() if self.processes is not None else {}
+        serving = self.processes.serving()
         for upstream, ok in zip(self.config.upstreams, results, strict=True):
             # An engine its supervisor is restarting may answer before it is ready.
-            ok = ok and engines.get(upstream.name, {}).get("state", "running") == "running"
+            ok = ok and serving(upstream.name)
             self.pool.set_health(upstream.name, ok)
             self.metrics.set_health(upstream.name, ok)
             if self.engines.due(upstream, ok):
