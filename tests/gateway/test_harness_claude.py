@@ -155,3 +155,24 @@ def test_a_deferred_tool_is_loaded_by_tool_search(tmp_path: Path) -> None:
     assert "WebFetch" in [t["function"]["name"] for t in last["tools"]]
     result = next(m for m in last["messages"] if m["role"] == "tool")
     assert "Tool 'WebFetch' is now available." in result["content"]
+
+
+def test_a_context_overflow_is_shown_as_prompt_too_long(tmp_path: Path) -> None:
+    """vLLM's refusal of a prompt over its window reaches Claude Code in the wording it acts
+    on: it shows "Prompt is too long" with the engine's numbers, and does not retry."""
+    refusal = (
+        "This model's maximum context length is 32768 tokens. However, your request has 40000 "
+        "input tokens. Please reduce the length of the input messages."
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    with (
+        running_fake(status=400, message=refusal) as fake,
+        running_gateway(config(fake.base_url)) as url,
+    ):
+        done = run_claude(url, tmp_path / "home", work)
+        asked = chat_requests(fake)
+    assert done.returncode == 1, explain(done)
+    assert done.stdout.startswith("Prompt is too long"), explain(done)
+    assert "40000 tokens (limit 32768)" in done.stdout, explain(done)
+    assert len(asked) == 1
