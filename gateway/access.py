@@ -290,7 +290,8 @@ class Access:
         self, key: Key, model: str | None, body: dict[str, Any] | None, raw_size: int
     ) -> Ticket:
         """Check the allow-list and reserve budget; raises Forbidden or RateLimited."""
-        if model is not None and key.models is not None and model not in key.models:
+        allowed = key.models
+        if model is not None and allowed is not None and self.config.route_of(model) not in allowed:
             raise Forbidden(f"This API key may not use the model {model!r}.", param="model")
         ticket = Ticket(key)
         if not key.budgeted:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
 
@@ -40,6 +40,13 @@ class AccessConfig(_Frozen):
     metrics_requires_key: bool = False
     # Tokens reserved for the answer when a request names no max_tokens (settled after).
     default_reserve_tokens: int = Field(1024, ge=0)
+    # Each model alias -> its route (set by the config's cross-check), so a key allowed a route
+    # may use it by any of its names.
+    _routes: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def route_of(self, name: str) -> str:
+        """The route `name` is an alias of, or `name` itself."""
+        return self._routes.get(name, name)
 
     @property
     def open(self) -> bool:

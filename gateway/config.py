@@ -314,6 +314,7 @@ class Config(_Frozen):
                 else:
                     names[alias] = model
         self._names = names
+        self.access._routes = {alias: model for alias, model in names.items() if alias != model}
         return problems
 
     def resolve(self, name: str) -> str | None:

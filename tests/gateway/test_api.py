@@ -460,3 +460,16 @@ def test_models_report_windows_and_aliases_and_resolve_by_id(fake: FakeHandle) -
     error = missing.value.body
     assert isinstance(error, dict) and error["code"] == "model_not_found"
     assert "claude-opus-9" in error["message"]
+
+
+def test_a_key_allowed_a_route_may_use_it_by_its_alias(fake: FakeHandle) -> None:
+    from gateway.access import hash_key
+
+    data = aliased(fake.base_url).model_dump(exclude={"root"})
+    data["models"]["other"] = {"upstreams": ["a"]}
+    data["access"] = {"keys": [{"id": "k", "sha256": hash_key("sk-pl-k"), "models": ["smol"]}]}
+    with running_gateway(config_from(data)) as url:
+        c = openai.OpenAI(base_url=url, api_key="sk-pl-k", max_retries=0, timeout=30)
+        c.chat.completions.create(model="gpt-5.5", messages=MESSAGES)
+        with pytest.raises(openai.PermissionDeniedError):
+            c.chat.completions.create(model="other", messages=MESSAGES)
