@@ -346,6 +346,7 @@ def test_k8s_gateway_config_is_valid_and_names_existing_services():
 
 def test_k8s_documents_pass_the_kubernetes_schemas():
     import kubernetes_validate  # a test dependency (pyproject's [test] extra)
+
     version = kubernetes_validate.latest_version()
     for doc in k8s_docs():
         kubernetes_validate.validate(doc, version, strict=True)
