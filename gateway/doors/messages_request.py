@@ -4,8 +4,9 @@
 first (`messages_edits`), then one leading system message (the body's `system` and every
 `role: system` turn, in order, without Claude Code's attribution block), tool results as `tool`
 messages (their images in a user turn after them), deferred tools only once a `tool_reference`
-names them, `output_config` as `reasoning_effort` / `response_format`, and `max_tokens` clamped
-to the route's window. What it cannot serve it drops and names in `Translation.dropped`.
+names them, `output_config` as `reasoning_effort` / `response_format` (`max_tokens` is clamped
+to each upstream's window at dispatch, `gateway/adapt.py`). What it cannot serve it drops and
+names in `Translation.dropped`.
 
 Tool-use ids: the client sees `toolu_<the upstream's id>`, or `toolu_h_<its hex>` where that id
 has characters outside Anthropic's alphabet (llama.cpp's `Bash:12`); a replayed id is mapped
@@ -30,9 +31,6 @@ from gateway.upstream import THINKING_BUDGET
 BILLING = "x-anthropic-billing-header:"
 HEX_PREFIX = "toolu_h_"
 SAFE = re.compile(r"[a-zA-Z0-9_-]+")
-# The clamp's estimate of the prompt: 3 bytes of its JSON a token (over rather than under, so a
-# clamped request is not refused as too large).
-CLAMP_BYTES_PER_TOKEN = 3
 EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 
 
@@ -60,23 +58,21 @@ def upstream_id(client: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Served:
-    """What the route serving a request offers: its window, whether it takes reasoning_effort."""
+    """What the route serving a request offers: whether it takes reasoning_effort."""
 
-    window: int | None = None
     effort: bool = False
 
 
 def served_of(config: Config, model: str) -> Served:
-    """What `model`'s route (an alias resolved) serves: its window (`Config.context_window`:
-    its upstreams' windows, else its profile's), and `reasoning_effort` where the profile sets
-    one or an upstream is an API."""
+    """What `model`'s route (an alias resolved) serves: `reasoning_effort` where the profile
+    sets one or an upstream is an API."""
     name = config.resolve(model)
     if name is None:
         return Served()
     profile = config.profile_for(name)
     ups = [u for u in config.upstreams if u.name in config.models[name].names]
     effort = bool(profile and profile.reasoning_effort) or any(u.kind == "openai" for u in ups)
-    return Served(config.context_window(name), effort)
+    return Served(effort)
 
 
 @dataclass(slots=True)
@@ -150,22 +146,10 @@ def chat_request(body: dict[str, Any], served: Served | None = None) -> Translat
         out.dropped.append("tool_choice")  # no tool left to choose
     _thinking(body, chat, out)
     _output_config(body, chat, served, out.dropped)
-    chat["max_tokens"] = _clamped(body["max_tokens"], chat, served, out.dropped)
+    # Clamped to each upstream's window at dispatch (gateway/adapt.py: x-plumbline-clamped).
+    chat["max_tokens"] = body["max_tokens"]
     out.chat = chat
     return out
-
-
-def _clamped(wanted: int, chat: dict[str, Any], served: Served, dropped: list[str]) -> int:
-    """`max_tokens` within the served window, less the prompt (an estimate; the upstream's
-    own count decides when the prompt alone fills the window)."""
-    if served.window is None:
-        return wanted
-    prompt = len(orjson.dumps([chat["messages"], chat.get("tools")])) // CLAMP_BYTES_PER_TOKEN
-    room = served.window - prompt
-    if room < 1 or wanted <= room:
-        return wanted
-    dropped.append("max_tokens")
-    return room
 
 
 def _thinking(body: dict[str, Any], chat: dict[str, Any], out: Translation) -> None:

@@ -23,7 +23,7 @@ POLICY = table(
     Rule("model", H, "the route; answers carry the name asked for"),
     Rule("messages", T, "chat messages; `role: system` turns merged into the leading system"),
     Rule("system", T, "one leading system message; the `x-anthropic-billing-header` block dropped"),
-    Rule("max_tokens", T, "clamped to the served window minus the prompt, marked `max_tokens`"),
+    Rule("max_tokens", T, "clamped to the upstream's window less the prompt (x-plumbline-clamped)"),
     Rule("stream", H, "SSE events as Anthropic sends them; `false` always gets JSON"),
     Rule("stop_sequences", T, "`stop`"),
     Rule("temperature", H),

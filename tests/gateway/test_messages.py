@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.adapt import CLAMPED_HEADER, prompt_bounds
 from gateway.doors import messages, messages_edits, protocol_messages
 from gateway.doors.messages_stream import MessagesTranslator
 from gateway.doors.policy import HEADER, markdown
@@ -426,11 +427,13 @@ def test_claude_codes_first_request_is_served(fake: FakeHandle, many: Any) -> No
     assert all("$schema" not in t["function"]["parameters"] for t in sent["tools"])
     assert sent["chat_template_kwargs"] == {"enable_thinking": True}  # adaptive: the profile's
     assert "reasoning_effort" not in sent  # qwen3 has no effort control: dropped, marked
-    prompt = len(orjson.dumps([sent["messages"], sent["tools"]])) // 3
-    assert sent["max_tokens"] == 40960 - prompt  # the upstream's window, not the profile's
-    assert streamed.headers[HEADER] == "output_config.effort,max_tokens"
-    assert sink.records[0].dropped == "output_config.effort,max_tokens"
-    assert sink.records[0].max_tokens == sent["max_tokens"]
+    # max_tokens: 32000 clamped at dispatch to the upstream's window (40960, not the profile's
+    # 32768) less the prompt, and marked (gateway/adapt.py).
+    assert sent["max_tokens"] == 40960 - prompt_bounds(sent)[1] < 32000
+    clamped = f"max_tokens=32000->{sent['max_tokens']}"
+    assert streamed.headers[CLAMPED_HEADER] == clamped and sink.records[0].clamped == clamped
+    assert streamed.headers[HEADER] == "output_config.effort"
+    assert sink.records[0].dropped == "output_config.effort"
 
 
 def test_effort_and_format_reach_a_route_that_takes_them(fake: FakeHandle, many: Any) -> None:
@@ -729,8 +732,9 @@ def test_max_tokens_is_clamped_to_a_small_window(fake: FakeHandle, many: Any) ->
     fits = post(root, {"model": "smol", "max_tokens": 100, "messages": HI})
     sent = [q["body"]["max_tokens"] for q in fake.requests()]
     assert 8000 < sent[0] < 8192 and sent[1] == 100
-    assert r.headers[HEADER] == "max_tokens" and HEADER not in fits.headers
-    assert sink.records[0].max_tokens == sent[0]
+    assert r.headers[CLAMPED_HEADER] == f"max_tokens=32000->{sent[0]}"
+    assert CLAMPED_HEADER not in fits.headers
+    assert sink.records[0].clamped == r.headers[CLAMPED_HEADER] and sink.records[1].clamped is None
 
 
 def test_count_tokens_asks_the_engines_tokenizer(fake: FakeHandle, many: Any) -> None:
