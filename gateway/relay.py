@@ -178,7 +178,7 @@ def _whole(
                 opened_in_prompt=opened_in_prompt,
                 chat=call.chat,
                 capture=capture,
-                model=call.model,
+                model=call.body.get("model") or call.model,  # the name asked (an alias too)
             )
         record.status = 200
         record.ttft_s = record.ttfa_s = record.e2e_s
@@ -267,7 +267,7 @@ class StreamRelay(Response):
                 opened_in_prompt=opened_in_prompt,
                 chat=call.chat,
                 capture=capture,
-                model=call.model,
+                model=call.body.get("model") or call.model,  # the name asked (an alias too)
                 prompt_tokens=lambda: prompt_estimate(call.body),
             )
         self.translator = None if opened.native else call.translator

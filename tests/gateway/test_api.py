@@ -427,6 +427,7 @@ def test_an_alias_is_its_route_on_every_door(fake: FakeHandle) -> None:
     with running_gateway(aliased(fake.base_url), sinks=[sink]) as url:
         c = client(url)
         chat = c.chat.completions.create(model="gpt-5.5", messages=MESSAGES)
+        streamed = list(c.chat.completions.create(model="gpt-5.5", messages=MESSAGES, stream=True))
         c.completions.create(model="gpt-5.5", prompt="Once upon", max_tokens=4)
         c.responses.create(model="gpt-5.5", input="hi")
         claude = anthropic.Anthropic(
@@ -434,9 +435,17 @@ def test_an_alias_is_its_route_on_every_door(fake: FakeHandle) -> None:
         )
         claude.messages.create(model="claude-haiku-4-5", max_tokens=8, messages=MESSAGES)
     assert chat.choices[0].finish_reason == "stop"
+    assert chat.model == "gpt-5.5"  # the answer names the model as the client asked for it
+    assert {chunk.model for chunk in streamed} == {"gpt-5.5"}
     # Records, metrics and routing name the route; the upstream is sent its own model id.
-    assert [r.model for r in sink.records] == ["smol"] * 4
-    assert [r.door for r in sink.records] == ["chat", "completions", "responses", "messages"]
+    assert [r.model for r in sink.records] == ["smol"] * 5
+    assert [r.door for r in sink.records] == [
+        "chat",
+        "chat",
+        "completions",
+        "responses",
+        "messages",
+    ]
     assert {r["body"]["model"] for r in fake.requests()} == {"fake-model"}
 
 
