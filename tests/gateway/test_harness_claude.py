@@ -103,9 +103,14 @@ def check_session(done: subprocess.CompletedProcess[str], fake: FakeHandle, work
     assert "x-anthropic-billing-header" not in last[0]["content"]
 
 
+@pytest.mark.parametrize("reasoning", [False, True])
 def test_claude_code_runs_a_shell_command_through_the_gateway(
-    fake: FakeHandle, tmp_path: Path
+    fake: FakeHandle, tmp_path: Path, reasoning: bool
 ) -> None:
+    """With `reasoning`, the model thinks before each answer (as a thinking route does); Claude
+    Code asked for it omitted, so none is sent, and the session runs the same."""
+    if reasoning:
+        fake.set_default(reasoning_field="reasoning_content", reasoning_tokens=6)
     sink = ListSink()
     work = tmp_path / "work"
     work.mkdir()
@@ -120,6 +125,7 @@ def test_claude_code_runs_a_shell_command_through_the_gateway(
     assert first["path"] == "/v1/chat/completions"
     assert first["body"]["max_tokens"] < 32000  # clamped to the served window, and marked
     assert served[0].clamped == f"max_tokens=32000->{first['body']['max_tokens']}"
+    assert all(r.reasoning_tokens == (6 if reasoning else 0) for r in served)
 
 
 def test_a_broken_stream_is_retried_without_streaming(fake: FakeHandle, tmp_path: Path) -> None:
