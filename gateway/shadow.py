@@ -43,6 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.accounting import MalformedStream, tap_body
+from gateway.adapt import Unfit, adapt
 from gateway.capture import Capture, ToolCall
 from gateway.config import Config, Price
 from gateway.cost import request_cost
@@ -302,9 +303,13 @@ class ShadowMirror:
         started = time.perf_counter()
         outcome = "ok"
         try:
+            # Said as the shadow upstream can serve it (gateway/adapt.py), marked on its record.
+            profiled = self.config.profile_for(pending.model) is not None
+            adapted = adapt(body, upstream, self.config.upstream_window(upstream), profiled)
+            adapted.mark(record)
             async with asyncio.timeout(cfg.timeout_s):
                 data = body_for(
-                    upstream, body, False, thinking_cap=self.config.thinking_cap(upstream)
+                    upstream, adapted.body, False, thinking_cap=self.config.thinking_cap(upstream)
                 )
                 resp = await post(self._wire, upstream, path, data)
                 try:
@@ -316,6 +321,8 @@ class ShadowMirror:
                 capture.message(choice.get("index", i), choice.get("message") or {})
             record.status = 200
             capture.finish()
+        except Unfit as e:  # it cannot serve this request as asked: nothing is sent
+            outcome, record.status, record.error_class = "refused", e.status, type(e).__name__
         except AttemptError as e:
             outcome, record.status, record.error_class = e.outcome, e.status or 502, "AttemptError"
         except TimeoutError:

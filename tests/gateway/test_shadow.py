@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from gateway.capture import Capture, ToolCall
 from gateway.config import Price
 from gateway.fake_upstream import FakeHandle, running_fake
+from gateway.profile import params_hash
 from gateway.record import Record
 from gateway.shadow import (
     Answer,
@@ -146,6 +147,7 @@ async def test_mirror_pairs_shadow_with_primary_and_records_agreement(
             "messages": MESSAGES,
             "stream": True,
             "temperature": 0.3,
+            "top_k": 20,  # vLLM's: an `openai` shadow does not take it (gateway/adapt.py)
             "stream_options": {"include_usage": True},
         }
         record, capture = _primary("hello there friend")
@@ -157,12 +159,15 @@ async def test_mirror_pairs_shadow_with_primary_and_records_agreement(
         await wire.close()
     [shadow] = out
     assert shadow.lane == "shadow" and shadow.shadow_of == "req-1" and shadow.time == record.time
-    assert shadow.upstream == "shadow" and shadow.params_hash == "abc" and shadow.status == 200
+    assert shadow.upstream == "shadow" and shadow.status == 200
+    # Hashed as what the shadow was sent, stripped of what it does not take (and marked).
+    assert shadow.params_hash == params_hash({"temperature": 0.3}, defaults="openai")
+    assert shadow.dropped == "top_k"
     assert shadow.agreement == "normalised"
     assert shadow.completion_tokens == 3 and shadow.cost_usd is not None
     [sent] = shadow_fake.requests()
     assert sent["body"]["stream"] is False and "stream_options" not in sent["body"]
-    assert sent["body"]["temperature"] == 0.3  # the same effective body
+    assert sent["body"]["temperature"] == 0.3 and "top_k" not in sent["body"]
 
 
 async def test_mirror_skips_when_cap_is_full_or_budget_spent(
