@@ -45,12 +45,18 @@ def _role_needed(path: str, access: Access) -> tuple[str, ...] | None:
     return None  # /health, /openapi.json
 
 
-async def _error(send: Send, error: GatewayError, headers: list[tuple[bytes, bytes]]) -> None:
-    body = error.json()
+async def _error(
+    scope: Scope, send: Send, error: GatewayError, headers: list[tuple[bytes, bytes]]
+) -> None:
+    body, status = error.json(), error.status
+    if scope.get("path", "").startswith("/v1/messages"):  # the Messages door: Anthropic's shape
+        from gateway.doors.messages import STATUSES, error_body
+
+        body, status = orjson.dumps(error_body(error)), STATUSES.get(status, status)
     await send(
         {
             "type": "http.response.start",
-            "status": error.status,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
@@ -82,6 +88,7 @@ class AccessGuard:
         size = 4 * len(raw) + sum(map(len, itertools.chain.from_iterable(raw)))
         if size > self.max_header_bytes:
             await _error(
+                scope,
                 send,
                 HeadersTooLarge(
                     f"The request headers are {size} bytes; the limit is {self.max_header_bytes}."
@@ -103,11 +110,12 @@ class AccessGuard:
                 if token is None
                 else "Invalid API key."
             )
-            await _error(send, Unauthorized(message), [(b"www-authenticate", b"Bearer")])
+            await _error(scope, send, Unauthorized(message), [(b"www-authenticate", b"Bearer")])
             return
         if key.role not in roles:
             needed = " or ".join(roles)
             await _error(
+                scope,
                 send,
                 Forbidden(f"A {key.role} key cannot be used for {path}; it needs a {needed} key."),
                 [],
@@ -125,7 +133,7 @@ class AccessGuard:
         try:
             raw, receive = await _buffer(receive, self.max_body_bytes)
         except BodyTooLarge as e:
-            await _error(send, e, [])
+            await _error(scope, send, e, [])
             return
         try:
             body = orjson.loads(raw)
@@ -138,10 +146,10 @@ class AccessGuard:
                 key, model if isinstance(model, str) else None, body, len(raw)
             )
         except RateLimited as e:
-            await _error(send, e, [(b"retry-after", str(int(e.retry_after)).encode())])
+            await _error(scope, send, e, [(b"retry-after", str(int(e.retry_after)).encode())])
             return
         except Forbidden as e:
-            await _error(send, e, [])
+            await _error(scope, send, e, [])
             return
         await self._call(scope, receive, send, key, ticket)
 

@@ -769,6 +769,40 @@ def test_a_haiku_id_aliased_to_a_route(fake: FakeHandle, many: Any) -> None:
     assert [r.model for r in sink.records] == ["agent", "agent"]
 
 
+def test_the_guards_refusals_are_anthropic_errors(fake: FakeHandle) -> None:
+    """A missing or wrong key, or a model the key may not use, on the Messages door: Anthropic's
+    error shape, as for every other error there (the chat door keeps OpenAI's)."""
+    from gateway.access import hash_key
+
+    plain = "pl-test-client-key-0123456789"
+    config = config_from(
+        {
+            "server": {"health_interval_s": 0},
+            "upstreams": [{"name": "a", "kind": "vllm", "base_url": fake.base_url, "model": "m"}],
+            "models": {"smol": {"upstreams": ["a"]}, "big": {"upstreams": ["a"]}},
+            "access": {"keys": [{"id": "k", "sha256": hash_key(plain), "models": ["smol"]}]},
+        }
+    )
+    with running_gateway(config) as url:
+        root = url.removesuffix("/v1")
+        with pytest.raises(anthropic.AuthenticationError) as missing:
+            anthropic.Anthropic(base_url=root, api_key="wrong", max_retries=0).messages.create(
+                model="smol", max_tokens=5, messages=HI
+            )
+        c = anthropic.Anthropic(base_url=root, api_key=plain, max_retries=0)
+        with pytest.raises(anthropic.PermissionDeniedError) as denied:
+            c.messages.create(model="big", max_tokens=5, messages=HI)
+        assert c.messages.create(model="smol", max_tokens=5, messages=HI).type == "message"
+        chat = httpx.post(f"{url}/chat/completions", json={"model": "smol", "messages": HI})
+    assert missing.value.body == {
+        "type": "error",
+        "error": {"type": "authentication_error", "message": "Invalid API key."},
+    }
+    assert denied.value.body["error"]["type"] == "permission_error"
+    assert chat.status_code == 401 and chat.json()["error"]["type"] == "authentication_error"
+    assert "code" in chat.json()["error"]  # OpenAI's envelope
+
+
 def test_hello_is_answered(many: Any) -> None:
     root, _ = many
     assert httpx.head(root + "/api/hello").status_code == 200
