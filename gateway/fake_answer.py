@@ -77,7 +77,9 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
         or (
             isinstance(v, list)
             and all(
-                isinstance(c, dict) and isinstance(c.get("name"), str) and set(c) <= {"name", "arguments"}
+                isinstance(c, dict)
+                and isinstance(c.get("name"), str)
+                and set(c) <= {"name", "arguments"}
                 for c in v
             )
         )
@@ -254,7 +256,10 @@ def _tool_call(body: dict[str, Any], beh: dict[str, Any]) -> tuple[str, str] | N
 # offers its shell under, and the call that runs `echo plumbline-ok` with it.
 HARNESS_CALLS: tuple[dict[str, Any], ...] = (
     {"name": "exec_command", "arguments": {"cmd": "echo plumbline-ok"}},
-    {"name": "Bash", "arguments": {"command": "echo plumbline-ok", "description": "Print a marker"}},
+    {
+        "name": "Bash",
+        "arguments": {"command": "echo plumbline-ok", "description": "Print a marker"},
+    },
 )
 HARNESS_DONE = "All done."
 
