@@ -291,13 +291,16 @@ def _text_bytes(message: Any) -> int:
     return size
 
 
-def adapt_call(config: Config, call: Call, upstream: Upstream) -> Adapted | None:
+def adapt_call(
+    config: Config, call: Call, upstream: Upstream, learned: int | None = None
+) -> Adapted | None:
     """`adapt` for one attempt of `call` on `upstream`; None where the body goes as it is (a
-    Responses request relayed natively, embeddings). Raises `Unfit`."""
+    Responses request relayed natively, embeddings). `learned`: the window the server says it
+    serves (`Engines.windows`). Raises `Unfit`."""
     if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
         return None
     complete = config.profile_for(call.model) is not None
-    return adapt(call.body, upstream, config.upstream_window(upstream), complete)
+    return adapt(call.body, upstream, config.upstream_window(upstream, learned), complete)
 
 
 def capability_markdown() -> str:

@@ -7,7 +7,7 @@ validate the parsed dict, which is then relayed as is.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -195,10 +195,16 @@ async def embeddings(request: Request) -> Response:
     return await respond(gw, _call(request, "embeddings", "/embeddings", body), watch(request))
 
 
-def model_entry(config: Config, model: str, asked: str | None = None) -> dict[str, Any]:
+def model_entry(
+    config: Config,
+    model: str,
+    asked: str | None = None,
+    learned: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """A route as an OpenAI model object: its name (or the alias `asked`, with `alias_of`), its
-    aliases, and its context window (`Config.context_window`: the smallest its upstreams serve)
-    as `context_window` and as vLLM's `max_model_len`, when known."""
+    aliases, and its context window (`Config.context_window`: the smallest its upstreams serve,
+    `learned` from the servers themselves where they said) as `context_window` and as vLLM's
+    `max_model_len`, when known."""
     entry: dict[str, Any] = {
         "id": asked or model,
         "object": "model",
@@ -209,7 +215,7 @@ def model_entry(config: Config, model: str, asked: str | None = None) -> dict[st
         entry["alias_of"] = model
     else:
         entry["aliases"] = config.aliases_of(model)
-    window = config.context_window(model)
+    window = config.context_window(model, learned)
     if window is not None:
         entry["context_window"] = entry["max_model_len"] = window
     return entry
@@ -217,15 +223,16 @@ def model_entry(config: Config, model: str, asked: str | None = None) -> dict[st
 
 @router.get("/v1/models")
 async def models(request: Request) -> Response:
-    config = request.app.state.gateway.config
-    data = [model_entry(config, name) for name in config.models]
+    gw = request.app.state.gateway
+    data = [model_entry(gw.config, name, learned=gw.engines.windows) for name in gw.config.models]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
 
 
 @router.get("/v1/models/{model:path}")
 async def model(request: Request, model: str) -> Response:
-    config = request.app.state.gateway.config
-    entry = model_entry(config, _route_of(config, model), asked=model)
+    gw = request.app.state.gateway
+    route = _route_of(gw.config, model)
+    entry = model_entry(gw.config, route, asked=model, learned=gw.engines.windows)
     return Response(orjson.dumps(entry), media_type=JSON)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -326,10 +327,18 @@ class Config(_Frozen):
         route = self.models.get(model)
         return list(route.aliases) if route is not None else []
 
-    def upstream_window(self, upstream: Upstream) -> int | None:
+    def upstream_window(self, upstream: Upstream, learned: int | None = None) -> int | None:
         """Tokens `upstream` serves in one sequence, from what it is known to be started with:
         its own `context_window`, else its launch (a --max-model-len / --n_ctx in the launch
-        args over `max_model_len`), else its profile's `context_window`; None when unknown."""
+        args over `max_model_len`), else its profile's `context_window`; None when unknown.
+        `learned`: what the server itself says it serves (vLLM's /tokenize, gateway/engine.py);
+        with both, the smaller."""
+        said = self._configured_window(upstream)
+        if learned is None or said is None:
+            return said if learned is None else learned
+        return min(said, learned)
+
+    def _configured_window(self, upstream: Upstream) -> int | None:
         if upstream.context_window is not None:
             return upstream.context_window
         if upstream.launch is not None:
@@ -338,13 +347,17 @@ class Config(_Frozen):
         profile = self.profiles.get(upstream.profile) if upstream.profile else None
         return profile.context_window if profile is not None else None
 
-    def context_window(self, model: str) -> int | None:
+    def context_window(self, model: str, learned: Mapping[str, int] | None = None) -> int | None:
         """The window a route serves: the smallest known window of its upstreams (primaries and
-        fallbacks: any of them may answer), else its profile's `context_window`, else None."""
+        fallbacks: any of them may answer), else its profile's `context_window`, else None.
+        `learned`: windows servers said they serve, by upstream (`Engines.windows`)."""
         route = self.models.get(model)
         if route is None:
             return None
-        known = [w for n in route.names if (w := self.upstream_window(self.upstream(n)))]
+        learned = learned or {}
+        known = [
+            w for n in route.names if (w := self.upstream_window(self.upstream(n), learned.get(n)))
+        ]
         if known:
             return min(known)
         profile = self.profile_for(model)

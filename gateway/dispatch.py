@@ -195,7 +195,8 @@ class Dispatcher:
         gw = self.gw
         server = gw.config.server
         started = time.perf_counter()
-        adapted = adapt_call(gw.config, call, upstream)  # raises Unfit before anything is sent
+        # Raises Unfit before anything is sent; the window the server said it serves, if any.
+        adapted = adapt_call(gw.config, call, upstream, gw.engines.windows.get(upstream.name))
         gw.pool.begin(upstream.name)
         native = call.native is not None and upstream.responses_api
         path = "/responses" if native else call.path

@@ -56,10 +56,16 @@ async def _json(wire: Wire, origin: Origin, path: str, head: bytes, body: bytes 
 async def fingerprint(wire: Wire, upstream: Upstream, timeout: float) -> str | None:
     """``vllm 0.32.0 template 1a2b3c4d5e6f`` for a vLLM upstream, None for other kinds. A part
     the server does not answer is ``?``; None when neither is answered."""
+    return (await examine(wire, upstream, timeout))[0]
+
+
+async def examine(wire: Wire, upstream: Upstream, timeout: float) -> tuple[str | None, int | None]:
+    """(`fingerprint`, the window the server says it serves: /tokenize's ``max_model_len``)."""
     if upstream.kind != "vllm":
-        return None
+        return None, None
     origin, head = Origin.parse(root_url(upstream)), Target.of(upstream).head
     version = template = "?"
+    window: int | None = None
     try:
         async with asyncio.timeout(timeout):
             version = str((await _json(wire, origin, "/version", head, None))["version"])
@@ -68,13 +74,15 @@ async def fingerprint(wire: Wire, upstream: Upstream, timeout: float) -> str | N
     probe = {"model": upstream.model, "messages": PROBE, "add_generation_prompt": True}
     try:
         async with asyncio.timeout(timeout):
-            tokens = (await _json(wire, origin, "/tokenize", head, orjson.dumps(probe)))["tokens"]
-        template = hashlib.sha256(orjson.dumps(tokens)).hexdigest()[:12]
+            said = await _json(wire, origin, "/tokenize", head, orjson.dumps(probe))
+        template = hashlib.sha256(orjson.dumps(said["tokens"])).hexdigest()[:12]
+        if isinstance(said.get("max_model_len"), int) and said["max_model_len"] > 0:
+            window = said["max_model_len"]
     except (TimeoutError, OSError, ValueError, KeyError, TypeError) as e:
         log.debug("engine: no chat template fingerprint from %s (%s)", upstream.name, e)
     if version == template == "?":
-        return None
-    return f"vllm {version} template {template}"
+        return None, window
+    return f"vllm {version} template {template}", window
 
 
 class Engines:
@@ -82,6 +90,8 @@ class Engines:
 
     def __init__(self) -> None:
         self.known: dict[str, str] = {}
+        # The window each vLLM upstream says it serves (gateway/adapt.py clamps to it).
+        self.windows: dict[str, int] = {}
         self._down: set[str] = set()  # unhealthy at the last probe
         self._unanswered: set[str] = set()  # vLLM upstreams already logged as not answering
 
@@ -97,9 +107,11 @@ class Engines:
 
     async def learn(self, wire: Wire, upstreams: Iterable[Upstream], timeout: float) -> None:
         ups = list(upstreams)
-        found = await asyncio.gather(*(fingerprint(wire, u, timeout) for u in ups))
-        for upstream, fp in zip(ups, found, strict=True):
+        found = await asyncio.gather(*(examine(wire, u, timeout) for u in ups))
+        for upstream, (fp, window) in zip(ups, found, strict=True):
             name = upstream.name
+            if window is not None:
+                self.windows[name] = window
             before = self.known.pop(name, None)
             if fp is None:
                 if name not in self._unanswered:

@@ -15,11 +15,11 @@ import pytest
 from gateway.adapt import ContextExceeded, Unfit, adapt, capability_markdown, prompt_bounds
 from gateway.config import Upstream
 from gateway.doors.policy import markdown
-from gateway.fake_upstream import FakeHandle
+from gateway.fake_upstream import FakeHandle, running_fake
 from gateway.fields import CHAT_POLICY, COMPLETIONS_POLICY
 from gateway.profile import NEUTRAL
 from gateway.protocol import ChatRequest, CompletionRequest
-from tests.harness import ListSink, config_from, running_gateway
+from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 HI = [{"role": "user", "content": "hello"}]
 
@@ -277,3 +277,31 @@ def test_the_readme_shows_the_tables_in_the_code() -> None:
 def test_every_field_the_doors_validate_has_a_row() -> None:
     for request, policy in ((ChatRequest, CHAT_POLICY), (CompletionRequest, COMPLETIONS_POLICY)):
         assert set(request.model_fields) <= set(policy), request.__name__
+
+
+def test_the_window_a_vllm_server_says_it_serves_is_learnt_and_clamped_to() -> None:
+    """A vLLM upstream the gateway did not launch, with no window in the config: its /tokenize
+    says max_model_len, which the health prober learns with the engine's fingerprint."""
+    with running_fake(max_model_len=3000) as fake:
+        cfg = config_from(
+            {
+                "server": {"health_interval_s": 0.05, "retry_backoff_s": 0},
+                "upstreams": [
+                    {"name": "v", "kind": "vllm", "base_url": fake.base_url, "model": "m"}
+                ],
+                "models": {"smol": {"upstreams": ["v"]}},
+            }
+        )
+        with running_gateway(cfg) as url:
+            root = url.removesuffix("/v1")
+            wait_for(lambda: httpx.get(root + "/health").json()["upstreams"]["v"]["engine"])
+            c = client(url)
+            entry = c.models.retrieve("smol").model_dump()
+            raw = c.chat.completions.with_raw_response.create(
+                model="smol", messages=HI, max_tokens=32000
+            )
+        asked = sent(fake)[0]["max_tokens"]
+    room = 3000 - prompt_bounds({"messages": HI})[1]
+    assert entry["context_window"] == 3000
+    assert raw.headers["x-plumbline-clamped"] == f"max_tokens=32000->{room}"
+    assert asked == room

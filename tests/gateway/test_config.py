@@ -139,3 +139,13 @@ def test_each_upstream_window_and_the_routes_smallest(
     # Route x: b's window (a has none known); route y: b's, else its profile's, else unknown.
     assert cfg.context_window("x") == window
     assert cfg.context_window("y") == window
+
+
+def test_a_window_the_server_says_it_serves_is_taken_with_the_configured_one() -> None:
+    cfg = _routes({"x": {"upstreams": ["b"]}}, kind="vllm", context_window=4096)
+    b = cfg.upstream("b")
+    assert cfg.upstream_window(b, learned=2048) == 2048  # the smaller of the two
+    assert cfg.upstream_window(b, learned=8192) == 4096
+    assert cfg.context_window("x", {"b": 1024}) == 1024
+    bare = _routes({"x": {"upstreams": ["b"]}}, kind="vllm")
+    assert bare.upstream_window(bare.upstream("b"), learned=3000) == 3000
