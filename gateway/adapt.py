@@ -188,8 +188,11 @@ def adapt(body: dict[str, Any], upstream: Upstream, window: int | None, complete
 def _fit(out: dict[str, Any], upstream: Upstream) -> list[str]:
     """Refuse what cannot be served here; strip (in place) and return what may go unsaid."""
     taken = takes(upstream)
+    for name in (*MEANINGFUL, *STRIPPABLE):  # a field set to nothing asks for nothing
+        if name in out and name not in taken and _nothing(out[name]):
+            del out[name]
     for name in MEANINGFUL:
-        if out.get(name) is not None and name not in taken:
+        if name in out and name not in taken:
             raise Unfit(
                 f"{name!r} cannot be served by upstream {upstream.name!r} ({upstream.kind}): it "
                 "would be ignored there, and the answer would not be what was asked.",
@@ -215,6 +218,11 @@ def _fit(out: dict[str, Any], upstream: Upstream) -> list[str]:
                 name,
             )
     return stripped
+
+
+def _nothing(value: Any) -> bool:
+    """None, false or empty (not a number: top_k 0 is a value)."""
+    return value is None or value is False or (isinstance(value, list | dict | str) and not value)
 
 
 def _clamp(out: dict[str, Any], upstream: Upstream, window: int) -> str | None:

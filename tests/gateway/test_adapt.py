@@ -52,7 +52,8 @@ def sent(fake: FakeHandle) -> list[dict[str, Any]]:
 
 
 def test_vllm_only_fields_are_stripped_per_kind() -> None:
-    body = {"model": "x", "messages": HI, "top_k": 20, "min_p": 0.0, "chat_template_kwargs": {}}
+    kwargs = {"enable_thinking": False}
+    body = {"model": "x", "messages": HI, "top_k": 20, "min_p": 0.0, "chat_template_kwargs": kwargs}
     openai_api = adapt(body, upstream("openai"), None, complete=True)
     assert openai_api.stripped == ("top_k", "min_p", "chat_template_kwargs")
     assert not {"top_k", "min_p", "chat_template_kwargs"} & set(openai_api.body)
@@ -72,6 +73,10 @@ def test_a_field_whose_loss_changes_the_answer_is_refused() -> None:
     with pytest.raises(Unfit, match=r"'guided_json' cannot be served by upstream 'u-openai'"):
         adapt(body, upstream("openai"), None, True)
     assert adapt(body, upstream("vllm"), None, True).body["guided_json"] == {"type": "object"}
+    # Set to nothing, such a field asks for nothing: removed without a refusal or a mark.
+    quiet = {"model": "x", "messages": HI, "ignore_eos": False, "stop_token_ids": [], "top_k": None}
+    removed = adapt(quiet, upstream("openai"), None, True)
+    assert removed.stripped == () and set(removed.body) == {"model", "messages"}
     with pytest.raises(Unfit, match="one choice"):
         adapt({"model": "x", "messages": HI, "n": 2}, upstream("llamacpp"), None, True)
 
