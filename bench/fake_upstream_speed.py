@@ -1,4 +1,4 @@
-"""Raw speed of the fake upstream (gateway/fake_upstream.py) on loopback: the benchmarks' limit.
+"""Raw speed of the fake upstream (gateway/fakes/upstream.py) on loopback: the benchmarks' limit.
 
 Starts the fake in its own process (no request log), drives it with a cheap aiohttp client and
 prints, per scenario: req/s, chunks/s, end-to-end and first-chunk latency (p50/p99), errors,
@@ -64,7 +64,7 @@ def cpu_seconds(pid: int) -> float:
 
 def start_fake() -> tuple[subprocess.Popen, str]:
     """The fake in its own process on a free port; returns it and its base URL."""
-    cmd = [sys.executable, "-m", "gateway.fake_upstream", "--port", "0", "--no-record"]
+    cmd = [sys.executable, "-m", "gateway.fakes.upstream", "--port", "0", "--no-record"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().rsplit(" ", 1)[1].strip()

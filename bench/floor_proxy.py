@@ -106,11 +106,12 @@ class Floor:
 
 
 class WireFloor:
-    """The same relay on `gateway/wire.py` and `gateway/outlet.py`: body blocks go from the
+    """The same relay on `gateway/serving/wire.py` and `gateway/serving/outlet.py`: body blocks go
+    from the
     upstream socket to the client's in the connection's callback."""
 
     def __init__(self, upstream: str):
-        from gateway.wire import Origin, Wire, head_block
+        from gateway.serving.wire import Origin, Wire, head_block
 
         self.origin = Origin.parse(upstream)
         self.head = head_block({"content-type": "application/json"})
@@ -119,7 +120,7 @@ class WireFloor:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         import asyncio
 
-        from gateway.outlet import Outlet
+        from gateway.serving.outlet import Outlet
 
         if scope["type"] == "lifespan":
             await lifespan(receive, send, lambda: None, self.wire.close)
@@ -155,7 +156,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--wire", action="store_true", help="relay with gateway/wire.py")
+    ap.add_argument("--wire", action="store_true", help="relay with gateway/serving/wire.py")
     ap.add_argument("--key", help="require 'Authorization: Bearer KEY' on every request")
     args = ap.parse_args()
     relay: Any = (WireFloor if args.wire else Floor)(args.upstream)

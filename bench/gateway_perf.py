@@ -1,6 +1,6 @@
 """Gateway performance: our gateway, LiteLLM's proxy and vllm-router against the fast fake upstream.
 
-One run on this machine, everything on loopback: the fake upstream (``gateway.fake_upstream``) is
+One run on this machine, everything on loopback: the fake upstream (``gateway.fakes.upstream``) is
 started once; each target is started in turn in front of it (``direct`` is the fake itself, the
 limit) and driven by a cheap aiohttp client through every scenario:
 
@@ -13,7 +13,7 @@ Every target is started once and kept up; each scenario then runs `--repeat` rou
 default) that visit the targets in turn — A B C, A B C, A B C — so a drift in the machine's load
 touches every target alike. Every guarded proxy checks the same client key on every request
 (`perf_procs.BENCH_KEY`). The fake answers realistic text by default (`--text realistic`:
-non-ASCII, quotes, backslashes, line breaks, `gateway/fake_text.py`) and every request asks for
+non-ASCII, quotes, backslashes, line breaks, `gateway/fakes/text.py`) and every request asks for
 logprobs (top 5), so each chunk carries what a real one does; `--text plain` is ``tok0 tok1``.
 
 For each (target, scenario, round): req/s, chunks/s, latency and time to first chunk (p50/p99,

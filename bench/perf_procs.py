@@ -151,7 +151,7 @@ def fake_upstream(scratch: Path) -> Proc:
     argv = [
         sys.executable,
         "-m",
-        "gateway.fake_upstream",
+        "gateway.fakes.upstream",
         "--no-record",
         "--port",
         str(port),
@@ -195,7 +195,7 @@ def plumbline(fake: Proc, scratch: Path, workers: int = 1, record: bool = True) 
             "-m",
             "uvicorn",
             "--factory",
-            "gateway.app:app_from_env",
+            "gateway.edge.app:app_from_env",
             "--host",
             "127.0.0.1",
             "--port",
@@ -292,7 +292,7 @@ def vllm_router(fake: Proc, scratch: Path, venv: Path) -> Proc:
 
 
 def floor(fake: Proc, scratch: Path, wire: bool = False) -> Proc:
-    """bench/floor_proxy.py: uvicorn + aiohttp (or `gateway/wire.py`) relaying to the fake
+    """bench/floor_proxy.py: uvicorn + aiohttp (or `gateway/serving/wire.py`) relaying to the fake
     with nothing else of ours."""
     port = free_port()
     argv = [

@@ -1,7 +1,8 @@
 """Soak: many concurrent streams through the gateway for minutes, against the paced fake upstream.
 
 The fake upstream and the gateway each run in their own process on loopback (the gateway as
-`uvicorn --factory gateway.app:app_from_env`, one worker, with a SQLite store under a temp folder
+`uvicorn --factory gateway.edge.app:app_from_env`, one worker, with a SQLite store under a temp
+folder
 when the app factory wires one). An aiohttp client keeps `--streams` streams open in a closed
 loop for `--minutes`; each stream must end with `data: [DONE]` and carry no error event.
 
@@ -38,7 +39,7 @@ import psutil  # type: ignore[import-untyped]
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.fake_upstream import running_fake  # noqa: E402
+from gateway.fakes.upstream import running_fake  # noqa: E402
 from tests.harness import free_port  # noqa: E402
 
 MODEL = "soak"
@@ -99,7 +100,7 @@ def gateway_process(fake_url: str, folder: Path) -> Iterator[tuple[str, subproce
             "-m",
             "uvicorn",
             "--factory",
-            "gateway.app:app_from_env",
+            "gateway.edge.app:app_from_env",
             "--host",
             "127.0.0.1",
             "--port",

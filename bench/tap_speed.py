@@ -1,6 +1,6 @@
 """Micro-benchmark of the stream tap: CPU per event for typical vLLM-shaped streams.
 
-    python bench/tap_speed.py            # gateway.tap
+    python bench/tap_speed.py            # gateway.serving.tap
     python bench/tap_speed.py OTHER.py   # another copy of tap.py, for before/after comparisons
 
 Feeds a 256-token chat stream (role chunk, content chunks, finish chunk, usage chunk) through
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import orjson
 
-from gateway.record import Record
+from gateway.ledger.record import Record
 
 
 def load_tap(path: str | None):
     if path is None:
-        import gateway.tap as tap
+        import gateway.serving.tap as tap
 
         return tap
     spec = importlib.util.spec_from_file_location("tap_under_test", Path(path))

@@ -65,7 +65,8 @@ def spec_for(config: Config, upstream: Upstream, model: str | None = None) -> La
 
 
 class LocalEngines:
-    """The supervisor's engine states by upstream name: what `gateway.processes.EngineProcesses`
+    """The supervisor's engine states by upstream name: what
+    `gateway.serving.processes.EngineProcesses`
     asks for. `names` maps each replica's name (``model@port``) to its upstream's name."""
 
     def __init__(self, supervisor: Supervisor, names: Mapping[str, str]) -> None:

@@ -15,7 +15,7 @@ from evals.result import ItemResult
 
 if TYPE_CHECKING:
     from gateway.config import Config
-    from gateway.store import Store
+    from gateway.ledger.store import Store
 
 app = typer.Typer(no_args_is_help=True, help="Evaluate targets through the gateway.")
 
@@ -168,7 +168,7 @@ def _pricing_config(config_path: Path | None) -> Config | None:
 
 def _store(config_path: Path | None) -> Store:
     from gateway.config import default_config_path, load_config
-    from gateway.store import Store
+    from gateway.ledger.store import Store
 
     return Store.from_config(load_config(config_path or default_config_path()))
 

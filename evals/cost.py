@@ -6,9 +6,9 @@ Two sources of an item's cost, never mixed up and never guessed:
   runner keeps on the item (`cost_basis` "price");
 - for a self-hosted (node) upstream, which has no price table, node-hours
   (`price_nodes`, `cost_basis` "node-hours"): the node's `[nodes.NAME]` cost per active hour
-  (`gateway.cost.active_hour_cost`: cost_per_hour / utilisation) times the hours the run kept
+  (`gateway.ledger.cost.active_hour_cost`: cost_per_hour / utilisation) times the hours the run kept
   it busy — the union of the request intervals (`started`, `latency_s`) of every item its
-  upstreams answered, across every arm and run given (`gateway.cost.busy_hours`) — shared
+  upstreams answered, across every arm and run given (`gateway.ledger.cost.busy_hours`) — shared
   between those items in proportion to their tokens (prompt + output). Four requests in flight
   at once share one hour; nothing else the node served in that time is seen, so this is the
   eval's own use of the node.
@@ -58,7 +58,7 @@ def price_nodes(
 ) -> list[ItemResult]:
     """`results` with a node-hours cost on every unpriced item a node's upstream answered
     (with its timing known); every other item unchanged (see the module doc)."""
-    from gateway.cost import active_hour_cost, busy_hours
+    from gateway.ledger.cost import active_hour_cost, busy_hours
 
     served: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(results):

@@ -71,7 +71,7 @@ def report_cost_cmd(
     json: JsonFlag = False,
 ) -> None:
     """Per model and upstream: requests, tokens by kind, $/M tokens, API/node ratio, rates."""
-    from gateway.report import report_cost
+    from gateway.ledger.report import report_cost
 
     _report(report_cost, config, since, output_format(format, csv, json))
 
@@ -86,7 +86,7 @@ def report_health_cmd(
 ) -> None:
     """Every upstream: traffic, failed calls, watchdog rates (truncation by the upstream and
     client-capped, leaks, degenerate, tool calls, provider, drift)."""
-    from gateway.health_report import report_health
+    from gateway.ledger.health_report import report_health
 
     _report(report_health, config, since, output_format(format, csv, json))
 
@@ -100,7 +100,7 @@ def report_shadow_cmd(
     json: JsonFlag = False,
 ) -> None:
     """Shadow traffic: agreement with the primary, tokens, latency and cost of the shadow."""
-    from gateway.shadow import report_shadow
+    from gateway.trust.shadow import report_shadow
 
     _report(report_shadow, config, since, output_format(format, csv, json))
 
@@ -139,7 +139,7 @@ def _serve(
     path: Path | None = None,
     processes: Any = None,
 ) -> None:
-    from gateway.app import create_app
+    from gateway.edge.app import create_app
 
     uvicorn.run(
         create_app(config, config_path=path, tune_gc=True, processes=processes),

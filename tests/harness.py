@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import uvicorn
 
-from gateway.app import create_app
 from gateway.config import Config, parse_config
-from gateway.record import Record
+from gateway.edge.app import create_app
+from gateway.ledger.record import Record
 
 
 class ListSink:

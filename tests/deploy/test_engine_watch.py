@@ -26,7 +26,7 @@ from deploy.engine import LaunchSpec
 from deploy.launch import LocalEngines, launch_local
 from deploy.restart import RestartPolicy
 from deploy.supervisor import Supervisor
-from gateway.app import create_app
+from gateway.edge.app import create_app
 from tests.harness import config_from, serving_app
 
 ENGINE = textwrap.dedent(

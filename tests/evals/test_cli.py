@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from evals.runner import load_run
 from gateway import cli
-from gateway.fake_upstream import running_fake
+from gateway.fakes.upstream import running_fake
 from tests.evals.test_dataset import write
 from tests.evals.test_runner import gateway_for
 from tests.harness import running_gateway

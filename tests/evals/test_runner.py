@@ -11,7 +11,7 @@ import pytest
 from evals import runner
 from evals.report import write_report
 from evals.stats import by_family, summarise
-from gateway.fake_upstream import running_fake
+from gateway.fakes.upstream import running_fake
 from tests.harness import config_from, running_gateway, wait_for
 
 SMOKE_ITEMS = sum(n or 0 for n in runner.SUITES["smoke"].values())

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.fake_upstream import FakeHandle, running_fake
-from gateway.store import Store
+from gateway.fakes.upstream import FakeHandle, running_fake
+from gateway.ledger.store import Store
 from tests.gateway import pg
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gateway import cli
 from gateway.config import load_config
-from gateway.fake_upstream import FakeHandle
+from gateway.fakes.upstream import FakeHandle
 from tests.harness import running_gateway, wait_for
 
 

@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
-from gateway.fake_upstream import FakeHandle
-from tests.gateway.test_api import client, gateway_config
+from gateway.fakes.upstream import FakeHandle
+from tests.gateway.edge.test_api import client, gateway_config
 from tests.harness import ListSink, running_gateway
 
 

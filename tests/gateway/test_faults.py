@@ -18,12 +18,12 @@ import orjson
 import pytest
 import uvicorn
 
-from gateway.app import create_app
 from gateway.config import Config
-from gateway.fake_upstream import FakeHandle
-from gateway.record import Record
-from gateway.spool import RecordQueue
-from gateway.store import Store
+from gateway.edge.app import create_app
+from gateway.fakes.upstream import FakeHandle
+from gateway.ledger.record import Record
+from gateway.ledger.spool import RecordQueue
+from gateway.ledger.store import Store
 from tests.harness import config_from, free_port, serving_server, wait_for
 
 BODY = {"model": "smol", "messages": [{"role": "user", "content": "hello"}]}

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from evals.result import ItemResult
 from evals.runner import load_run
 from gateway import cli
-from gateway.fake_upstream import running_fake
-from gateway.schedule import EvalScheduler
-from gateway.store import ROUNDS, Store
+from gateway.fakes.upstream import running_fake
+from gateway.ledger.store import ROUNDS, Store
+from gateway.trust.schedule import EvalScheduler
 from tests.harness import config_from, free_port, serving, wait_for
 
 

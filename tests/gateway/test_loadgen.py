@@ -10,7 +10,7 @@ import orjson
 import pytest
 from rich.console import Console
 
-from gateway.fake_upstream import running_fake
+from gateway.fakes.upstream import running_fake
 from gateway.loadgen import (
     COLUMNS,
     SHAPES,

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from gateway.config import Config
-from gateway.record import Record
+from gateway.ledger.record import Record
 from tests.harness import ListSink, running_gateway, wait_for
 
 pytestmark = pytest.mark.slow

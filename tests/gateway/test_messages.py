@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.adapt import CLAMPED_HEADER, prompt_bounds
-from gateway.doors import messages, messages_edits, protocol_messages
-from gateway.doors.messages_stream import MessagesTranslator
-from gateway.doors.policy import HEADER, markdown
+from gateway.edge.doors import messages, messages_edits, protocol_messages
+from gateway.edge.doors.messages_stream import MessagesTranslator
+from gateway.edge.doors.policy import HEADER, markdown
 from gateway.errors import BadRequest, UpstreamUnavailable
-from gateway.fake_upstream import FakeHandle
-from tests.gateway.test_api import gateway_config
+from gateway.fakes.upstream import FakeHandle
+from gateway.serving.adapt import CLAMPED_HEADER, prompt_bounds
+from tests.gateway.edge.test_api import gateway_config
 from tests.gateway.test_responses import (
     chats,
     essence,
@@ -428,7 +428,7 @@ def test_claude_codes_first_request_is_served(fake: FakeHandle, many: Any) -> No
     assert sent["chat_template_kwargs"] == {"enable_thinking": True}  # adaptive: the profile's
     assert "reasoning_effort" not in sent  # qwen3 has no effort control: dropped, marked
     # max_tokens: 32000 clamped at dispatch to the upstream's window (40960, not the profile's
-    # 32768) less the prompt, and marked (gateway/adapt.py).
+    # 32768) less the prompt, and marked (gateway/serving/adapt.py).
     assert sent["max_tokens"] == 40960 - prompt_bounds(sent)[1] < 32000
     clamped = f"max_tokens=32000->{sent['max_tokens']}"
     assert streamed.headers[CLAMPED_HEADER] == clamped and sink.records[0].clamped == clamped
@@ -772,7 +772,7 @@ def test_a_haiku_id_aliased_to_a_route(fake: FakeHandle, many: Any) -> None:
 def test_the_guards_refusals_are_anthropic_errors(fake: FakeHandle) -> None:
     """A missing or wrong key, or a model the key may not use, on the Messages door: Anthropic's
     error shape, as for every other error there (the chat door keeps OpenAI's)."""
-    from gateway.access import hash_key
+    from gateway.edge.access import hash_key
 
     plain = "pl-test-client-key-0123456789"
     config = config_from(
@@ -897,7 +897,7 @@ def test_session_affinity_follows_claude_codes_session_id(
     fake: FakeHandle, fake2: FakeHandle
 ) -> None:
     """Claude Code's session id (in metadata.user_id) keeps a session on one replica."""
-    from gateway.doors.messages_request import session_of
+    from gateway.edge.doors.messages_request import session_of
 
     config = gateway_config(("a", fake.base_url), ("b", fake2.base_url))
     with running_gateway(config) as url:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.doors.policy import Action, Rule, mark_dropped, markdown, table
-from gateway.record import Record
+from gateway.edge.doors.policy import Action, Rule, mark_dropped, markdown, table
+from gateway.ledger.record import Record
 
 
 def test_a_field_twice_in_a_table_is_refused() -> None:

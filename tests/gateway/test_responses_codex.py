@@ -14,12 +14,12 @@ import httpx
 import orjson
 import pytest
 
-from gateway.doors import protocol_responses
-from gateway.doors.policy import markdown
-from gateway.doors.responses_stream import ResponsesTranslator
-from gateway.fake_upstream import FakeHandle
-from gateway.record import Record
-from tests.gateway.test_api import gateway_config
+from gateway.edge.doors import protocol_responses
+from gateway.edge.doors.policy import markdown
+from gateway.edge.doors.responses_stream import ResponsesTranslator
+from gateway.fakes.upstream import FakeHandle
+from gateway.ledger.record import Record
+from tests.gateway.edge.test_api import gateway_config
 from tests.harness import ListSink, running_gateway
 
 README = Path(__file__).resolve().parents[2] / "README.md"

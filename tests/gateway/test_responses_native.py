@@ -8,9 +8,9 @@ import httpx
 import openai
 import orjson
 
-from gateway.fake_upstream import FakeHandle
-from gateway.record import Record
-from gateway.responses_tap import ResponsesStreamTap
+from gateway.fakes.upstream import FakeHandle
+from gateway.ledger.record import Record
+from gateway.serving.responses_tap import ResponsesStreamTap
 from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 

@@ -12,9 +12,9 @@ import httpx
 import orjson
 import pytest
 
-from gateway.access import hash_key
-from gateway.fake_upstream import FakeHandle
-from tests.gateway.test_access import ListSink, bearer, guarded_app, serving
+from gateway.edge.access import hash_key
+from gateway.fakes.upstream import FakeHandle
+from tests.gateway.edge.test_access import ListSink, bearer, guarded_app, serving
 from tests.harness import config_from
 
 ENV = "PLUMBLINE_TEST_PROVIDER_KEY"

@@ -21,12 +21,13 @@ from evals.item import Item, Reply
 from evals.result import ItemResult
 from evals.runner import Runner, RunSpec
 from evals.stats import NoiseFloor, ParamsMismatch, against_floor, pair, summarise
-from gateway.capture import Capture
-from gateway.fake_upstream import FakeHandle
-from gateway.gate import decide
-from gateway.record import Record
-from gateway.trust_config import CHECKS, Threshold, WatchdogConfig
-from gateway.watchdog import Watchdog, config_findings
+from gateway.config.trust import CHECKS, Threshold, WatchdogConfig
+from gateway.fakes.upstream import FakeHandle
+from gateway.ledger import truncation
+from gateway.ledger.record import Record
+from gateway.trust.capture import Capture
+from gateway.trust.gate import decide
+from gateway.trust.watchdog import Watchdog, config_findings
 from tests.harness import config_from, running_gateway
 
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -95,11 +96,19 @@ def serve(cfg: Any, n: int, **request: Any) -> tuple[Watchdog, Collect, list[Any
 
 
 def test_fault_1_answers_cut_by_a_small_max_tokens(fake: FakeHandle) -> None:
+    """A small cap the client chose cuts every answer: each record says so (truncated, cause
+    `client_cap`), and the healthy upstream is not demoted for the client's own choice; the
+    same answers cut by the server with no cap trip the truncation check."""
     fake.set_default(tokens=64)
     wd, sink, _ = serve(gateway_config(fake.base_url), 3, max_tokens=5)
-    assert all(
-        r.truncated and r.finish_reason == "length" and r.max_tokens == 5 for r in sink.records
-    )
+    assert [(r.truncated, r.finish_reason, r.max_tokens) for r in sink.records] == [
+        (True, "length", 5)
+    ] * 3
+    assert [truncation.cause(r) for r in sink.records] == ["client_cap"] * 3
+    assert wd.tripped("up") == []
+    fake.set_default(tokens=64, finish_reason="length")
+    wd, sink, _ = serve(gateway_config(fake.base_url), 3)
+    assert [truncation.cause(r) for r in sink.records] == ["upstream"] * 3
     assert wd.tripped("up") == ["truncation"]
 
 

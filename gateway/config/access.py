@@ -1,0 +1,55 @@
+"""Config of `[access]`: client, admin and metrics keys (by sha256 only) and their budgets.
+
+Owned by gateway/edge/access.py; same rules as gateway/config/__init__.py (frozen, unknown keys are
+errors),
+which cross-checks the model names a key may use.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ApiKey(_Frozen):
+    """One key, by the hex sha256 of its plaintext (never the key itself)."""
+
+    id: Name
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # client: the /v1 API; admin: /admin routes and /metrics; metrics: /metrics only.
+    role: Literal["client", "admin", "metrics"] = "client"
+    # Public model names this key may use (None: every model).
+    models: list[Name] | None = None
+    # Budgets per fixed window of `window_s` seconds (None: unlimited).
+    requests_per_window: int | None = Field(None, ge=1)
+    tokens_per_window: int | None = Field(None, ge=1)
+    window_s: float = Field(60.0, gt=0)
+
+
+class AccessConfig(_Frozen):
+    keys: list[ApiKey] = Field(default_factory=list)
+    # Also accept keys created through the admin API (the store's `keys` table).
+    store_keys: bool = False
+    # /metrics answers only to admin or metrics keys.
+    metrics_requires_key: bool = False
+    # Tokens reserved for the answer when a request names no max_tokens (settled after).
+    default_reserve_tokens: int = Field(1024, ge=0)
+    # Each model alias -> its route (set by the config's cross-check), so a key allowed a route
+    # may use it by any of its names.
+    _routes: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def route_of(self, name: str) -> str:
+        """The route `name` is an alias of, or `name` itself."""
+        return self._routes.get(name, name)
+
+    @property
+    def open(self) -> bool:
+        """No client key can exist: the /v1 API needs no key (the embedded default)."""
+        return not self.store_keys and not any(k.role == "client" for k in self.keys)

@@ -1,0 +1,123 @@
+"""Config of the trust features: watchdog thresholds, shadow mirroring, the quality gate.
+
+    [watchdog]                  live checks per upstream (gateway/trust/watchdog.py)
+    [watchdog.truncation]       one `Threshold` per check: rate over a window, minimum samples
+    [models.NAME.shadow]        mirror a sampled share of a route's traffic
+    (gateway/trust/shadow.py)
+    [models.NAME.gate]          "cheapest within the noise floor" (gateway/trust/gate.py)
+
+Same rules as gateway/config/__init__.py: frozen, unknown keys are errors. `cross_check` names every
+problem with the names of the rest of the config (the config module calls it from its validator).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from gateway.config import Config
+
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
+
+CHECKS = (
+    "truncation",
+    "reasoning_leak",
+    "degenerate",
+    "tool_call",
+    "provider_mismatch",
+    "cost_drift",
+)
+# Checks found in the config itself, not in traffic: tripped from the start, never demote.
+CONFIG_CHECKS = ("sampling_parity", "thinking_mismatch")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Threshold(_Frozen):
+    """A check trips when `rate` or more of the last `window` relevant responses are flagged,
+    once at least `min_samples` were seen; it recovers below `rate * recover_factor`."""
+
+    rate: float = Field(gt=0, le=1)
+    min_samples: int = Field(20, ge=1)
+    # Demote the upstream in routing while this check is tripped (when [watchdog].demote is on).
+    demote: bool = True
+
+
+class WatchdogConfig(_Frozen):
+    enabled: bool = True
+    # Responses remembered per (upstream, check): the sliding window.
+    window: int = Field(200, ge=1, le=100_000)
+    # Tripped checks push the upstream behind healthy ones in routing until they recover.
+    demote: bool = False
+    recover_factor: float = Field(0.5, ge=0, le=1)
+    # Share of responses whose answer text is captured and checked for degeneration.
+    sample_rate: float = Field(0.05, ge=0, le=1)
+    # Characters of answer text kept per sampled response (the detector needs only a window).
+    sample_chars: int = Field(8192, ge=256)
+    truncation: Threshold = Threshold(rate=0.2)
+    reasoning_leak: Threshold = Threshold(rate=0.05, min_samples=10)
+    degenerate: Threshold = Threshold(rate=0.05, min_samples=10)
+    tool_call: Threshold = Threshold(rate=0.1, min_samples=10)
+    provider_mismatch: Threshold = Threshold(rate=0.01, min_samples=5)
+    cost_drift: Threshold = Threshold(rate=0.05, min_samples=10, demote=False)
+
+    def threshold(self, check: str) -> Threshold:
+        if check not in CHECKS:
+            raise KeyError(check)
+        threshold: Threshold = getattr(self, check)
+        return threshold
+
+
+class ShadowConfig(_Frozen):
+    """Mirror a sampled share of a route's live requests to another upstream."""
+
+    upstream: Name
+    fraction: float = Field(gt=0, le=1)
+    # Shadow requests in flight at once; a request finding the cap full is not mirrored.
+    max_concurrency: int = Field(2, ge=1)
+    # Per UTC day; whichever runs out first stops mirroring until the next day. None = no limit.
+    budget_usd_per_day: float | None = Field(None, ge=0)
+    budget_requests_per_day: int | None = Field(None, ge=0)
+    timeout_s: float = Field(300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _some_budget(self) -> ShadowConfig:
+        if self.budget_usd_per_day is None and self.budget_requests_per_day is None:
+            raise ValueError("a shadow needs budget_usd_per_day or budget_requests_per_day")
+        return self
+
+
+class GateConfig(_Frozen):
+    """Route policy "cheapest within the noise floor"."""
+
+    # The upstream run twice for the noise-floor control (default: the route's first).
+    control: Name | None = None
+    alpha: float = Field(0.05, gt=0, lt=1)
+    # Fewer paired items than this: no switch, the best scorer keeps the traffic.
+    min_items: int = Field(30, ge=1)
+    # USD per million tokens per upstream, overriding the price table / measured node cost.
+    prices: dict[Name, float] = Field(default_factory=dict)
+
+
+def cross_check(config: Config) -> list[str]:
+    """Problems naming unknown upstreams in shadow and gate sections (empty when none)."""
+    problems: list[str] = []
+    known = {u.name for u in config.upstreams}
+    for model, route in config.models.items():
+        shadow: ShadowConfig | None = getattr(route, "shadow", None)
+        if shadow is not None:
+            if shadow.upstream not in known:
+                problems.append(f"models.{model}.shadow.upstream: unknown {shadow.upstream!r}")
+            elif shadow.upstream in route.upstreams:
+                problems.append(f"models.{model}.shadow.upstream: already a primary")
+        gate: GateConfig | None = getattr(route, "gate", None)
+        if gate is not None:
+            members = {*route.upstreams, *route.fallback}
+            for ref in [*([gate.control] if gate.control else []), *gate.prices]:
+                if ref not in members:
+                    problems.append(f"models.{model}.gate: {ref!r} is not in the route")
+    return problems

@@ -1,0 +1,1 @@
+"""The HTTP edge: the app factory, the access guard, admin routes and the front doors."""

@@ -1,0 +1,473 @@
+"""Access: who may call the gateway, which models they may use, and how much.
+
+Keys come from `[access].keys` in the config (by sha256 only) and, when `store_keys` is on,
+from the `keys` table that the admin API fills (the plaintext is shown once, at creation; only
+its sha256 is stored). A presented key (`Authorization: Bearer …` or `x-api-key: …`) is hashed
+and compared with `hmac.compare_digest`. Roles: `client` keys use the /v1 API, `admin` keys the
+/admin routes (and /metrics), `metrics` keys only /metrics.
+
+With no client key configured and `store_keys` off, the /v1 API is open (the embedded default).
+
+Budgets are fixed windows counted in the `key_usage` table: a request *reserves* one request and
+an estimate of its tokens with one conditional statement
+
+    UPDATE key_usage SET requests = requests + 1, tokens = tokens + :t
+    WHERE key_id = :k AND window_start = :w AND requests + 1 <= :rl AND tokens + :t <= :tl
+    RETURNING requests, tokens
+
+so concurrent requests — in one process or in several gateways on one PostgreSQL store, where
+the row lock re-checks the condition — can never overshoot; after the request the reservation is
+*settled* with the tokens the record counted. Without a store the counters live in a private
+in-memory SQLite database (one gateway).
+
+`gateway.edge.guard.AccessGuard` is the ASGI middleware that applies all of this before a handler
+runs; `Access` is also a record sink that stamps `key_id` on the record (never the key) and
+settles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import hashlib
+import hmac
+import json
+import logging
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import StaticPool
+
+from gateway.config import AccessConfig, ApiKey
+from gateway.errors import GatewayError
+from gateway.ledger.record import Record
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+KEY_PREFIX = "pl-"
+CACHE_TTL_S = 5.0
+CACHE_MAX = 10_000
+GENERATION_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages"}
+)
+
+metadata = sa.MetaData()
+
+KEYS = sa.Table(
+    "keys",
+    metadata,
+    sa.Column("id", sa.String(128), primary_key=True),
+    sa.Column("sha256", sa.String(64), nullable=False, unique=True),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("models", sa.Text, nullable=True),  # JSON list, NULL = every model
+    sa.Column("requests_per_window", sa.Integer, nullable=True),
+    sa.Column("tokens_per_window", sa.BigInteger, nullable=True),
+    sa.Column("window_s", sa.Float, nullable=False),
+    sa.Column("created", sa.Float, nullable=False),
+    sa.Column("revoked", sa.Float, nullable=True),
+)
+
+USAGE = sa.Table(
+    "key_usage",
+    metadata,
+    sa.Column("key_id", sa.String(128), primary_key=True),
+    sa.Column("window_start", sa.BigInteger, primary_key=True),
+    sa.Column("requests", sa.Integer, nullable=False),
+    sa.Column("tokens", sa.BigInteger, nullable=False),
+)
+
+
+# ---- errors (rendered by the middleware in the OpenAI envelope) -----------------------------
+
+
+class Forbidden(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
+
+
+class HeadersTooLarge(GatewayError):
+    status = 431
+    type = "invalid_request_error"
+    code = "request_headers_too_large"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# ---- keys -------------------------------------------------------------------------------------
+
+
+def hash_key(plaintext: str) -> str:
+    return hashlib.sha256(plaintext.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def new_key() -> str:
+    """A fresh plaintext key: 256 random bits."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The key in `Authorization: Bearer …` or `x-api-key: …` (ASGI raw headers)."""
+    for name, value in headers:
+        lname = name.lower()
+        if lname == b"authorization":
+            scheme, _, token = value.decode("latin-1").strip().partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+        elif lname == b"x-api-key" and value.strip():
+            return value.decode("latin-1").strip()
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    id: str
+    role: str
+    models: frozenset[str] | None
+    requests_per_window: int | None
+    tokens_per_window: int | None
+    window_s: float
+
+    @classmethod
+    def from_config(cls, k: ApiKey) -> Key:
+        return cls(
+            k.id,
+            k.role,
+            frozenset(k.models) if k.models is not None else None,
+            k.requests_per_window,
+            k.tokens_per_window,
+            k.window_s,
+        )
+
+    @property
+    def budgeted(self) -> bool:
+        return self.requests_per_window is not None or self.tokens_per_window is not None
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One admitted request: the key, and what it reserved in which window."""
+
+    key: Key
+    window_start: int | None = None
+    reserved_tokens: int = 0
+    settled: bool = False
+
+
+# The request's reservation: set by the guard (gateway/edge/guard.py), settled by `Access.submit`.
+CURRENT_TICKET: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
+    "plumbline_ticket", default=None
+)
+
+
+def reserve_estimate(body: dict[str, Any], raw_size: int, default_answer: int) -> int:
+    """Tokens a request may use: ~4 bytes per prompt token plus its answer cap (times n)."""
+    answer = default_answer
+    for field in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = body.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            answer = value
+            break
+    n = body.get("n")
+    copies = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 128 else 1
+    return raw_size // 4 + answer * copies
+
+
+# ---- the access object ----------------------------------------------------------------------
+
+
+class Access:
+    """Keys, allow-lists and budgets; a `RecordSink` that settles budgets from records."""
+
+    def __init__(self, config: AccessConfig, engine: Engine | None = None):
+        self.config = config
+        self._keys = [(k.sha256, Key.from_config(k)) for k in config.keys]
+        self._lock = threading.Lock()  # the private in-memory engine has one connection
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="access")
+        self._cache: dict[str, tuple[Key | None, float]] = {}
+        self._pending: set[asyncio.Future[Any]] = set()
+        self._reserved = 0
+        self._own_engine = engine is None
+        self.engine = engine or sa.create_engine(
+            "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
+        )
+        self.attach(self.engine, own=self._own_engine)
+
+    def attach(self, engine: Engine, *, own: bool = False) -> None:
+        """Keep keys and counters in `engine` (the record store's, shared by every gateway on
+        it) from now on; creates the `keys` and `key_usage` tables if missing."""
+        if self._own_engine and engine is not self.engine:
+            self.engine.dispose()
+        self.engine, self._own_engine = engine, own
+        self.postgres = engine.dialect.name == "postgresql"
+        # Another gateway may create the tables at the same moment.
+        with contextlib.suppress(sa.exc.IntegrityError, sa.exc.ProgrammingError):
+            metadata.create_all(engine, checkfirst=True)
+
+    @property
+    def open(self) -> bool:
+        return self.config.open
+
+    def reload(self, config: AccessConfig) -> None:
+        self.config = config
+        self._keys = [(k.sha256, Key.from_config(k)) for k in config.keys]
+        self._cache.clear()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        if self._own_engine:
+            self.engine.dispose()
+
+    async def _db(self, fn: Callable[[], T]) -> T:
+        if self._own_engine:
+            with self._lock:  # in-memory: microseconds, run inline
+                return fn()
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    # -- authentication -------------------------------------------------------------------
+
+    async def authenticate(self, plaintext: str) -> Key | None:
+        digest = hash_key(plaintext)
+        found: Key | None = None
+        for known, key in self._keys:  # every entry is compared: no early exit on a match
+            if hmac.compare_digest(known, digest):
+                found = key
+        if found is not None or not self.config.store_keys:
+            return found
+        now = time.monotonic()
+        cached = self._cache.get(digest)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        found = await self._db(lambda: self._lookup(digest))
+        if len(self._cache) >= CACHE_MAX:
+            self._cache.clear()
+        self._cache[digest] = (found, now + CACHE_TTL_S)
+        return found
+
+    def _lookup(self, digest: str) -> Key | None:
+        with self.engine.connect() as conn:
+            row = (
+                conn.execute(
+                    sa.select(KEYS).where(KEYS.c.sha256 == digest, KEYS.c.revoked.is_(None))
+                )
+                .mappings()
+                .first()
+            )
+        if row is None or not hmac.compare_digest(row["sha256"], digest):
+            return None
+        models = json.loads(row["models"]) if row["models"] is not None else None
+        return Key(
+            row["id"],
+            row["role"],
+            frozenset(models) if models is not None else None,
+            row["requests_per_window"],
+            row["tokens_per_window"],
+            row["window_s"],
+        )
+
+    # -- budgets ----------------------------------------------------------------------------
+
+    async def admit(
+        self, key: Key, model: str | None, body: dict[str, Any] | None, raw_size: int
+    ) -> Ticket:
+        """Check the allow-list and reserve budget; raises Forbidden or RateLimited."""
+        allowed = key.models
+        if model is not None and allowed is not None and self.config.route_of(model) not in allowed:
+            raise Forbidden(f"This API key may not use the model {model!r}.", param="model")
+        ticket = Ticket(key)
+        if not key.budgeted:
+            return ticket
+        tokens = 0
+        if key.tokens_per_window is not None and body is not None:
+            estimate = reserve_estimate(body, raw_size, self.config.default_reserve_tokens)
+            tokens = min(estimate, key.tokens_per_window)
+        now = time.time()
+        window = int(now // key.window_s * key.window_s)
+        ok = await self._db(lambda: self._reserve(key, window, tokens))
+        if not ok:
+            retry = max(1.0, math.ceil(window + key.window_s - now))
+            what = f"{key.requests_per_window} requests" if key.requests_per_window else ""
+            if key.tokens_per_window:
+                what += (" / " if what else "") + f"{key.tokens_per_window} tokens"
+            raise RateLimited(
+                f"Rate limit reached for this API key: {what} per {key.window_s:g}s. "
+                f"Retry in {retry:g}s.",
+                retry,
+            )
+        ticket.window_start, ticket.reserved_tokens = window, tokens
+        return ticket
+
+    def _reserve(self, key: Key, window: int, tokens: int) -> bool:
+        insert = postgresql.insert if self.postgres else sqlite.insert
+        conds = [USAGE.c.key_id == key.id, USAGE.c.window_start == window]
+        if key.requests_per_window is not None:
+            conds.append(USAGE.c.requests + 1 <= key.requests_per_window)
+        if key.tokens_per_window is not None:
+            conds.append(USAGE.c.tokens + tokens <= key.tokens_per_window)
+        update = (
+            USAGE.update()
+            .where(*conds)
+            .values(requests=USAGE.c.requests + 1, tokens=USAGE.c.tokens + tokens)
+            .returning(USAGE.c.requests)
+        )
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(USAGE)
+                .values(key_id=key.id, window_start=window, requests=0, tokens=0)
+                .on_conflict_do_nothing()
+            )
+            granted = conn.execute(update).first() is not None
+            self._reserved += 1
+            if granted and self._reserved % 1000 == 0:  # now and then, forget past windows
+                conn.execute(
+                    USAGE.delete().where(
+                        USAGE.c.key_id == key.id, USAGE.c.window_start < window - 2 * key.window_s
+                    )
+                )
+        return granted
+
+    def _settle(self, key_id: str, window: int, delta: int) -> None:
+        total = USAGE.c.tokens + delta
+        with self.engine.begin() as conn:
+            conn.execute(
+                USAGE.update()
+                .where(USAGE.c.key_id == key_id, USAGE.c.window_start == window)
+                .values(tokens=sa.case((total < 0, 0), else_=total))
+            )
+
+    def settle(self, ticket: Ticket, used_tokens: int) -> None:
+        """Replace the reservation by what was used. Never blocks the event loop, never raises."""
+        if ticket.settled:
+            return
+        ticket.settled = True
+        if ticket.window_start is None or ticket.key.tokens_per_window is None:
+            return
+        delta = used_tokens - ticket.reserved_tokens
+        if delta == 0:
+            return
+        args = (ticket.key.id, ticket.window_start, delta)
+        try:
+            if self._own_engine:
+                with self._lock:
+                    self._settle(*args)
+            else:
+                future = asyncio.get_running_loop().run_in_executor(self._pool, self._settle, *args)
+                self._pending.add(future)
+                future.add_done_callback(self._settled)
+        except Exception:
+            log.exception("settling the budget of key %s failed", ticket.key.id)
+
+    def _settled(self, future: asyncio.Future[Any]) -> None:
+        self._pending.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            log.error("settling a key budget failed: %s", type(future.exception()).__name__)
+
+    def usage(self, key_id: str, window_start: int) -> tuple[int, int]:
+        """(requests, tokens) counted for a key in one window (reports, tests)."""
+        with self._lock, self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(USAGE.c.requests, USAGE.c.tokens).where(
+                    USAGE.c.key_id == key_id, USAGE.c.window_start == window_start
+                )
+            ).first()
+        return (row[0], row[1]) if row else (0, 0)
+
+    # -- RecordSink -------------------------------------------------------------------------
+
+    def submit(self, record: Record) -> None:
+        """Stamp the record with the key's id and settle the reservation with its tokens."""
+        ticket = CURRENT_TICKET.get()
+        if ticket is None:
+            return
+        record.key_id = ticket.key.id
+        self.settle(ticket, record.prompt_tokens + record.completion_tokens)
+
+    # -- key management (admin API) -------------------------------------------------------
+
+    def create_key(
+        self,
+        key_id: str,
+        *,
+        role: str = "client",
+        models: list[str] | None = None,
+        requests_per_window: int | None = None,
+        tokens_per_window: int | None = None,
+        window_s: float = 60.0,
+    ) -> str:
+        """Store a new key; returns its plaintext (the only time it exists outside the client)."""
+        plaintext = new_key()
+        row = {
+            "id": key_id,
+            "sha256": hash_key(plaintext),
+            "role": role,
+            "models": json.dumps(models) if models is not None else None,
+            "requests_per_window": requests_per_window,
+            "tokens_per_window": tokens_per_window,
+            "window_s": window_s,
+            "created": time.time(),
+            "revoked": None,
+        }
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(KEYS.insert().values(**row))
+        return plaintext
+
+    def revoke_key(self, key_id: str) -> bool:
+        with self._lock, self.engine.begin() as conn:
+            done = conn.execute(
+                KEYS.update()
+                .where(KEYS.c.id == key_id, KEYS.c.revoked.is_(None))
+                .values(revoked=time.time())
+            ).rowcount
+        self._cache.clear()
+        return bool(done)
+
+    def list_keys(self) -> list[dict[str, Any]]:
+        """Every key without its hash: config keys and (if enabled) store keys."""
+        out = [
+            {
+                "id": k.id,
+                "role": k.role,
+                "source": "config",
+                "models": sorted(k.models) if k.models is not None else None,
+                "requests_per_window": k.requests_per_window,
+                "tokens_per_window": k.tokens_per_window,
+                "window_s": k.window_s,
+            }
+            for _, k in self._keys
+        ]
+        with self._lock, self.engine.connect() as conn:
+            rows = conn.execute(sa.select(KEYS).order_by(KEYS.c.created)).mappings().all()
+        for r in rows:
+            out.append(
+                {
+                    "id": r["id"],
+                    "role": r["role"],
+                    "source": "store",
+                    "models": json.loads(r["models"]) if r["models"] else None,
+                    "requests_per_window": r["requests_per_window"],
+                    "tokens_per_window": r["tokens_per_window"],
+                    "window_s": r["window_s"],
+                    "created": r["created"],
+                    "revoked": r["revoked"],
+                }
+            )
+        return out

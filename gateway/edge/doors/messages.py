@@ -1,0 +1,189 @@
+"""The Messages door: Anthropic errors, and chat answers rendered as Anthropic messages.
+
+The request side is `messages_request` (re-exported here: `chat_request`). `render` turns a
+chat.completion into an Anthropic `message` (reasoning as a `thinking` block unless the client
+asked for it omitted, tool calls as `tool_use` blocks with `toolu_` ids, finish_reason as
+stop_reason, the model name the client asked for); `chat_of` is its inverse, used to check that
+nothing is lost. `error_response` renders any gateway error in Anthropic's error shape, an
+upstream's context overflow in the wording Claude Code recognises. The streaming side is in
+`messages_stream`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from gateway.edge.doors.chunks import chat_usage, first_message, reasoning_of, tokens_of
+from gateway.edge.doors.messages_request import (
+    RAW_ARGUMENTS,
+    Translation,
+    arguments_of,
+    assistant,
+    chat_request,
+    client_id,
+)
+from gateway.errors import GatewayError
+
+__all__ = ["RAW_ARGUMENTS", "Translation", "arguments_of", "chat_request", "render", "chat_of"]
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+# Anthropic says "overloaded" with its own status.
+STATUSES = {503: 529}
+
+# An engine's context overflow, as vLLM words it (several versions) and llama.cpp.
+_WINDOW = re.compile(
+    r"maximum (?:context length|model length)(?: is| of)?\s*\(?(\d+)|context size \((\d+)|"
+    r"context window of (\d+)"
+)
+_PROMPT = re.compile(
+    r"\((\d+) in the messages|has (\d+) input tokens|prompt \(length (\d+)\)|"
+    r"[Ii]nput length \((\d+)\)|request \((\d+) tokens\)|Requested tokens \((\d+)\)"
+)
+
+
+def overflow(message: str) -> str | None:
+    """`prompt is too long: N tokens > M maximum` for an upstream's context overflow whose
+    prompt alone is over the window (a max_tokens that does not fit keeps its own wording)."""
+    window = _WINDOW.search(message)
+    if window is None:
+        return None
+    limit = int(next(g for g in window.groups() if g))
+    prompt = _PROMPT.search(message)
+    if prompt is None:
+        return f"prompt is too long: {message}" if "exceed" in message else None
+    n = int(next(g for g in prompt.groups() if g))
+    return f"prompt is too long: {n} tokens > {limit} maximum" if n > limit else None
+
+
+def error_body(error: GatewayError) -> dict[str, Any]:
+    kind = ERROR_TYPES.get(error.status, "api_error")
+    message = error.message
+    if error.status == 400 and (too_long := overflow(message)) is not None:
+        message = too_long
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def error_response(error: GatewayError) -> Response:
+    return Response(
+        orjson.dumps(error_body(error)),
+        status_code=STATUSES.get(error.status, error.status),
+        media_type="application/json",
+    )
+
+
+# ---------------------------------------------------------------- answer: chat -> Messages
+
+
+def input_of(arguments: str) -> dict[str, Any]:
+    """A tool call's argument string as a tool_use `input` object."""
+    try:
+        value = orjson.loads(arguments) if arguments.strip() else {}
+    except orjson.JSONDecodeError:
+        value = None
+    return value if isinstance(value, dict) else {RAW_ARGUMENTS: arguments}
+
+
+def stop_of(finish: str | None, stop_reason: Any, stops: list[str]) -> tuple[str, str | None]:
+    """(Anthropic stop_reason, stop_sequence) for a chat finish_reason (+ vLLM's stop_reason)."""
+    if finish == "length":
+        return "max_tokens", None
+    if finish == "tool_calls":
+        return "tool_use", None
+    if finish == "content_filter":
+        return "refusal", None
+    if isinstance(stop_reason, str) and stop_reason in stops:
+        return "stop_sequence", stop_reason
+    return "end_turn", None
+
+
+def usage_of(chat_usage_obj: dict[str, Any] | None) -> dict[str, Any]:
+    """Anthropic usage: input_tokens exclude the cache reads, which are counted apart."""
+    prompt, cached, completion, reasoning = tokens_of(chat_usage_obj)
+    return {
+        "input_tokens": prompt - cached,
+        "cache_read_input_tokens": cached,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": completion,
+        "output_tokens_details": {"thinking_tokens": reasoning},
+    }
+
+
+def render(
+    chat: dict[str, Any],
+    request: dict[str, Any],
+    mid: str,
+    translation: Translation | None = None,
+) -> dict[str, Any]:
+    """A chat.completion as an Anthropic `message`."""
+    message, finish, stop_reason = first_message(chat)
+    content: list[dict[str, Any]] = []
+    reasoning = reasoning_of(message)
+    if reasoning and not (translation and translation.omit_thinking):
+        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+    if message.get("content"):
+        content.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        content.append(
+            {
+                "type": "tool_use",
+                "id": client_id(call.get("id")),
+                "name": fn.get("name"),
+                "input": input_of(fn.get("arguments") or ""),
+            }
+        )
+    reason, sequence = stop_of(finish, stop_reason, request.get("stop_sequences") or [])
+    out = {
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "model": request.get("model") or chat.get("model"),
+        "content": content,
+        "stop_reason": reason,
+        "stop_sequence": sequence,
+        "usage": usage_of(chat.get("usage")),
+    }
+    if translation is not None and translation.applied_edits:
+        out["context_management"] = {"applied_edits": translation.applied_edits}
+    return out
+
+
+def chat_of(message: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic `message` read back as a chat.completion (the inverse of `render`)."""
+    reply = assistant(message["content"], "content")
+    reply.pop("reasoning", None)
+    finish = {"max_tokens": "length", "tool_use": "tool_calls", "refusal": "content_filter"}.get(
+        message["stop_reason"], "stop"
+    )
+    choice = {
+        "index": 0,
+        "message": reply,
+        "finish_reason": finish,
+        "stop_reason": message.get("stop_sequence"),
+    }
+    usage = message["usage"]
+    cached = usage.get("cache_read_input_tokens") or 0
+    return {
+        "object": "chat.completion",
+        "model": message.get("model"),
+        "choices": [choice],
+        "usage": chat_usage(
+            usage["input_tokens"] + cached,
+            cached,
+            usage["output_tokens"],
+            (usage.get("output_tokens_details") or {}).get("thinking_tokens", 0),
+        ),
+    }

@@ -1,0 +1,160 @@
+"""The Messages door's translator: chat answers rendered as Anthropic messages and stream events.
+
+`MessagesTranslator` is the relay's `Translator` for `POST /v1/messages`. A whole answer goes
+through `messages.render`. A stream is rebuilt as Anthropic sends it: `message_start`, `ping`,
+then one content block at a time (`thinking`, `text`, `tool_use`) opened by
+`content_block_start`, filled by `thinking_delta` / `text_delta` / `input_json_delta` and closed
+by `content_block_stop`, then `message_delta` (stop_reason, stop_sequence, the record's usage,
+the context edits applied) and `message_stop`. Reasoning asked for with `display: omitted` is
+not sent; tool_use ids are the door's (`messages_request.client_id`). An upstream that broke
+mid-stream ends the stream with an `error` event.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+
+from gateway.edge.doors.chunks import ChatEvents, Piece, piece_of, record_usage, sse
+from gateway.edge.doors.messages import render, stop_of, usage_of
+from gateway.edge.doors.messages_request import Translation, client_id
+from gateway.ledger.record import Record
+
+
+class MessagesTranslator:
+    def __init__(
+        self, request: dict[str, Any], record: Record, translation: Translation | None = None
+    ):
+        self.request = request
+        self.record = record
+        self.translation = translation or Translation(chat={})
+        self.mid = "msg_" + os.urandom(12).hex()
+        self._events = ChatEvents()
+        self._started = self._ended = False
+        self._index = -1  # index of the last block opened
+        self._open: str | None = None  # type of the open block
+        self._tools: dict[int, int] = {}  # chat tool-call index -> block index
+        self._finish: str | None = None
+        self._stop_reason: Any = None
+
+    # -- the Translator protocol -----------------------------------------------------------
+    def whole(self, chat: dict[str, Any]) -> bytes:
+        chat = {**chat, "usage": record_usage(self.record)}
+        return orjson.dumps(render(chat, self.request, self.mid, self.translation))
+
+    def feed(self, block: bytes) -> bytes:
+        out: list[bytes] = []
+        for event in self._events.feed(block):
+            if event.kind == "comment":
+                out.append(event.raw + b"\n\n")
+                continue
+            if self._ended:
+                continue
+            if not self._started:
+                out += self._start()
+            if event.kind == "chunk":
+                out += self._piece(piece_of(event.data))
+            elif event.kind == "done" and self._finish is None:
+                # Ended without a finish reason: the answer is cut short, not complete.
+                out += self._failed({"message": "the upstream ended the stream mid-answer"})
+            elif event.kind == "done":
+                out += self._close()
+                out += self._finished()
+            else:
+                out += self._failed(event.data.get("error") or {})
+        return b"".join(out)
+
+    # -- events ----------------------------------------------------------------------------
+    def _start(self) -> list[bytes]:
+        self._started = True
+        message: dict[str, Any] = {
+            "id": self.mid,
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": self.request.get("model"),
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return [
+            sse("message_start", {"type": "message_start", "message": message}),
+            sse("ping", {"type": "ping"}),
+        ]
+
+    def _piece(self, piece: Piece) -> list[bytes]:
+        out: list[bytes] = []
+        if piece.reasoning and not self.translation.omit_thinking:
+            out += self._ensure("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            out.append(self._delta({"type": "thinking_delta", "thinking": piece.reasoning}))
+        if piece.content:
+            out += self._ensure("text", {"type": "text", "text": ""})
+            out.append(self._delta({"type": "text_delta", "text": piece.content}))
+        for tool in piece.tools:
+            if tool.index not in self._tools:
+                block = {
+                    "type": "tool_use",
+                    "id": client_id(tool.id),
+                    "name": tool.name or "",
+                    "input": {},
+                }
+                out += self._ensure("tool_use", block, force=True)
+                self._tools[tool.index] = self._index
+            if tool.arguments and self._tools[tool.index] == self._index:
+                out.append(
+                    self._delta({"type": "input_json_delta", "partial_json": tool.arguments})
+                )
+        if piece.finish_reason:
+            self._finish = piece.finish_reason
+            self._stop_reason = piece.stop_reason
+        return out
+
+    def _ensure(self, kind: str, block: dict[str, Any], force: bool = False) -> list[bytes]:
+        if self._open == kind and not force:
+            return []
+        out = self._close()
+        self._index += 1
+        self._open = kind
+        out.append(
+            sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": self._index, "content_block": block},
+            )
+        )
+        return out
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return sse(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self._index, "delta": delta},
+        )
+
+    def _close(self) -> list[bytes]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [sse("content_block_stop", {"type": "content_block_stop", "index": self._index})]
+
+    def _finished(self) -> list[bytes]:
+        self._ended = True
+        reason, sequence = stop_of(
+            self._finish, self._stop_reason, self.request.get("stop_sequences") or []
+        )
+        delta: dict[str, Any] = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": usage_of(record_usage(self.record)),
+        }
+        if self.translation.applied_edits:
+            delta["context_management"] = {"applied_edits": self.translation.applied_edits}
+        return [
+            sse("message_delta", delta),
+            sse("message_stop", {"type": "message_stop"}),
+        ]
+
+    def _failed(self, error: dict[str, Any]) -> list[bytes]:
+        self._ended = True
+        message = error.get("message") or "the upstream failed mid-stream"
+        return [sse("error", {"type": "error", "error": {"type": "api_error", "message": message}})]

@@ -1,0 +1,87 @@
+"""`POST /v1/messages/count_tokens`: the prompt's tokens as the route's engine counts them.
+
+The request is translated as `/v1/messages` would translate it (with the route's profile), then
+counted by the first healthy vLLM upstream of the route with ``POST /tokenize`` and the chat
+messages, which applies the served chat template: the count is the one the engine will see. A
+route with no such upstream (llama.cpp, API providers), or one that does not answer, gets an
+estimate of 4 bytes of the translated prompt's JSON a token. The answer says which:
+``x-plumbline-token-count: tokenizer <upstream>`` or ``estimate``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.responses import Response
+
+from gateway.edge.doors import protocol_messages
+from gateway.edge.doors.messages_request import chat_request
+from gateway.errors import ModelNotFound
+from gateway.serving.profile import apply_profile
+from gateway.serving.upstream import Target, root_url
+from gateway.serving.wire import Origin
+
+if TYPE_CHECKING:
+    from gateway.edge.app import Gateway
+
+log = logging.getLogger(__name__)
+
+HEADER = "x-plumbline-token-count"
+TIMEOUT_S = 10.0
+BYTES_PER_TOKEN = 4
+
+
+async def count(gw: Gateway, body: Any) -> Response:
+    if isinstance(body, dict) and "max_tokens" not in body:
+        body = {**body, "max_tokens": 2**31}  # count_tokens takes none
+    protocol_messages.check(body)
+    model = gw.config.resolve(body["model"])
+    if model is None:
+        raise ModelNotFound(
+            f"The model {body['model']!r} does not exist on this gateway; GET /v1/models lists "
+            "them.",
+            param="model",
+        )
+    chat = chat_request(body).chat
+    apply_profile(chat, gw.config.profile_for(model), chat=True)
+    n, how = await _tokenized(gw, model, chat)
+    if n is None:
+        n = len(orjson.dumps([chat["messages"], chat.get("tools")])) // BYTES_PER_TOKEN
+        how = "estimate"
+    return Response(
+        orjson.dumps({"input_tokens": n}), media_type="application/json", headers={HEADER: how}
+    )
+
+
+async def _tokenized(gw: Gateway, model: str, chat: dict[str, Any]) -> tuple[int | None, str]:
+    for name in gw.config.models[model].names:
+        upstream = gw.upstreams[name]
+        state = gw.pool.states.get(name)
+        if upstream.kind != "vllm" or (state is not None and not state.healthy):
+            continue
+        payload = {
+            "model": upstream.model,
+            "messages": chat["messages"],
+            "add_generation_prompt": True,
+        }
+        for key in ("tools", "chat_template_kwargs"):
+            if chat.get(key):
+                payload[key] = chat[key]
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                reply = await gw.wire.post(
+                    Origin.parse(root_url(upstream)),
+                    "/tokenize",
+                    Target.of(upstream).head,
+                    orjson.dumps(payload),
+                )
+                data = await reply.read()
+            if reply.status >= 400:
+                raise ValueError(f"HTTP {reply.status}")
+            return int(orjson.loads(data)["count"]), f"tokenizer {name}"
+        except (TimeoutError, OSError, ValueError, KeyError, TypeError) as e:
+            log.info("count_tokens: %s did not tokenize (%s); trying the next", name, e)
+    return None, "estimate"

@@ -1,0 +1,201 @@
+"""The access guard: the ASGI middleware in front of every route.
+
+Before a handler runs it bounds the request head, authenticates the presented key, checks the
+route's role, and for a generation request reads the body (bounded), checks the model and
+reserves the key's budget (`gateway.edge.access.Access`). Refusals are OpenAI-style errors. The hot
+generation paths get the same guard in front of the edge (`gateway.edge.app.GatewayApp`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import orjson
+
+from gateway.edge.access import (
+    CURRENT_TICKET,
+    GENERATION_PATHS,
+    Access,
+    Forbidden,
+    HeadersTooLarge,
+    Key,
+    RateLimited,
+    Ticket,
+    presented_key,
+)
+from gateway.errors import BodyTooLarge, GatewayError, Unauthorized
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _role_needed(path: str, access: Access) -> tuple[str, ...] | None:
+    """Which roles may call this path (None: anyone)."""
+    if path.startswith("/admin"):
+        return ("admin",)
+    if path == "/metrics":
+        return ("admin", "metrics") if access.config.metrics_requires_key else None
+    if path.startswith("/v1/") or path == "/v1":
+        return None if access.open else ("client",)
+    return None  # /health, /openapi.json
+
+
+async def _error(
+    scope: Scope, send: Send, error: GatewayError, headers: list[tuple[bytes, bytes]]
+) -> None:
+    body, status = error.json(), error.status
+    if scope.get("path", "").startswith("/v1/messages"):  # the Messages door: Anthropic's shape
+        from gateway.edge.doors.messages import STATUSES, error_body
+
+        body, status = orjson.dumps(error_body(error)), STATUSES.get(status, status)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class AccessGuard:
+    """ASGI middleware: bound the request head, authenticate, check the route's role, the model
+    and the budget. (uvicorn's httptools parser has no header-size limit of its own; h11 has
+    `h11_max_incomplete_event_size`.)"""
+
+    def __init__(
+        self, app: ASGIApp, access: Access, max_body_bytes: int, max_header_bytes: int = 64 * 1024
+    ):
+        self.app = app
+        self.access = access
+        self.max_body_bytes = max_body_bytes
+        self.max_header_bytes = max_header_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = scope["headers"]
+        size = 4 * len(raw) + sum(map(len, itertools.chain.from_iterable(raw)))
+        if size > self.max_header_bytes:
+            await _error(
+                scope,
+                send,
+                HeadersTooLarge(
+                    f"The request headers are {size} bytes; the limit is {self.max_header_bytes}."
+                ),
+                [(b"connection", b"close")],
+            )
+            return
+        path: str = scope["path"]
+        roles = _role_needed(path, self.access)
+        token = presented_key(scope["headers"])
+        key = await self.access.authenticate(token) if token is not None else None
+        scope.setdefault("state", {})["key_role"] = key.role if key else None
+        if roles is None:
+            await self._call(scope, receive, send, key if key and key.role == "client" else None)
+            return
+        if key is None:
+            message = (
+                "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'."
+                if token is None
+                else "Invalid API key."
+            )
+            await _error(scope, send, Unauthorized(message), [(b"www-authenticate", b"Bearer")])
+            return
+        if key.role not in roles:
+            needed = " or ".join(roles)
+            await _error(
+                scope,
+                send,
+                Forbidden(f"A {key.role} key cannot be used for {path}; it needs a {needed} key."),
+                [],
+            )
+            return
+        if key.role != "client" or scope["method"] != "POST" or path not in GENERATION_PATHS:
+            await self._call(scope, receive, send, key if key.role == "client" else None)
+            return
+        await self._generation(scope, receive, send, key)
+
+    async def _generation(self, scope: Scope, receive: Receive, send: Send, key: Key) -> None:
+        if key.models is None and not key.budgeted:
+            await self._call(scope, receive, send, key)
+            return
+        try:
+            raw, receive = await _buffer(receive, self.max_body_bytes)
+        except BodyTooLarge as e:
+            await _error(scope, send, e, [])
+            return
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        body = body if isinstance(body, dict) else None
+        model = body.get("model") if body is not None else None
+        try:
+            ticket = await self.access.admit(
+                key, model if isinstance(model, str) else None, body, len(raw)
+            )
+        except RateLimited as e:
+            await _error(scope, send, e, [(b"retry-after", str(int(e.retry_after)).encode())])
+            return
+        except Forbidden as e:
+            await _error(scope, send, e, [])
+            return
+        await self._call(scope, receive, send, key, ticket)
+
+    async def _call(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        key: Key | None,
+        ticket: Ticket | None = None,
+    ) -> None:
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        ticket = ticket or Ticket(key)
+        token = CURRENT_TICKET.set(ticket)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CURRENT_TICKET.reset(token)
+            self.access.settle(ticket, 0)  # no record came (rejected early): release the tokens
+
+
+async def _buffer(receive: Receive, limit: int) -> tuple[bytes, Receive]:
+    """Read the whole body (at most `limit` bytes) and a `receive` that replays it."""
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), receive
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    raw = b"".join(chunks)
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await receive()
+
+    return raw, replay

@@ -1,0 +1,278 @@
+"""`plumbline report health`: every configured upstream, what it served and what the watchdog
+checks flagged in it, read from the store.
+
+One row per upstream of the config — also those that served nothing in the window or only
+failed — then any upstream the store names that the config no longer has. Per row:
+
+    requests          records the upstream answered (it is the record's `upstream`)
+    completed         of those, answers that completed (status 200, no error; not embeddings)
+    errors            of those, requests that ended in an error
+    failed_attempts   calls to it that failed before answering (connection refused, timeout,
+                      5xx, a malformed answer; not the request's own 4xx, not a client leaving);
+                      they sit in every record's `attempts`, also where another upstream (or
+                      none) answered in the end
+    state             ok | no traffic (no call at all) | failing (called, never answered)
+                      | errors only (answered, nothing completed) | not configured
+    check rates       the share of its completed answers each watchdog check flagged
+                      (`gateway/trust/watchdog.py`), `truncation` being cuts by the upstream
+    client_capped     answers that stopped at the request's own max_tokens (asked for, not a
+                      fault: `gateway/ledger/truncation.py`), and their share of completed answers
+    tripped           checks over their trip threshold; the config's own findings always are
+
+Renders as a rich table, CSV or JSON.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from rich.console import Console
+from rich.table import Table
+
+from gateway.config import Config, Upstream
+from gateway.config.trust import CHECKS, WatchdogConfig
+from gateway.ledger.report import Format, reading, span
+from gateway.ledger.store import REQUESTS, Store
+from gateway.ledger.truncation import capped_clause, upstream_cut_clause
+from gateway.trust.watchdog import config_findings, pinned_providers
+
+NOT_FAILURES = frozenset({"ok", "cancelled"})
+
+
+@dataclass(slots=True)
+class HealthRow:
+    upstream: str
+    configured: bool
+    requests: int
+    completed: int
+    errors: int
+    failed_attempts: int
+    rates: dict[str, float | None]
+    samples: dict[str, int]
+    client_capped: int
+    client_capped_rate: float | None
+    tripped: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> str:
+        if not self.configured:
+            return "not configured"
+        if self.requests == 0:
+            return "failing" if self.failed_attempts else "no traffic"
+        if self.completed == 0 and self.errors == self.requests:
+            return "errors only"
+        return "ok"
+
+
+def _count_if(cond: Any) -> Any:
+    return sa.func.sum(sa.case((cond, sa.literal(1)), else_=0))
+
+
+def _flags_query(since: float, until: float) -> Any:
+    t = REQUESTS
+    ok = sa.and_(t.c.status == 200, t.c.error_class.is_(None), t.c.door != "embeddings")
+    error = sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)
+    return (
+        sa.select(
+            t.c.upstream,
+            sa.func.count(),
+            _count_if(ok),
+            _count_if(error),
+            _count_if(sa.and_(ok, upstream_cut_clause(t))),
+            _count_if(sa.and_(ok, capped_clause(t))),
+            _count_if(sa.and_(ok, t.c.reasoning_leak == sa.true())),
+            _count_if(t.c.sampled == sa.true()),
+            _count_if(t.c.degenerate == sa.true()),
+            _count_if(sa.or_(t.c.tool_calls > 0, t.c.tool_call_error.is_not(None))),
+            _count_if(t.c.tool_call_error.is_not(None)),
+            _count_if(t.c.provider.is_not(None)),
+            _count_if(t.c.provider_mismatch == sa.true()),
+            _count_if(t.c.charged_cost_usd.is_not(None)),
+            _count_if(t.c.cost_drift == sa.true()),
+        )
+        .where(t.c.time >= since, t.c.time < until, t.c.upstream.is_not(None))
+        .group_by(t.c.upstream)
+        .order_by(t.c.upstream)
+    )
+
+
+def _attempts_query(since: float, until: float) -> Any:
+    """Rows that may hold a failed attempt: none answered, an error, or more than one call (the
+    compact JSON of two attempts has `},{`). A lone successful call is never read."""
+    t = REQUESTS
+    return sa.select(t.c.upstream, t.c.status, t.c.attempts).where(
+        t.c.time >= since,
+        t.c.time < until,
+        sa.or_(
+            t.c.upstream.is_(None),
+            t.c.error_class.is_not(None),
+            t.c.status != 200,
+            t.c.attempts.like("%},{%"),
+        ),
+    )
+
+
+def failed_attempts(rows: Iterable[Sequence[Any]]) -> Counter[str]:
+    """Failed calls per upstream from (upstream, status, attempts JSON) rows. The last call of a
+    request the upstream refused as the request's fault (the record names it and has its 4xx)
+    was the upstream answering."""
+    out: Counter[str] = Counter()
+    for answered_by, status, raw in rows:
+        try:
+            attempts = json.loads(raw or "[]")
+        except ValueError:
+            continue
+        for i, a in enumerate(attempts):
+            if not isinstance(a, dict) or a.get("outcome") in NOT_FAILURES:
+                continue
+            refused = (
+                i == len(attempts) - 1
+                and a.get("upstream") == answered_by
+                and 400 <= int(status or 0) < 500
+                and a.get("status") is not None
+                and 400 <= int(a["status"]) < 500
+            )
+            if not refused and isinstance(a.get("upstream"), str):
+                out[a["upstream"]] += 1
+    return out
+
+
+def health_rows(
+    config: Config,
+    flags: Iterable[Sequence[Any]],
+    failures: Counter[str],
+    cfg: WatchdogConfig,
+) -> list[HealthRow]:
+    """Every configured upstream in config order, then the store's others by name."""
+    findings = config_findings(config)
+    by_name = {r[0]: [int(x or 0) for x in r[1:]] for r in flags}
+    names = [u.name for u in config.upstreams]
+    names += sorted((set(by_name) | set(failures)) - set(names))
+    rows = []
+    for name in names:
+        try:
+            upstream: Upstream | None = config.upstream(name)
+        except KeyError:
+            upstream = None
+        v = by_name.get(name, [0] * 14)
+        total, ok, errors, cut, capped, leak, sampled, degen, tooled, bad = v[:10]
+        provs, mism, charged, drift = v[10:]
+        pinned = upstream is not None and bool(pinned_providers(upstream))
+        parser = upstream is None or upstream.reasoning == "parser"
+        pairs = {
+            "truncation": (cut, ok),
+            "reasoning_leak": (leak, ok if parser else 0),
+            "degenerate": (degen, sampled),
+            "tool_call": (bad, tooled),
+            "provider_mismatch": (mism, provs if pinned else 0),
+            "cost_drift": (drift, charged),
+        }
+        tripped = [
+            c
+            for c, (k, n) in pairs.items()
+            if n and n >= cfg.threshold(c).min_samples and k / n >= cfg.threshold(c).rate
+        ]
+        tripped += [f.check for f in findings if f.upstream == name]
+        rows.append(
+            HealthRow(
+                upstream=name,
+                configured=upstream is not None,
+                requests=total,
+                completed=ok,
+                errors=errors,
+                failed_attempts=failures.get(name, 0),
+                rates={c: (k / n if n else None) for c, (k, n) in pairs.items()},
+                samples={c: n for c, (_, n) in pairs.items()},
+                client_capped=capped,
+                client_capped_rate=capped / ok if ok else None,
+                tripped=tripped,
+            )
+        )
+    return rows
+
+
+def report_health(
+    config: Config,
+    since: str = "24h",
+    fmt: Format = "table",
+    *,
+    store: Store | None = None,
+    now: float | None = None,
+    cfg: WatchdogConfig | None = None,
+) -> str:
+    """Per configured upstream: traffic, failures, watchdog rates and what is past threshold."""
+    start, now = span(since, now)
+    cfg = cfg if cfg is not None else getattr(config, "watchdog", WatchdogConfig())
+    with reading(config, store) as db, db.engine.connect() as conn:
+        flags = list(conn.execute(_flags_query(start, now)))
+        failures = failed_attempts(conn.execute(_attempts_query(start, now)))
+    rows = health_rows(config, flags, failures, cfg or WatchdogConfig())
+    findings = [asdict(f) for f in config_findings(config)]
+    if fmt == "json":
+        doc = {
+            "since": start,
+            "until": now,
+            "rows": [asdict(r) | {"state": r.state} for r in rows],
+            "findings": findings,
+        }
+        return json.dumps(doc, indent=2)
+    if fmt == "csv":
+        return _csv(rows)
+    if fmt != "table":
+        raise ValueError(f"unknown format {fmt!r}")
+    return _table(rows, findings, since)
+
+
+COUNTS = ("requests", "completed", "errors", "failed_attempts")
+
+
+def _csv(rows: list[HealthRow]) -> str:
+    head = ["upstream", "state", *COUNTS, *(f"{c}_rate" for c in CHECKS)]
+    head += ["client_capped", "client_capped_rate", "tripped"]
+    lines = [",".join(head)]
+    for r in rows:
+        rates = [_rate(r.rates[c]) for c in CHECKS]
+        counts = [str(getattr(r, c)) for c in COUNTS]
+        tail = [str(r.client_capped), _rate(r.client_capped_rate), ";".join(r.tripped)]
+        lines.append(",".join([r.upstream, r.state, *counts, *rates, *tail]))
+    return "\n".join(lines) + "\n"
+
+
+def _rate(value: float | None) -> str:
+    return "" if value is None else f"{value:.6f}"
+
+
+def _table(rows: list[HealthRow], findings: list[dict[str, Any]], since: str) -> str:
+    table = Table(title=f"Upstream health, last {since}", title_justify="left")
+    checks = {c: "truncation (upstream cut) %" if c == "truncation" else f"{c} %" for c in CHECKS}
+    heads = ("upstream", "state", "requests", "errors", "failed calls")
+    for name in (*heads, *checks.values(), "client-capped %", "tripped"):
+        left = name in ("upstream", "state", "tripped")
+        table.add_column(name, justify="left" if left else "right")
+    for r in rows:
+        cells = [
+            "–" if (rate := r.rates[c]) is None else f"{100 * rate:.1f} (n={r.samples[c]})"
+            for c in CHECKS
+        ]
+        capped = "–" if r.client_capped_rate is None else f"{100 * r.client_capped_rate:.1f}"
+        table.add_row(
+            r.upstream,
+            r.state,
+            f"{r.requests:,}",
+            f"{r.errors:,}",
+            f"{r.failed_attempts:,}",
+            *cells,
+            capped,
+            ", ".join(r.tripped) or "–",
+        )
+    console = Console(file=io.StringIO(), width=240, color_system=None, force_terminal=False)
+    console.print(table)
+    for f in findings:
+        console.print(f"{f['check']} on {f['upstream']}: {f['detail']}")
+    return console.file.getvalue()  # type: ignore[attr-defined]

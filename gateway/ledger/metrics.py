@@ -1,0 +1,396 @@
+"""Prometheus metrics, derived from the same records as the store rows.
+
+Every series is `gateway_`-prefixed, in base units (seconds, USD, tokens), counters end in
+`_total`. Labels are bounded: `model` is a configured model name or "other", `upstream` a
+configured upstream or "other" ("none" before any upstream was chosen), `provider` one of the
+providers named in the config plus the first `max_providers` seen, then "other"; error classes
+and attempt outcomes likewise. Keys, users and free text never become labels, so a typo'd model
+name cannot mint a series.
+
+Several uvicorn workers: prometheus-client's multiprocess mode keeps each worker's values in
+files under one folder and merges them at scrape time. prometheus-client itself decides on the
+mode when it is imported, from the `PROMETHEUS_MULTIPROC_DIR` environment variable, so that
+variable must be set before the workers start (the folder emptied at each start). Only the config
+module reads the environment in this codebase: it hands the same folder to
+`Metrics(..., multiproc_dir=...)`, which checks prometheus-client is in multiprocess mode and
+merges from it; `worker_exit(pid)` cleans up after a worker (the server's child-exit hook).
+Without a folder the app's own `CollectorRegistry` is rendered; nothing is registered globally.
+In multiprocess mode each worker bounds its own label sets, so `provider` can reach
+workers x `max_providers` values at most.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
+
+from gateway.config import Config
+from gateway.ledger.cost import ModelEconomics, drifted
+from gateway.ledger.record import Record
+from gateway.ledger.truncation import cause as truncation_cause
+
+log = logging.getLogger(__name__)
+
+OTHER = "other"
+NONE = "none"
+TOKEN_KINDS = ("prompt", "cached", "completion", "reasoning")
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+QUEUE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 5)
+_CLEAN = re.compile(r"[^a-z0-9_.:/-]+")
+
+
+class Bounded:
+    """A label value set: the known names, then the first `extra` new ones, then "other"."""
+
+    def __init__(self, known: Iterable[str], extra: int = 0) -> None:
+        self._allowed = set(known)
+        self._extra = extra
+
+    def __call__(self, value: str | None) -> str:
+        if value is None:
+            return NONE
+        if value in self._allowed:
+            return value
+        clean = _CLEAN.sub("_", value.strip().lower())[:64]
+        if clean in self._allowed:
+            return clean
+        if self._extra > 0 and clean:
+            self._extra -= 1
+            self._allowed.add(clean)
+            return clean
+        return OTHER
+
+
+def outcome(record: Record) -> str:
+    """ok | client_error (4xx) | error (anything else that failed)."""
+    if record.error_class is None and 0 < record.status < 400:
+        return "ok"
+    if 400 <= record.status < 500:
+        return "client_error"
+    return "error"
+
+
+class Metrics:
+    """The gateway's Prometheus series. A `RecordSink`: `submit(record)` = `observe(record)`."""
+
+    def __init__(
+        self, config: Config, *, multiproc_dir: str | Path | None = None, max_providers: int = 20
+    ) -> None:
+        self.config = config
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self.multiproc_dir = None if multiproc_dir is None else Path(multiproc_dir)
+        if self.multiproc_dir is not None:
+            _check_multiprocess(self.multiproc_dir)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.model = Bounded(config.models)
+        self.upstream = Bounded(u.name for u in config.upstreams)
+        self.provider = Bounded(_configured_providers(config), extra=max_providers)
+        self.error_class = Bounded((), extra=50)
+        self.dropped_field = Bounded((), extra=50)
+        self.attempt_outcome = Bounded(
+            ("ok", "connect_error", "timeout", "ttft_timeout", "stream_error"), extra=40
+        )
+        self._define()
+
+    def _define(self) -> None:
+        r = self.registry
+        mu = ("model", "upstream")
+        self.requests = Counter(
+            "gateway_requests",
+            "Client requests by how they ended.",
+            [*mu, "provider", "outcome"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "gateway_tokens",
+            "Tokens by kind (cached is part of prompt, reasoning part of completion).",
+            [*mu, "kind"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "gateway_cost_usd", "Cost computed from the price table.", mu, registry=r
+        )
+        self.charged = Counter(
+            "gateway_charged_cost_usd",
+            "Cost the provider reported charging (usage.cost).",
+            mu,
+            registry=r,
+        )
+        self.drift = Counter(
+            "gateway_cost_drift",
+            "Requests whose charged cost differs from "
+            "the computed one by more than the price's drift threshold.",
+            mu,
+            registry=r,
+        )
+        self.truncations = Counter(
+            "gateway_truncations",
+            "Responses cut off by a token limit, by cause: client_cap (the completion reached the "
+            "cap the request carried) or upstream (the server stopped it short of any cap: its "
+            "own limit or its context window).",
+            [*mu, "cause"],
+            registry=r,
+        )
+        self.leaks = Counter(
+            "gateway_reasoning_leaks",
+            "Responses with reasoning leaked into the answer.",
+            mu,
+            registry=r,
+        )
+        self.estimated = Counter(
+            "gateway_usage_estimated",
+            "Requests whose token counts were counted by the gateway, not reported.",
+            mu,
+            registry=r,
+        )
+        self.attempts = Counter(
+            "gateway_attempts", "HTTP calls to upstreams, by outcome.", [*mu, "outcome"], registry=r
+        )
+        self.retries = Counter(
+            "gateway_retries", "Attempts repeating the previous upstream.", mu, registry=r
+        )
+        self.fallbacks = Counter(
+            "gateway_fallbacks",
+            "Attempts moving to another upstream (labelled by the one moved to).",
+            mu,
+            registry=r,
+        )
+        self.errors = Counter(
+            "gateway_errors", "Failed requests by error class.", [*mu, "error_class"], registry=r
+        )
+        self.dropped = Counter(
+            "gateway_dropped_fields",
+            "Request fields a front door dropped and marked (x-plumbline-dropped): "
+            "a hosted tool, say, that the gateway cannot serve.",
+            ["model", "door", "field"],
+            registry=r,
+        )
+        self.clamped = Counter(
+            "gateway_clamped",
+            "Requests whose max_tokens / max_completion_tokens was clamped to the chosen "
+            "upstream's context window (x-plumbline-clamped; gateway/serving/adapt.py).",
+            [*mu, "field"],
+            registry=r,
+        )
+        self.queue = Histogram(
+            "gateway_queue_seconds",
+            "Accept to first upstream dispatch.",
+            mu,
+            buckets=QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "gateway_ttft_seconds",
+            "Accept to first token (reasoning or answer), of streamed requests (a whole answer's "
+            "first token comes with its last: gateway_e2e_seconds).",
+            mu,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttfa = Histogram(
+            "gateway_ttfa_seconds",
+            "Accept to first answer token (after reasoning), of streamed requests.",
+            mu,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "gateway_e2e_seconds", "Accept to last byte.", mu, buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.itl = Histogram(
+            "gateway_inter_token_seconds",
+            "Mean inter-token latency of each streamed request.",
+            mu,
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
+        self.inflight_gauge = Gauge(
+            "gateway_inflight_requests",
+            "Requests in flight.",
+            ["upstream"],
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.health = Gauge(
+            "gateway_upstream_up",
+            "1 if the upstream passes health checks.",
+            ["upstream"],
+            multiprocess_mode="livemostrecent",
+            registry=r,
+        )
+        self.cost_per_m = Gauge(
+            "gateway_cost_per_million_tokens_usd",
+            "Cost per million "
+            "tokens served, on the node and at the API's price for the same "
+            "tokens.",
+            ["model", "side"],
+            multiprocess_mode="mostrecent",
+            registry=r,
+        )
+        self.ratio = Gauge(
+            "gateway_api_node_cost_ratio",
+            "API cost / node cost for the tokens the node served.",
+            ["model"],
+            multiprocess_mode="mostrecent",
+            registry=r,
+        )
+
+    # -- sink ------------------------------------------------------------------------------
+
+    def submit(self, record: Record) -> None:
+        try:
+            self.observe(record)
+        except Exception:  # a metrics bug must never fail a request
+            log.exception("metrics: could not observe record %s", record.request_id)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, remembered: prometheus_client's lookup validates and locks
+        on every call (a tenth of the per-request CPU of the metrics sink). The label values
+        are bounded (see `model`, `upstream`, `provider`), so the cache is too."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def observe(self, record: Record) -> None:
+        model, upstream = self.model(record.model), self.upstream(record.upstream)
+        mu = (model, upstream)
+        self._child(self.requests, *mu, self.provider(record.provider), outcome(record)).inc()
+        counts = (
+            record.prompt_tokens,
+            record.cached_tokens,
+            record.completion_tokens,
+            record.reasoning_tokens,
+        )
+        for kind, n in zip(TOKEN_KINDS, counts, strict=True):
+            if n > 0:
+                self._child(self.tokens, *mu, kind).inc(n)
+        if record.cost_usd:
+            self._child(self.cost, *mu).inc(record.cost_usd)
+        if record.charged_cost_usd is not None:
+            self._child(self.charged, *mu).inc(record.charged_cost_usd)
+            if drifted(record, self.config.prices.get(record.upstream or "")):
+                self._child(self.drift, *mu).inc()
+        cut = truncation_cause(record)
+        if cut is not None:
+            self._child(self.truncations, *mu, cut).inc()
+        for flag, counter in (
+            (record.reasoning_leak, self.leaks),
+            (record.usage_estimated, self.estimated),
+        ):
+            if flag:
+                self._child(counter, *mu).inc()
+        if outcome(record) != "ok":
+            self._child(
+                self.errors, *mu, self.error_class(record.error_class or f"http_{record.status}")
+            ).inc()
+        if record.dropped:
+            for name in record.dropped.split(","):
+                self._child(self.dropped, model, record.door, self.dropped_field(name)).inc()
+        if record.clamped:
+            for mark in record.clamped.split(","):
+                field = "max_tokens" if mark.startswith("max_tokens") else "max_completion_tokens"
+                self._child(self.clamped, *mu, field).inc()
+        self._observe_attempts(record, model)
+        # A whole answer's first token is its last: counted as time to first token, it would
+        # pass its end-to-end time off as one (a 30 s answer as a 30 s TTFT).
+        streamed = record.stream
+        for value, hist in (
+            (record.queue_s, self.queue),
+            (record.ttft_s if streamed else None, self.ttft),
+            (record.ttfa_s if streamed else None, self.ttfa),
+            (record.e2e_s, self.e2e),
+            (record.itl_mean_s, self.itl),
+        ):
+            if value is not None and value >= 0:
+                self._child(hist, *mu).observe(value)
+
+    def _observe_attempts(self, record: Record, model: str) -> None:
+        previous: str | None = None
+        for attempt in record.attempts:
+            upstream = self.upstream(attempt.upstream)
+            self._child(self.attempts, model, upstream, self.attempt_outcome(attempt.outcome)).inc()
+            if previous is not None:
+                counter = self.retries if attempt.upstream == previous else self.fallbacks
+                self._child(counter, model, upstream).inc()
+            previous = attempt.upstream
+
+    # -- state -----------------------------------------------------------------------------
+
+    def read_inflight(self, upstreams: Mapping[str, Any]) -> None:
+        """Single process only: the in-flight gauge reads each upstream's count (an object with
+        an `inflight` attribute) when scraped, so requests do not touch it. In multiprocess
+        mode each worker pushes its changes instead (`inflight`)."""
+        for name, state in upstreams.items():
+            child = self.inflight_gauge.labels(self.upstream(name))
+            child.set_function(functools.partial(getattr, state, "inflight"))
+
+    def inflight(self, upstream: str, delta: int) -> None:
+        self._child(self.inflight_gauge, self.upstream(upstream)).inc(delta)
+
+    def set_health(self, upstream: str, ok: bool) -> None:
+        self.health.labels(self.upstream(upstream)).set(1 if ok else 0)
+
+    def set_economics(self, economics: Mapping[str, ModelEconomics]) -> None:
+        """Publish per-model $/M (node and API) and their ratio (e.g. each minute)."""
+        for name, econ in economics.items():
+            model = self.model(name)
+            if model == OTHER:
+                continue
+            for side, value in (("node", econ.node_usd_per_m), ("api", econ.api_usd_per_m)):
+                if value is not None:
+                    self.cost_per_m.labels(model, side).set(value)
+            if econ.ratio is not None:
+                self.ratio.labels(model).set(econ.ratio)
+
+    # -- exposition ------------------------------------------------------------------------
+
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition of every worker (multiprocess) or of this registry."""
+        if self.multiproc_dir is None:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged, path=str(self.multiproc_dir))
+        return generate_latest(merged), CONTENT_TYPE_LATEST
+
+    def worker_exit(self, pid: int) -> None:
+        """Drop a dead worker's live gauges (call from the server's child-exit hook)."""
+        if self.multiproc_dir is not None:
+            multiprocess.mark_process_dead(pid, str(self.multiproc_dir))
+
+
+def _configured_providers(config: Config) -> set[str]:
+    names: set[str] = set()
+    for u in config.upstreams:
+        if u.provider is not None:
+            for group in (u.provider.order, u.provider.only):
+                names.update(_CLEAN.sub("_", p.lower()) for p in group or ())
+    return names
+
+
+def _check_multiprocess(folder: Path) -> None:
+    """prometheus-client picked its value class at import time; make sure it matches `folder`."""
+    if not getattr(values.ValueClass, "_multiprocess", False):
+        raise RuntimeError(
+            "metrics multiprocess folder given, but PROMETHEUS_MULTIPROC_DIR was not set in the "
+            "environment before prometheus_client was imported; set it before starting workers"
+        )
+    if not Path(folder).is_dir():
+        raise RuntimeError(f"metrics multiprocess folder {folder} does not exist")

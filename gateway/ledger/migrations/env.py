@@ -1,0 +1,27 @@
+"""Alembic environment: runs on the connection `gateway.ledger.store.migrate` hands over (no
+alembic.ini).
+
+Autogenerate compares against the store's sqlmodel metadata. To write a new revision from a
+checkout: `alembic -x url=sqlite:///var/dev.db revision --autogenerate -m "..."` is not wired;
+create the file by hand from `script.py.mako` and test it with `tests/gateway/ledger/test_store.py`.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+
+from gateway.ledger.store import metadata
+
+connection = context.config.attributes.get("connection")
+if connection is None:
+    raise RuntimeError(
+        "run migrations through gateway.ledger.store.migrate(), which passes a connection"
+    )
+
+context.configure(
+    connection=connection,
+    target_metadata=metadata,
+    render_as_batch=connection.dialect.name == "sqlite",
+)
+with context.begin_transaction():
+    context.run_migrations()

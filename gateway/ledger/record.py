@@ -1,0 +1,114 @@
+"""The record: one per client request, the single source of truth.
+
+The relay's taps fill it in while bytes flow; when the request ends it is handed to the
+record sinks (store queue, metrics, watchdogs). Store rows, Prometheus series, cost and
+reports are all derived from these fields, so they cannot disagree.
+
+Clocks are `time.perf_counter()` readings; the derived latencies are in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from time import perf_counter
+from time import time as wall_clock
+from typing import Any, Protocol
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One HTTP call to an upstream and how it ended."""
+
+    upstream: str
+    # ok | connect_error (no connection) | dropped (connected, closed before an answer) |
+    # ttft_timeout (no first byte) | timeout (a whole answer's body unfinished) | http_<status> |
+    # stream_error (the connection failed while the answer was read) | malformed |
+    # upstream_error (a 200 that is an error) | cancelled
+    outcome: str
+    status: int | None = None
+    elapsed_s: float = 0.0
+
+
+@dataclass(slots=True)
+class Record:
+    request_id: str
+    door: str  # chat | completions | responses | messages | embeddings
+    model: str
+    stream: bool
+    time: float = field(default_factory=wall_clock)  # wall clock at accept (epoch seconds)
+    key_id: str | None = None
+    lane: str = "prod"  # prod | eval | shadow
+    upstream: str | None = None
+    provider: str | None = None
+    engine: str | None = None  # the serving stack behind the upstream (gateway/serving/engine.py)
+    attempts: list[Attempt] = field(default_factory=list)
+    status: int = 0
+    error_class: str | None = None
+    finish_reason: str | None = None
+    truncated: bool = False
+    reasoning_leak: bool = False
+    max_tokens: int | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    usage_estimated: bool = False
+    # Latency clocks (seconds). None when the event never happened (e.g. no answer token).
+    queue_s: float | None = None  # accept -> first upstream dispatch
+    ttft_s: float | None = None  # accept -> first token (reasoning or answer) to the client
+    ttfa_s: float | None = None  # accept -> first answer token (after reasoning)
+    e2e_s: float | None = None  # accept -> last byte
+    itl_mean_s: float | None = None
+    itl_p99_s: float | None = None
+    chunks: int = 0
+    cost_usd: float | None = None  # computed from the price table
+    charged_cost_usd: float | None = None  # what the provider said it charged (usage.cost)
+    params_hash: str | None = None
+    dropped: str | None = None  # fields the door dropped and marked, comma-joined (doors/policy)
+    clamped: str | None = None  # caps cut to the upstream's window: max_tokens=32000->7000
+    tool_calls: int = 0
+    # Trust flags (gateway/trust/watchdog.py, gateway/trust/shadow.py).
+    sampled: bool = False  # the answer text was captured and checked for degeneration
+    degenerate: bool = False  # the sampled answer tripped evals.tripwire.degeneration
+    tool_call_error: str | None = None  # invalid_json | unknown_tool | schema (first problem)
+    provider_mismatch: bool = False  # answered by a provider other than the pinned one
+    cost_drift: bool = False  # charged cost differs from the computed one beyond the threshold
+    shadow_of: str | None = None  # lane "shadow": the primary request's id
+    agreement: str | None = (
+        None  # lane "shadow": agreement with the primary (gateway/trust/shadow.py)
+    )
+    # Monotonic accept time, not stored.
+    t0: float = field(default_factory=perf_counter, repr=False)
+
+    def as_row(self) -> dict[str, Any]:
+        """Every stored field (not `t0`); attempts as plain dicts. Built by hand: `asdict`'s
+        recursive deep copy cost more than the rest of recording a request."""
+        row = {name: getattr(self, name) for name in _ROW_FIELDS}
+        row["attempts"] = [
+            {
+                "upstream": a.upstream,
+                "outcome": a.outcome,
+                "status": a.status,
+                "elapsed_s": a.elapsed_s,
+            }
+            for a in self.attempts
+        ]
+        return row
+
+    def check_invariants(self) -> None:
+        """Token counts that cannot be true are clamped and flagged rather than stored."""
+        if self.cached_tokens > self.prompt_tokens:
+            self.cached_tokens = self.prompt_tokens
+            self.usage_estimated = True
+        if self.reasoning_tokens > self.completion_tokens:
+            self.reasoning_tokens = self.completion_tokens
+            self.usage_estimated = True
+
+
+_ROW_FIELDS = tuple(f.name for f in fields(Record) if f.name != "t0")
+
+
+class RecordSink(Protocol):
+    """Anything that takes finished records (store queue, metrics, watchdogs). Must not block."""
+
+    def submit(self, record: Record) -> None: ...

@@ -1,0 +1,268 @@
+"""`plumbline report cost`, read from the store (`report health`:
+`gateway/ledger/health_report.py`).
+
+`report cost`: requests, tokens, cost per million tokens and API/node per model. One row per
+(model, upstream) over a window read from the store: requests, tokens by kind, cost, $/M tokens,
+the model's API/node ratio, truncation rates (cut by the upstream, and stopped at the client's
+own cap: `gateway/ledger/truncation.py`) and error rate. An API upstream's $/M is what it cost
+(the provider's charged cost where it reported one, the price table elsewhere) per million
+tokens; a node upstream's is the node's measured cost per million tokens for that model (see
+gateway/ledger/cost.py for the rule).
+
+Renders as a rich table, CSV or JSON (`Format`, the same three for every report).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.table import Table
+
+from gateway.config import Config
+from gateway.ledger.cost import MILLION, ModelEconomics, Usage, active_hour_cost, economics
+from gateway.ledger.store import Store
+
+Format = Literal["table", "csv", "json"]
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_since(text: str) -> float:
+    """'90s', '30m', '24h', '7d', '2w' -> seconds."""
+    m = _SINCE.match(text.lower())
+    if m is None:
+        raise ValueError(f"--since {text!r}: expected a number and a unit (s, m, h, d, w)")
+    seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"--since {text!r}: must be positive")
+    return seconds
+
+
+@dataclass(slots=True)
+class CostRow:
+    model: str
+    upstream: str | None
+    node: str | None
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    cost_usd: float | None
+    usd_per_m: float | None
+    api_node_ratio: float | None
+    upstream_cut_rate: float  # truncated by the upstream: short of the request's cap, or no cap
+    client_capped_rate: float  # stopped at the request's own max_tokens: what it asked for
+    error_rate: float
+    estimated: int
+
+
+def cost_rows(config: Config, usage: list[Usage], econ: dict[str, ModelEconomics]) -> list[CostRow]:
+    node_of = {u.name: u.node for u in config.upstreams}
+    rows = []
+    for u in usage:
+        node = node_of.get(u.upstream or "")
+        model_econ = econ.get(u.model)
+        if node:
+            per_m = model_econ.node_usd_per_m_on(node) if model_econ else None
+            cost = None if per_m is None else per_m * u.tokens / MILLION
+        else:
+            cost = u.cost_usd - u.charged_basis_usd + u.charged_cost_usd
+            per_m = cost / u.tokens * MILLION if u.tokens else None
+        rows.append(
+            CostRow(
+                model=u.model,
+                upstream=u.upstream,
+                node=node,
+                requests=u.requests,
+                prompt_tokens=u.prompt_tokens,
+                cached_tokens=u.cached_tokens,
+                completion_tokens=u.completion_tokens,
+                reasoning_tokens=u.reasoning_tokens,
+                cost_usd=cost,
+                usd_per_m=per_m,
+                api_node_ratio=model_econ.ratio if model_econ else None,
+                upstream_cut_rate=_share(u.truncated - u.client_capped, u.requests),
+                client_capped_rate=_share(u.client_capped, u.requests),
+                error_rate=_share(u.errors, u.requests),
+                estimated=u.estimated,
+            )
+        )
+    return rows
+
+
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+def window_economics(
+    config: Config, store: Store, window_s: float, now: float | None = None
+) -> tuple[list[Usage], dict[str, float], dict[str, ModelEconomics]]:
+    """Usage, node busy hours and per-model economics over the last `window_s` seconds.
+
+    The gateway can publish the result as gauges: `metrics.set_economics(econ)`.
+    """
+    now = time.time() if now is None else now
+    usage = store.usage(now - window_s, now)
+    hours = store.node_hours(config, now - window_s, now)
+    return usage, hours, economics(config, usage, hours)
+
+
+def span(since: str, now: float | None = None) -> tuple[float, float]:
+    """The window `since` (e.g. "24h") up to `now` (default: the clock), as (start, end)."""
+    end = time.time() if now is None else now
+    return end - parse_since(since), end
+
+
+@contextlib.contextmanager
+def reading(config: Config, store: Store | None) -> Iterator[Store]:
+    """`store`, or the config's own store, opened for one report and closed after it."""
+    if store is not None:
+        yield store
+        return
+    own = Store.from_config(config)
+    try:
+        yield own
+    finally:
+        own.close()
+
+
+def report_cost(
+    config: Config,
+    since: str = "24h",
+    fmt: Format = "table",
+    *,
+    store: Store | None = None,
+    now: float | None = None,
+) -> str:
+    """The cost report over the last `since` (e.g. "24h") as a table, CSV or JSON."""
+    start, now = span(since, now)
+    window = now - start
+    with reading(config, store) as db:
+        usage, hours, econ = window_economics(config, db, window, now)
+    rows = cost_rows(config, usage, econ)
+    if fmt == "json":
+        return json.dumps(_document(config, rows, econ, hours, window, now), indent=2)
+    if fmt == "csv":
+        return _csv(rows)
+    if fmt == "table":
+        return _table(rows, econ, hours, config, since)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def _document(
+    config: Config,
+    rows: list[CostRow],
+    econ: dict[str, ModelEconomics],
+    hours: dict[str, float],
+    window: float,
+    now: float,
+) -> dict[str, Any]:
+    return {
+        "since": now - window,
+        "until": now,
+        "rows": [asdict(r) for r in rows],
+        "models": {
+            name: {
+                "node_usd_per_m": e.node_usd_per_m,
+                "node_usd_per_m_input": e.node_usd_per_m_input,
+                "node_usd_per_m_output": e.node_usd_per_m_output,
+                "output_weight": e.output_weight,
+                "api_usd_per_m": e.api_usd_per_m,
+                "api_node_ratio": e.ratio,
+            }
+            for name, e in econ.items()
+        },
+        "nodes": {
+            name: {
+                "busy_hours": h,
+                "cost_usd": h * active_hour_cost(config.nodes[name]),
+                "basis": config.nodes[name].basis,
+                "utilisation": config.nodes[name].utilisation,
+            }
+            for name, h in hours.items()
+        },
+    }
+
+
+def _csv(rows: list[CostRow]) -> str:
+    out = io.StringIO()
+    fields = list(CostRow.__dataclass_fields__)
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: "" if v is None else v for k, v in asdict(r).items()})
+    return out.getvalue()
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _table(
+    rows: list[CostRow],
+    econ: dict[str, ModelEconomics],
+    hours: dict[str, float],
+    config: Config,
+    since: str,
+) -> str:
+    table = Table(title=f"Cost, last {since}", title_justify="left")
+    for name in (
+        "model",
+        "upstream",
+        "requests",
+        "prompt",
+        "cached",
+        "completion",
+        "reasoning",
+        "cost $",
+        "$/M tok",
+        "API÷node",
+        "upstream cut %",
+        "client cap %",
+        "error %",
+    ):
+        table.add_column(name, justify="left" if name in ("model", "upstream") else "right")
+    for r in rows:
+        where = r.upstream or "–"
+        table.add_row(
+            r.model,
+            f"{where} ({r.node})" if r.node else where,
+            f"{r.requests:,}",
+            f"{r.prompt_tokens:,}",
+            f"{r.cached_tokens:,}",
+            f"{r.completion_tokens:,}",
+            f"{r.reasoning_tokens:,}",
+            _num(r.cost_usd, ".4f"),
+            _num(r.usd_per_m, ".4f"),
+            _num(r.api_node_ratio, ".3g"),
+            f"{100 * r.upstream_cut_rate:.1f}",
+            f"{100 * r.client_capped_rate:.1f}",
+            f"{100 * r.error_rate:.1f}",
+        )
+    console = Console(file=io.StringIO(), width=160, color_system=None, force_terminal=False)
+    console.print(table)
+    for name, e in econ.items():
+        if e.node_tokens:
+            console.print(
+                f"{name}: node ${_num(e.node_usd_per_m_input, '.4f')}/M in, "
+                f"${_num(e.node_usd_per_m_output, '.4f')}/M out "
+                f"(output weighs {e.output_weight:.2f} input tokens), "
+                f"API ${_num(e.api_usd_per_m, '.4f')}/M for the same tokens"
+            )
+    for name, h in hours.items():
+        node = config.nodes[name]
+        console.print(
+            f"node {name}: {h:.2f} busy h × ${active_hour_cost(node):.2f}/active h "
+            f"({node.basis}, {node.utilisation:.0%} utilisation)"
+        )
+    return console.file.getvalue()  # type: ignore[attr-defined]

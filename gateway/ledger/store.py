@@ -1,0 +1,666 @@
+"""The record store: one `requests` row per record, optional `contents`, retention, queries.
+
+SQLite (WAL) by default, PostgreSQL by URL (psycopg 3) for several gateways sharing one store.
+The schema is owned by alembic revisions in `gateway/ledger/migrations/`, applied at start by
+`migrate`
+(no alembic.ini). Rows never copy price tables: only tokens, clocks and the computed and charged
+cost.
+
+Retention drops whole days, never row by row:
+
+- PostgreSQL: both tables are range-partitioned by day on `time` (epoch seconds). The store
+  creates a day's partition (`requests_p20261129`) before writing into it, and retention drops
+  every partition whose day ended before the cut-off -- a catalogue operation, no dead tuples,
+  no index bloat, no VACUUM.
+- SQLite has no partitions. Retention runs one `DELETE ... WHERE time < day_end` per whole day
+  past the cut-off, oldest first, each in its own transaction: the same day granularity and the
+  same rows as dropping that day's partition. The delete is a range scan of the primary key
+  (time leads it), freed pages go back to SQLite's free list and are reused (there is no MVCC
+  bloat), and `PRAGMA incremental_vacuum` returns them to the file system on new databases
+  (created with auto_vacuum=INCREMENTAL).
+
+Either way a row lives until the whole day it belongs to is older than the retention, i.e. up to
+one day longer than `retention_days`.
+
+Writes go through `gateway.ledger.spool.RecordQueue`, which batches them on a background thread and
+spools to disk while the database is unreachable. Inserts ignore rows already present, so a
+replay that repeats a batch is harmless.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import json
+import logging
+import threading
+import time as _time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlmodel import Field, SQLModel
+
+from gateway.config import Config
+from gateway.ledger.cost import Usage, busy_hours
+from gateway.ledger.record import Record
+from gateway.ledger.truncation import capped_clause
+
+log = logging.getLogger(__name__)
+DAY = 86_400
+# alembic keeps its running context in module state, so one migration at a time per process.
+_ALEMBIC = threading.Lock()
+metadata = sa.MetaData()
+
+
+class RequestRow(SQLModel, table=True, metadata=metadata):
+    """One client request: every field of `Record.as_row()`, attempts as JSON text."""
+
+    __tablename__ = "requests"
+    __table_args__ = (
+        sa.Index("ix_requests_model_time", "model", "time"),
+        sa.Index("ix_requests_upstream_time", "upstream", "time"),
+        sa.Index("ix_requests_shadow_of", "shadow_of"),
+        {"postgresql_partition_by": "RANGE (time)"},
+    )
+
+    time: float = Field(primary_key=True)
+    request_id: str = Field(primary_key=True, max_length=128)
+    door: str = Field(max_length=32)
+    model: str = Field(max_length=128)
+    stream: bool
+    key_id: str | None = Field(default=None, max_length=128)
+    lane: str = Field(max_length=16)
+    upstream: str | None = Field(default=None, max_length=128)
+    provider: str | None = Field(default=None, max_length=128)
+    engine: str | None = Field(default=None, max_length=128)
+    attempts: str = Field(sa_type=sa.Text)
+    status: int
+    error_class: str | None = Field(default=None, max_length=64)
+    finish_reason: str | None = Field(default=None, max_length=32)
+    truncated: bool
+    reasoning_leak: bool
+    max_tokens: int | None = None
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    usage_estimated: bool
+    queue_s: float | None = None
+    ttft_s: float | None = None
+    ttfa_s: float | None = None
+    e2e_s: float | None = None
+    itl_mean_s: float | None = None
+    itl_p99_s: float | None = None
+    chunks: int
+    cost_usd: float | None = None
+    charged_cost_usd: float | None = None
+    params_hash: str | None = Field(default=None, max_length=128)
+    dropped: str | None = Field(default=None, sa_type=sa.Text)
+    clamped: str | None = Field(default=None, sa_type=sa.Text)
+    tool_calls: int
+    sampled: bool = False
+    degenerate: bool = False
+    tool_call_error: str | None = Field(default=None, max_length=32)
+    provider_mismatch: bool = False
+    cost_drift: bool = False
+    shadow_of: str | None = Field(default=None, max_length=128)
+    agreement: str | None = Field(default=None, max_length=32)
+
+
+class ContentRow(SQLModel, table=True, metadata=metadata):
+    """Prompt and response of one request; written only when `store.store_content` is on."""
+
+    __tablename__ = "contents"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (time)"},)
+
+    time: float = Field(primary_key=True)
+    request_id: str = Field(primary_key=True, max_length=128)
+    prompt: str | None = Field(default=None, sa_type=sa.Text)
+    response: str | None = Field(default=None, sa_type=sa.Text)
+
+
+class GateDecisionRow(SQLModel, table=True, metadata=metadata):
+    """A quality-gate decision (`gateway.trust.gate.GateDecision` as JSON), kept so every gateway on
+    the store routes by the same one."""
+
+    __tablename__ = "gate_decisions"
+
+    model: str = Field(primary_key=True, max_length=128)
+    time: float = Field(primary_key=True)
+    decision: str = Field(sa_type=sa.Text)
+
+
+class EvalRoundRow(SQLModel, table=True, metadata=metadata):
+    """A scheduled eval round, claimed by one gateway (`Store.claim_round`)."""
+
+    __tablename__ = "eval_rounds"
+
+    started: float = Field(primary_key=True)
+    gateway: str = Field(max_length=128)
+    finished: float | None = None
+
+
+class ShadowUsageRow(SQLModel, table=True, metadata=metadata):
+    """What a route's shadow has used of its daily budget, across every gateway on the store."""
+
+    __tablename__ = "shadow_usage"
+
+    model: str = Field(primary_key=True, max_length=128)
+    day: int = Field(primary_key=True)  # UTC day: epoch seconds // 86400
+    requests: int = 0
+    usd: float = 0.0
+
+
+class EvalResultRow(SQLModel, table=True, metadata=metadata):
+    """One scored item of a scheduled eval run (`evals.result.ItemResult` as JSON), kept in the
+    store so a run outlives the gateway (a pod's disk) that ran it."""
+
+    __tablename__ = "eval_results"
+
+    run: str = Field(primary_key=True, max_length=128)
+    target: str = Field(primary_key=True, max_length=256)
+    item_digest: str = Field(primary_key=True, max_length=128)
+    time: float
+    result: str = Field(sa_type=sa.Text)
+
+
+class DemotionRow(SQLModel, table=True, metadata=metadata):
+    """An upstream one gateway's watchdog demoted, and the checks that tripped; refreshed while
+    it lasts, so every gateway on the store routes around it (`Store.demotions`)."""
+
+    __tablename__ = "demotions"
+
+    upstream: str = Field(primary_key=True, max_length=128)
+    gateway: str = Field(primary_key=True, max_length=128)
+    checks: str = Field(max_length=512)  # comma-separated
+    refreshed: float
+
+
+REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
+CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
+DECISIONS: sa.Table = GateDecisionRow.__table__  # type: ignore[attr-defined]
+ROUNDS: sa.Table = EvalRoundRow.__table__  # type: ignore[attr-defined]
+SHADOW_USAGE: sa.Table = ShadowUsageRow.__table__  # type: ignore[attr-defined]
+EVAL_RESULTS: sa.Table = EvalResultRow.__table__  # type: ignore[attr-defined]
+DEMOTIONS: sa.Table = DemotionRow.__table__  # type: ignore[attr-defined]
+# The PostgreSQL advisory lock that makes claiming a round one gateway at a time ("plum").
+ROUND_LOCK = 0x706C756D
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """What the client sent and got back, for the `contents` table."""
+
+    request_id: str
+    time: float
+    prompt: str | None
+    response: str | None
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "time": self.time,
+            "prompt": self.prompt,
+            "response": self.response,
+        }
+
+
+def record_row(record: Record) -> dict[str, Any]:
+    """A record as a `requests` row: JSON-serialisable, attempts as JSON text."""
+    row = record.as_row()
+    row["attempts"] = json.dumps(row["attempts"], separators=(",", ":"))
+    return row
+
+
+def resolve_url(url: str, root: Path | None = None) -> sa.URL:
+    """Relative sqlite paths against `root` (parent folders created); postgres URLs to psycopg 3."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        db = u.database
+        if db and db != ":memory:" and not db.startswith("file:"):
+            path = Path(db)
+            if not path.is_absolute():
+                path = (root or Path.cwd()) / path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            u = u.set(database=str(path))
+    elif u.get_backend_name() in ("postgresql", "postgres"):
+        u = u.set(drivername="postgresql+psycopg")
+    return u
+
+
+def create_engine(url: sa.URL, busy_timeout_s: float = 5.0) -> Engine:
+    """An engine with SQLite in WAL mode (and a bounded wait on locks), or plain PostgreSQL."""
+    if url.get_backend_name() == "sqlite":
+        engine = sa.create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}
+        )
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new, empty file
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            cur.close()
+            # Let SQLAlchemy, not the sqlite3 module, open transactions, so DDL is transactional
+            # (a migration and its version stamp commit together) and writers can BEGIN IMMEDIATE.
+            dbapi_conn.isolation_level = None
+
+        @sa.event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get('sqlite_begin', '')}")
+
+        return engine
+    return sa.create_engine(
+        url, pool_pre_ping=True, connect_args={"connect_timeout": max(1, int(busy_timeout_s))}
+    )
+
+
+@contextlib.contextmanager
+def writing(engine: Engine) -> Iterator[Connection]:
+    """A write transaction; on SQLite it takes the write lock up front (BEGIN IMMEDIATE), so a
+    busy database makes it wait up to the busy timeout instead of failing half-way."""
+    with engine.connect() as conn:
+        conn.execution_options(sqlite_begin="IMMEDIATE")
+        with conn.begin():
+            yield conn
+
+
+def migrate(engine: Engine, attempts: int = 3) -> None:
+    """Bring the schema to the newest revision.
+
+    Serialised by an advisory lock on PostgreSQL. SQLite has none, so two processes starting at
+    once may collide; the loser retries and then finds the schema current. Best run once before
+    starting workers.
+    """
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(resources.files("gateway.ledger") / "migrations"))
+    for attempt in range(attempts):
+        try:
+            with _ALEMBIC, writing(engine) as conn:
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(7304117)"))
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+            return
+        except sa.exc.DBAPIError:
+            if attempt == attempts - 1 or engine.dialect.name != "sqlite":
+                raise
+            _time.sleep(0.2 * (attempt + 1))
+
+
+def day_start(t: float) -> int:
+    return int(t // DAY) * DAY
+
+
+def _partition(table: str, day: int) -> str:
+    return f"{table}_p{_time.strftime('%Y%m%d', _time.gmtime(day))}"
+
+
+def _partition_day(name: str) -> int | None:
+    try:
+        return calendar.timegm(_time.strptime(name.rsplit("_p", 1)[1], "%Y%m%d"))
+    except (IndexError, ValueError):
+        return None
+
+
+class Store:
+    """The tables behind one URL: write batches, drop old days, answer the report's queries."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        root: Path | None = None,
+        busy_timeout_s: float = 5.0,
+        run_migrations: bool = True,
+    ) -> None:
+        self.url = resolve_url(url, root)
+        self.engine = create_engine(self.url, busy_timeout_s)
+        self.postgres = self.engine.dialect.name == "postgresql"
+        self._inserts: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self._days: set[tuple[str, int]] = set()
+        if run_migrations:
+            migrate(self.engine)
+
+    @classmethod
+    def from_config(cls, config: Config, **kw: Any) -> Store:
+        return cls(config.store.url, root=config.root, **kw)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write(
+        self, rows: Sequence[dict[str, Any]], contents: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Insert a batch in one transaction; rows already present are left alone."""
+        if not rows and not contents:
+            return
+        if self.postgres:
+            self._ensure_partitions("requests", (r["time"] for r in rows))
+            self._ensure_partitions("contents", (c["time"] for c in contents))
+        with writing(self.engine) as conn:
+            for table, batch in ((REQUESTS, rows), (CONTENTS, contents)):
+                if batch:
+                    sql, columns = self._insert_sql(table)
+                    conn.exec_driver_sql(sql, [tuple(r.get(c) for c in columns) for r in batch])
+
+    def _insert_sql(self, table: sa.Table) -> tuple[str, tuple[str, ...]]:
+        """A plain `INSERT … ON CONFLICT DO NOTHING` for the driver's executemany. Every column
+        is a scalar the drivers adapt themselves, so SQLAlchemy's per-row parameter processing
+        (about 100 µs a row, on the store thread) buys nothing here."""
+        cached = self._inserts.get(table.name)
+        if cached is None:
+            columns = tuple(c.name for c in table.columns)
+            mark = "%s" if self.postgres else "?"
+            sql = (
+                f"INSERT INTO {table.name} ({', '.join(columns)}) "
+                f"VALUES ({', '.join([mark] * len(columns))}) ON CONFLICT DO NOTHING"
+            )
+            cached = self._inserts[table.name] = (sql, columns)
+        return cached
+
+    def _ensure_partitions(self, table: str, times: Iterable[float]) -> None:
+        known = {d for tb, d in self._days if tb == table}
+        for day in sorted({day_start(t) for t in times} - known):
+            name = _partition(table, day)
+            ddl = (
+                f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} "
+                f"FOR VALUES FROM ({day}) TO ({day + DAY})"
+            )
+            try:
+                with writing(self.engine) as conn:
+                    conn.execute(sa.text(ddl))
+            except sa.exc.IntegrityError:  # another gateway created it at the same moment
+                pass
+            self._days.add((table, day))
+
+    # -- several gateways on one store ---------------------------------------------------------
+
+    def claim_round(self, now: float, interval_s: float, gateway: str) -> bool:
+        """Whether `gateway` runs the scheduled eval round now. True (and the round recorded)
+        when no gateway has started one in the last `interval_s`. Claims are taken one at a
+        time (SQLite's write lock, a PostgreSQL advisory lock), so of several gateways asking
+        at once exactly one gets it."""
+        with writing(self.engine) as conn:
+            if self.postgres:
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": ROUND_LOCK})
+            last = conn.execute(sa.select(sa.func.max(ROUNDS.c.started))).scalar()
+            if last is not None and now - last < interval_s:
+                return False
+            conn.execute(ROUNDS.insert().values(started=now, gateway=gateway))
+            return True
+
+    def finish_round(self, started: float, now: float) -> None:
+        with writing(self.engine) as conn:
+            conn.execute(ROUNDS.update().where(ROUNDS.c.started == started).values(finished=now))
+
+    def _insert_new(self, table: sa.Table) -> Any:
+        """An INSERT that leaves rows already present alone (ON CONFLICT DO NOTHING)."""
+        return (postgresql if self.postgres else sqlite).insert(table).on_conflict_do_nothing()
+
+    def shadow_reserve(
+        self,
+        model: str,
+        day: int,
+        max_requests: int | None,
+        max_usd: float | None,
+        hold_usd: float = 0.0,
+    ) -> bool:
+        """Count one more shadow request against `model`'s budget for UTC `day`, and hold
+        `hold_usd` (the most it can cost) of its USD, if the budget allows: under `max_requests`,
+        and the hold within `max_usd` (with nothing to hold: under it). One conditional UPDATE,
+        so gateways reserving at once never overshoot either limit. `shadow_spent` settles."""
+        t = SHADOW_USAGE
+        fresh = {"model": model, "day": day, "requests": 0, "usd": 0.0}
+        allowed = [t.c.model == model, t.c.day == day]
+        if max_requests is not None:
+            allowed.append(t.c.requests + 1 <= max_requests)
+        if max_usd is not None:
+            allowed.append(t.c.usd + hold_usd <= max_usd if hold_usd > 0 else t.c.usd < max_usd)
+        taking = {"requests": t.c.requests + 1, "usd": t.c.usd + hold_usd}
+        with writing(self.engine) as conn:
+            conn.execute(self._insert_new(t).values(**fresh))
+            taken = conn.execute(t.update().where(*allowed).values(**taking))
+            return taken.rowcount == 1
+
+    def shadow_spent(self, model: str, day: int, usd: float) -> None:
+        """Add `usd` to `model`'s usage for UTC `day`: what a finished shadow request cost,
+        less what its reservation held (so it may be negative)."""
+        t = SHADOW_USAGE
+        with writing(self.engine) as conn:
+            conn.execute(
+                t.update().where(t.c.model == model, t.c.day == day).values(usd=t.c.usd + usd)
+            )
+
+    def write_eval_results(self, results: Sequence[dict[str, Any]], time: float) -> None:
+        """Keep a run's scored items (`ItemResult.to_dict()`); items already kept are left."""
+        t = EVAL_RESULTS
+        rows = [
+            {
+                "run": r["run"],
+                "target": r["target"],
+                "item_digest": r["item_digest"],
+                "time": time,
+                "result": json.dumps(r),
+            }
+            for r in results
+        ]
+        if not rows:
+            return
+        with writing(self.engine) as conn:
+            conn.execute(self._insert_new(t), rows)
+
+    def eval_results(self, runs: Sequence[str]) -> list[dict[str, Any]]:
+        """The kept items of these runs, in the order they were kept."""
+        t = EVAL_RESULTS
+        query = sa.select(t.c.result).where(t.c.run.in_(list(runs))).order_by(t.c.time, t.c.run)
+        with self.engine.connect() as conn:
+            return [json.loads(r) for (r,) in conn.execute(query)]
+
+    def share_demotions(self, gateway: str, demoted: dict[str, list[str]], now: float) -> None:
+        """This gateway's demotions as they stand (upstream -> tripped checks): its rows are
+        replaced, each refreshed to `now`; an upstream it restored loses its row."""
+        t = DEMOTIONS
+        rows = [
+            {"upstream": u, "gateway": gateway, "checks": ",".join(c), "refreshed": now}
+            for u, c in sorted(demoted.items())
+        ]
+        with writing(self.engine) as conn:
+            conn.execute(t.delete().where(t.c.gateway == gateway))
+            if rows:
+                conn.execute(t.insert(), rows)
+
+    def demotions(self, since: float) -> dict[str, dict[str, list[str]]]:
+        """Upstream -> {gateway: tripped checks}, of the rows refreshed since `since` (a
+        gateway that stopped refreshing, or is gone, no longer demotes)."""
+        t = DEMOTIONS
+        query = sa.select(t.c.upstream, t.c.gateway, t.c.checks).where(t.c.refreshed >= since)
+        out: dict[str, dict[str, list[str]]] = {}
+        with self.engine.connect() as conn:
+            for upstream, gateway, checks in conn.execute(query):
+                out.setdefault(upstream, {})[gateway] = checks.split(",") if checks else []
+        return out
+
+    def record_decision(self, model: str, time: float, decision: dict[str, Any]) -> None:
+        with writing(self.engine) as conn:
+            conn.execute(
+                DECISIONS.insert().values(model=model, time=time, decision=json.dumps(decision))
+            )
+
+    def decisions(self, history: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(the latest decision per model, the newest `history` decisions oldest first)."""
+        t = DECISIONS
+        newest = (
+            sa.select(t.c.model, sa.func.max(t.c.time).label("time")).group_by(t.c.model).subquery()
+        )
+        latest_q = sa.select(t.c.model, t.c.decision).join(
+            newest, sa.and_(t.c.model == newest.c.model, t.c.time == newest.c.time)
+        )
+        recent_q = sa.select(t.c.decision).order_by(t.c.time.desc()).limit(history)
+        with self.engine.connect() as conn:
+            latest = {m: json.loads(d) for m, d in conn.execute(latest_q)}
+            recent = [json.loads(d) for (d,) in conn.execute(recent_q)]
+        return latest, recent[::-1]
+
+    # -- retention -------------------------------------------------------------------------
+
+    def drop_before(self, table: str, cutoff: float) -> int:
+        """Drop every whole day of `table` that ended by `cutoff`; returns the days dropped."""
+        if table not in ("requests", "contents"):
+            raise ValueError(table)
+        if self.postgres:
+            return self._drop_partitions(table, cutoff)
+        return self._delete_days(table, cutoff)
+
+    def apply_retention(
+        self, retention_days: int, content_retention_days: int, now: float | None = None
+    ) -> dict[str, int]:
+        now = _time.time() if now is None else now
+        return {
+            "requests": self.drop_before("requests", now - retention_days * DAY),
+            "contents": self.drop_before("contents", now - content_retention_days * DAY),
+        }
+
+    def _drop_partitions(self, table: str, cutoff: float) -> int:
+        query = sa.text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = :parent"
+        )
+        with writing(self.engine) as conn:
+            names = [r[0] for r in conn.execute(query, {"parent": table})]
+        dropped = 0
+        for name in sorted(names):
+            day = _partition_day(name)
+            if day is None or day + DAY > cutoff:
+                continue
+            with writing(self.engine) as conn:
+                conn.execute(sa.text(f'DROP TABLE IF EXISTS "{name}"'))
+            self._days.discard((table, day))
+            dropped += 1
+        return dropped
+
+    def _delete_days(self, table: str, cutoff: float) -> int:
+        t = REQUESTS if table == "requests" else CONTENTS
+        with writing(self.engine) as conn:
+            oldest = conn.execute(sa.select(sa.func.min(t.c.time))).scalar()
+        if oldest is None:
+            return 0
+        dropped = 0
+        day = day_start(oldest)
+        while day + DAY <= cutoff:
+            with writing(self.engine) as conn:
+                conn.execute(sa.delete(t).where(t.c.time < day + DAY))
+            dropped += 1
+            day += DAY
+        if dropped:
+            with writing(self.engine) as conn:
+                conn.execute(sa.text("PRAGMA incremental_vacuum"))
+        return dropped
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def count(self, table: str = "requests") -> int:
+        t = REQUESTS if table == "requests" else CONTENTS
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        """One request row as a dict (attempts decoded), for tests and inspection."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(REQUESTS).where(REQUESTS.c.request_id == request_id)
+            ).first()
+        if row is None:
+            return None
+        out = dict(row._mapping)
+        out["attempts"] = json.loads(out["attempts"])
+        return out
+
+    def usage(self, since: float, until: float | None = None) -> list[Usage]:
+        """Per (model, upstream) totals of requests that started in [since, until)."""
+        t = REQUESTS
+        one = sa.literal(1)
+        error = sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)
+
+        def count_if(cond: Any) -> Any:
+            return sa.func.sum(sa.case((cond, one), else_=0))
+
+        query = (
+            sa.select(
+                t.c.model,
+                t.c.upstream,
+                sa.func.count(),
+                sa.func.sum(t.c.prompt_tokens),
+                sa.func.sum(t.c.cached_tokens),
+                sa.func.sum(t.c.completion_tokens),
+                sa.func.sum(t.c.reasoning_tokens),
+                sa.func.sum(sa.func.coalesce(t.c.cost_usd, 0.0)),
+                sa.func.sum(sa.func.coalesce(t.c.charged_cost_usd, 0.0)),
+                sa.func.sum(
+                    sa.case(
+                        (t.c.charged_cost_usd.is_not(None), sa.func.coalesce(t.c.cost_usd, 0.0)),
+                        else_=0.0,
+                    )
+                ),
+                count_if(t.c.truncated == sa.true()),
+                count_if(error),
+                count_if(t.c.usage_estimated == sa.true()),
+                count_if(capped_clause(t)),
+            )
+            .where(*self._window(since, until))
+            .group_by(t.c.model, t.c.upstream)
+            .order_by(t.c.model, t.c.upstream)
+        )
+        with self.engine.connect() as conn:
+            return [_usage(r) for r in conn.execute(query)]
+
+    def intervals(
+        self, upstreams: Sequence[str], since: float, until: float | None = None
+    ) -> Iterator[tuple[float, float]]:
+        """(start, end) of every request to `upstreams` in the window, clipped to it."""
+        if not upstreams:
+            return
+        t = REQUESTS
+        query = sa.select(t.c.time, sa.func.coalesce(t.c.e2e_s, 0.0)).where(
+            t.c.upstream.in_(list(upstreams)), *self._window(since, until)
+        )
+        end_cap = _time.time() if until is None else until
+        with self.engine.connect() as conn:
+            for start, e2e in conn.execution_options(yield_per=5000).execute(query):
+                yield start, min(start + e2e, end_cap)
+
+    def node_hours(
+        self, config: Config, since: float, until: float | None = None
+    ) -> dict[str, float]:
+        """Busy hours of each configured node: the union of its upstreams' request intervals."""
+        out = {}
+        for node in config.nodes:
+            ups = [u.name for u in config.upstreams if u.node == node]
+            out[node] = busy_hours(self.intervals(ups, since, until))
+        return out
+
+    @staticmethod
+    def _window(since: float, until: float | None) -> list[Any]:
+        cond = [REQUESTS.c.time >= since]
+        if until is not None:
+            cond.append(REQUESTS.c.time < until)
+        return cond
+
+
+def _usage(r: Sequence[Any]) -> Usage:
+    ints = [int(x or 0) for x in r[2:7]]
+    floats = [float(x or 0) for x in r[7:10]]
+    flags = [int(x or 0) for x in r[10:14]]
+    return Usage(r[0], r[1], *ints, *floats, *flags)

@@ -1,1 +1,0 @@
-"""Alembic migrations for the record store; run programmatically by `gateway.store.migrate`."""

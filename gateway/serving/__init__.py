@@ -1,0 +1,1 @@
+"""The request path: profile, routing, dispatch, the upstream wire, relay and taps."""

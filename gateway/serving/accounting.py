@@ -1,0 +1,207 @@
+"""Accounting: what an upstream's answer says about itself, read into the record.
+
+Usage (or, where the upstream sent none, an estimate from the request), the finish reason, an
+error the upstream reported inside a 200, and the public model name an answer is to carry.
+`tap_body` and `tap_embeddings` account for a whole answer; `gateway/serving/tap.py` does the same
+for
+a stream, event by event.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from gateway.ledger.record import Record
+from gateway.serving.reasoning import split_text
+from gateway.trust.capture import Capture
+
+
+class MalformedStream(Exception):
+    """The upstream sent an event that is not valid JSON. `partial` holds the output of the
+    events before it in the same block, which the client must still get."""
+
+    partial = b""
+
+
+class UpstreamStreamError(MalformedStream):
+    """The upstream reported an error inside the stream (OpenRouter: an `error` object on a
+    chunk, its choice's `finish_reason` "error"): the answer ended in failure, not success.
+    `status`: the error's HTTP-like code when it gave one in 400-599, else 502."""
+
+    def __init__(self, message: str, status: int = 502):
+        super().__init__(message)
+        self.status = status
+
+
+def stream_error(obj: dict[str, Any]) -> UpstreamStreamError | None:
+    error = obj.get("error")
+    failed = any(
+        isinstance(c, dict) and c.get("finish_reason") == "error" for c in obj.get("choices") or ()
+    )
+    if not error and not failed:
+        return None
+    message, status = "upstream reported an error mid-stream", 502
+    if isinstance(error, dict):
+        code = error.get("code")
+        if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+            status = code
+        if isinstance(error.get("message"), str) and error["message"]:
+            message += f": {error['message']}"
+    elif isinstance(error, str) and error:
+        message += f": {error}"
+    return UpstreamStreamError(message, status)
+
+
+def swap_model(raw: bytes, old: str, new: bytes) -> bytes | None:
+    """`raw` with its one `"model":"old"` made `"model":"new"` (`new` JSON-encoded), the rest
+    byte for byte; None when it is not there exactly once as orjson writes it."""
+    needle = b'"model":' + orjson.dumps(old)
+    if raw.count(needle) != 1:
+        return None
+    return raw.replace(needle, b'"model":' + new, 1)
+
+
+def prompt_estimate(body: dict[str, Any]) -> int:
+    """Prompt tokens guessed from the request when the upstream reported none (a broken stream,
+    llama.cpp's streams): about four characters a token over the messages' (or prompt's) text,
+    and four tokens of framing a message. An estimate: the record says so (`usage_estimated`)."""
+    chars, messages = 0, body.get("messages")
+    if isinstance(messages, list):
+        for message in messages:
+            if not isinstance(message, dict):
+                continue
+            chars += 16  # role and framing
+            content = message.get("content")
+            if isinstance(content, str):
+                chars += len(content)
+            elif isinstance(content, list):
+                for part in content:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        chars += len(part["text"])
+            for call in message.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    chars += len(orjson.dumps(call.get("function")))
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        chars += len(prompt)
+    elif isinstance(prompt, list):
+        if prompt and all(isinstance(t, int) for t in prompt):
+            return len(prompt)  # token ids: counted exactly
+        chars += sum(len(p) for p in prompt if isinstance(p, str))
+    if body.get("tools"):
+        chars += len(orjson.dumps(body["tools"]))
+    return max(1, -(-chars // 4)) if chars else 0
+
+
+def apply_usage(record: Record, usage: dict[str, Any]) -> None:
+    record.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    record.completion_tokens = int(usage.get("completion_tokens") or 0)
+    details = usage.get("prompt_tokens_details") or {}
+    record.cached_tokens = int(details.get("cached_tokens") or 0)
+    cdetails = usage.get("completion_tokens_details") or {}
+    reasoning = cdetails.get("reasoning_tokens")
+    if reasoning is not None:
+        record.reasoning_tokens = int(reasoning)
+    cost = usage.get("cost")
+    if isinstance(cost, int | float):
+        record.charged_cost_usd = float(cost)
+    record.usage_estimated = False
+
+
+def note_finish(record: Record, reason: str | None) -> None:
+    if not reason:
+        return
+    # With n > 1 any truncated choice marks the request.
+    if record.finish_reason is None or reason == "length":
+        record.finish_reason = reason
+    if reason == "length":
+        record.truncated = True
+
+
+def tap_body(
+    record: Record,
+    raw: bytes,
+    *,
+    split_think: bool,
+    opened_in_prompt: bool = False,
+    chat: bool = True,
+    capture: Capture | None = None,
+    parsed: Any = None,
+    model: str | None = None,
+) -> bytes:
+    """Account for a non-streamed response and return the bytes to send to the client.
+    `parsed`: `raw` already read as JSON (dispatch validated it). `model`: the public name the
+    answer is to carry instead of the upstream's id."""
+    try:
+        obj = orjson.loads(raw) if parsed is None else parsed
+    except orjson.JSONDecodeError:
+        raise MalformedStream("upstream sent a body that is not JSON") from None
+    if not isinstance(obj, dict) or "choices" not in obj:
+        raise MalformedStream("upstream sent a body without choices")
+    changed = False
+    if isinstance(obj.get("provider"), str):
+        record.provider = obj["provider"]
+    if obj.get("usage"):
+        apply_usage(record, obj["usage"])
+    else:
+        record.usage_estimated = True
+    reasoning_chars = answer_chars = 0
+    for choice in obj.get("choices") or ():
+        note_finish(record, choice.get("finish_reason"))
+        if not chat:
+            continue
+        message = choice.get("message") or {}
+        content = message.get("content")
+        if isinstance(content, str) and (
+            split_think or "<think>" in content or "</think>" in content
+        ):
+            reasoning, answer, leaked = split_text(content, opened_in_prompt)
+            if leaked or reasoning:
+                record.reasoning_leak = True
+                message["content"] = answer
+                if reasoning:
+                    message["reasoning_content"] = message["reasoning"] = reasoning
+                changed = True
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if reasoning and not (message.get("reasoning_content") and message.get("reasoning")):
+            message["reasoning_content"] = message["reasoning"] = reasoning
+            changed = True
+        if capture is not None:
+            capture.message(choice.get("index", 0), message)
+        if message.get("tool_calls"):
+            record.tool_calls = max(record.tool_calls, len(message["tool_calls"]))
+        reasoning_chars += len(reasoning or "")
+        answer_chars += len(message.get("content") or "")
+    if record.reasoning_tokens == 0 and reasoning_chars and record.completion_tokens:
+        # No reasoning count from the upstream: apportion completion tokens by characters.
+        share = reasoning_chars / (reasoning_chars + answer_chars)
+        record.reasoning_tokens = round(record.completion_tokens * share)
+        record.usage_estimated = True
+    record.e2e_s = time.perf_counter() - record.t0
+    record.check_invariants()
+    upstream_model = obj.get("model")
+    if model is not None and isinstance(upstream_model, str) and upstream_model != model:
+        swapped = None if changed else swap_model(raw, upstream_model, orjson.dumps(model))
+        if swapped is not None:
+            return swapped
+        obj["model"] = model
+        changed = True
+    return orjson.dumps(obj) if changed else raw
+
+
+def tap_embeddings(record: Record, raw: bytes) -> bytes:
+    """Embeddings carry only prompt tokens; the body passes through unchanged."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise MalformedStream("upstream sent a body that is not JSON") from None
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    if usage:
+        record.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    else:
+        record.usage_estimated = True
+    record.e2e_s = time.perf_counter() - record.t0
+    return raw

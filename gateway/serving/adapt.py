@@ -1,0 +1,322 @@
+"""Adapting a request to the upstream chosen for it, at dispatch, one attempt at a time.
+
+A front door produces one chat-completions (or completions) body; each upstream kind takes a
+different set of fields and serves a different window. `adapt` is a pure function of the body
+and one upstream:
+
+1. **Capability.** Each kind has a table of the extension fields it takes (`TAKES`; an
+   upstream's `accepts` adds to it). A field it does not take is either
+   - *stripped and marked* when removing it changes how the answer is sampled or templated but
+     not what was asked (top_k, min_p, repetition_penalty, chat_template_kwargs…): named in
+     `x-plumbline-dropped`, on the record (`dropped`) and in `gateway_dropped_fields_total`, and
+     logged once per upstream and field; or
+   - *refused* (`Unfit`, a 400 naming field and upstream) when removing it would silently change
+     the answer's meaning (guided decoding, a stop-token list, `n` > 1 on llama.cpp, which serves
+     one choice). Dispatch then routes past to the next candidate; only when every candidate is
+     unfit does the client get the 400.
+2. **Parity.** A local engine of a profiled route gets every sampling parameter explicitly
+   (`profile.NEUTRAL` for what neither the client nor the profile set), so the params hash,
+   made here over what is sent, describes what was sampled.
+3. **Window.** When the upstream's window is known (`Config.upstream_window`), a prompt that is
+   certainly over it is refused (400 `context_length_exceeded`, the sizes named), and a
+   `max_tokens` / `max_completion_tokens` that cannot fit beside the prompt is clamped to what
+   does and marked (`x-plumbline-clamped: max_tokens=32000->7000`, the record's `clamped`,
+   `gateway_clamped_total`). The prompt is counted without a tokenizer, from its UTF-8 bytes
+   (`prompt_bounds`).
+
+Dialect (field names, llama.cpp's response_format) is `upstream.body_for`'s, after this.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.config import Config, Upstream
+from gateway.errors import BadRequest
+from gateway.ledger.record import Record
+from gateway.serving.profile import NEUTRAL, params_hash
+
+if TYPE_CHECKING:
+    from gateway.serving.dispatch import Call
+
+log = logging.getLogger(__name__)
+
+CLAMPED_HEADER = "x-plumbline-clamped"
+
+# Extension fields whose removal changes sampling or templating, not what was asked.
+STRIPPABLE = (
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "top_a",
+    "typical_p",
+    "mirostat_mode",
+    "mirostat_tau",
+    "mirostat_eta",
+    "min_tokens",
+    "chat_template_kwargs",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "add_special_tokens",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "length_penalty",
+    "prompt_logprobs",
+    "return_tokens_as_token_ids",
+    "guided_decoding_backend",
+    "guided_whitespace_pattern",
+    "mm_processor_kwargs",
+    "priority",
+    "cache_salt",
+)
+# Extension fields whose removal would change what the answer is: refused where not taken.
+MEANINGFUL = (
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "structured_outputs",
+    "grammar",
+    "stop_token_ids",
+    "bad_words",
+    "allowed_token_ids",
+    "ignore_eos",
+    "use_beam_search",
+    "truncate_prompt_tokens",
+)
+
+_VLLM = frozenset(STRIPPABLE + MEANINGFUL) - {
+    "top_a",
+    "typical_p",
+    "mirostat_mode",
+    "mirostat_tau",
+    "mirostat_eta",
+    "grammar",
+}
+# llama-cpp-python's server (llama_cpp/server/types.py): what its request models name and its
+# handler passes on (it drops n, min_tokens, logit_bias_type and user; unknown fields are
+# ignored). repetition_penalty is said as repeat_penalty there.
+_LLAMACPP = frozenset(
+    {"top_k", "min_p", "repetition_penalty", "mirostat_mode", "mirostat_tau", "mirostat_eta"}
+    | {"grammar"}
+)
+# OpenRouter's request schema (openrouter.ai/docs/api-reference/parameters).
+_OPENROUTER = frozenset({"top_k", "min_p", "repetition_penalty", "top_a"})
+
+# Which extension fields each kind of upstream takes ("openai": any other OpenAI-compatible API,
+# OpenAI's own included, which takes none of them).
+TAKES: dict[str, frozenset[str]] = {
+    "vllm": _VLLM,
+    "llamacpp": _LLAMACPP,
+    "openrouter": _OPENROUTER,
+    "openai": frozenset(),
+}
+# Kinds that serve one choice per request whatever `n` says.
+ONE_CHOICE = frozenset({"llamacpp"})
+
+_WARNED: set[tuple[str, str]] = set()  # (upstream, field) already logged as stripped
+
+
+class Unfit(BadRequest):
+    """This upstream cannot serve the request as asked (dispatch tries the next candidate)."""
+
+    code = "unsupported_parameter"
+
+
+class ContextExceeded(Unfit):
+    code = "context_length_exceeded"
+
+
+def table_of(upstream: Upstream) -> str:
+    """The row of `TAKES` an upstream reads from: an `openai` upstream on openrouter.ai, or
+    with OpenRouter's `provider` routing, reads OpenRouter's (as `Config.thinking_cap` does)."""
+    if upstream.kind == "openai" and (upstream.openrouter or upstream.provider is not None):
+        return "openrouter"
+    return upstream.kind
+
+
+def takes(upstream: Upstream) -> frozenset[str]:
+    return TAKES[table_of(upstream)] | frozenset(upstream.accepts)
+
+
+@dataclass(frozen=True, slots=True)
+class Adapted:
+    """The body for one upstream and what was done to it, marked on the record when the attempt
+    succeeds (a failed attempt's marks would describe an upstream that did not answer)."""
+
+    body: dict[str, Any]
+    stripped: tuple[str, ...] = ()
+    clamped: str | None = None
+    params_hash: str = ""
+
+    def mark(self, record: Record) -> None:
+        # Imported here: gateway.edge.doors imports its router, which imports the API, which imports
+        # dispatch and so this module.
+        from gateway.edge.doors.policy import mark_dropped
+
+        mark_dropped(record, *self.stripped)
+        record.clamped = self.clamped
+        record.params_hash = self.params_hash
+
+
+def adapt(body: dict[str, Any], upstream: Upstream, window: int | None, complete: bool) -> Adapted:
+    """`body` as `upstream` can serve it (a copy; `body` is not changed). `complete`: the route
+    has a profile, so a local engine gets every sampling parameter written out. Raises `Unfit`."""
+    out = dict(body)
+    if "repeat_penalty" in out:  # llama.cpp's name, said by a client: one name from here on
+        said = out.pop("repeat_penalty")
+        out.setdefault("repetition_penalty", said)
+    if isinstance(out.get("top_k"), int) and out["top_k"] < 0:
+        out["top_k"] = 0  # -1 and 0 both mean "off"; llama.cpp refuses -1
+    stripped = _fit(out, upstream)
+    if complete and upstream.is_local:
+        for key, value in NEUTRAL.items():
+            if out.get(key) is None:
+                out[key] = value
+    clamped = _clamp(out, upstream, window) if window is not None else None
+    digest = params_hash(out, defaults=table_of(upstream))
+    return Adapted(out, tuple(stripped), clamped, digest)
+
+
+def _fit(out: dict[str, Any], upstream: Upstream) -> list[str]:
+    """Refuse what cannot be served here; strip (in place) and return what may go unsaid."""
+    taken = takes(upstream)
+    for name in (*MEANINGFUL, *STRIPPABLE):  # a field set to nothing asks for nothing
+        if name in out and name not in taken and _nothing(out[name]):
+            del out[name]
+    for name in MEANINGFUL:
+        if name in out and name not in taken:
+            raise Unfit(
+                f"{name!r} cannot be served by upstream {upstream.name!r} ({upstream.kind}): it "
+                "would be ignored there, and the answer would not be what was asked.",
+                param=name,
+            )
+    n = out.get("n")
+    if isinstance(n, int) and n > 1 and upstream.kind in ONE_CHOICE:
+        raise Unfit(
+            f"'n' = {n} cannot be served by upstream {upstream.name!r} ({upstream.kind}): it "
+            "answers one choice per request.",
+            param="n",
+        )
+    stripped = [name for name in STRIPPABLE if name in out and name not in taken]
+    for name in stripped:
+        del out[name]
+        if (upstream.name, name) not in _WARNED:
+            _WARNED.add((upstream.name, name))
+            log.warning(
+                "upstream %s (%s) does not take %r: stripped and marked (x-plumbline-dropped); "
+                "set [[upstreams]] accepts if it does",
+                upstream.name,
+                upstream.kind,
+                name,
+            )
+    return stripped
+
+
+def _nothing(value: Any) -> bool:
+    """None, false or empty (not a number: top_k 0 is a value)."""
+    return value is None or value is False or (isinstance(value, list | dict | str) and not value)
+
+
+def _clamp(out: dict[str, Any], upstream: Upstream, window: int) -> str | None:
+    """Refuse a prompt certainly over `window`; clamp (in place) a cap that cannot fit."""
+    low, high = prompt_bounds(out)
+    if low >= window:
+        raise ContextExceeded(
+            f"prompt is too long: {low} tokens > {window} maximum (at least {low} tokens by the "
+            f"gateway's count; {upstream.name!r} serves a context window of {window} tokens).",
+            param="messages" if "messages" in out else "prompt",
+        )
+    room = window - high if window - high >= 1 else window - low
+    marks = []
+    for name in ("max_tokens", "max_completion_tokens"):
+        asked = out.get(name)
+        if isinstance(asked, int) and asked > room:
+            out[name] = room
+            marks.append(f"{name}={asked}->{room}")
+    return ",".join(marks) or None
+
+
+# Tokens a chat template adds around each message (role markers, separators), at least.
+PER_MESSAGE = 4
+# UTF-8 bytes per token: no tokenizer we know packs text denser than LOW_DIVISOR bytes a token
+# (the refusal's count), and English prose and code rarely come below HIGH_DIVISOR (the clamp's
+# count, which leaves room for the answer). Non-Latin text on an English-centric tokenizer can
+# take more tokens than that; the upstream's own error then stands.
+LOW_DIVISOR = 6
+HIGH_DIVISOR = 3
+
+
+def prompt_bounds(body: dict[str, Any]) -> tuple[int, int]:
+    """(fewest, likeliest most) prompt tokens of a request, without a tokenizer: token ids are
+    counted exactly; text by its UTF-8 bytes; images are not counted."""
+    if "messages" in body:
+        messages = body["messages"] if isinstance(body["messages"], list) else []
+        size = sum(_text_bytes(m) for m in messages)
+        tools = body.get("tools")
+        if tools:
+            size += len(orjson.dumps(tools))
+        extra = PER_MESSAGE * len(messages)
+        return size // LOW_DIVISOR + extra, math.ceil(size / HIGH_DIVISOR) + extra
+    prompt = body.get("prompt")
+    prompts = prompt if isinstance(prompt, list) and not _ids(prompt) else [prompt]
+    low = high = 0
+    for one in prompts:  # each prompt of a batch is its own sequence
+        if isinstance(one, list) and _ids(one):
+            low, high = max(low, len(one)), max(high, len(one))
+        elif isinstance(one, str):
+            size = len(one.encode())
+            low, high = max(low, size // LOW_DIVISOR), max(high, math.ceil(size / HIGH_DIVISOR))
+    return low, high
+
+
+def _ids(value: list[Any]) -> bool:
+    return bool(value) and all(isinstance(t, int) for t in value)
+
+
+def _text_bytes(message: Any) -> int:
+    """UTF-8 bytes of a chat message's text: content (strings and text parts), tool calls."""
+    if not isinstance(message, dict):
+        return 0
+    size = 0
+    content = message.get("content")
+    if isinstance(content, str):
+        size += len(content.encode())
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                size += len(part["text"].encode())
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, dict):
+            size += len(orjson.dumps(call.get("function")))
+    return size
+
+
+def adapt_call(
+    config: Config, call: Call, upstream: Upstream, learned: int | None = None
+) -> Adapted | None:
+    """`adapt` for one attempt of `call` on `upstream`; None where the body goes as it is (a
+    Responses request relayed natively, embeddings). `learned`: the window the server says it
+    serves (`Engines.windows`). Raises `Unfit`."""
+    if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
+        return None
+    complete = config.profile_for(call.model) is not None
+    return adapt(call.body, upstream, config.upstream_window(upstream, learned), complete)
+
+
+def capability_markdown() -> str:
+    """`TAKES` as README Markdown: each extension field, and which kinds take it."""
+    kinds = list(TAKES)
+    rows = ["| field | " + " | ".join(kinds) + " | not taken |", "|---" * (len(kinds) + 2) + "|"]
+    for name in (*STRIPPABLE, *MEANINGFUL):
+        marks = " | ".join("yes" if name in TAKES[k] else "" for k in kinds)
+        action = "stripped, marked" if name in STRIPPABLE else "refused / routed past"
+        rows.append(f"| `{name}` | {marks} | {action} |")
+    return "\n".join(rows)

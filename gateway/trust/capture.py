@@ -1,0 +1,194 @@
+"""What a request answered, kept for the checks that read it: tool calls, and a sample of text.
+
+The taps hand every streamed delta or whole message of choice 0 to the request's `Capture` (if
+it has one). `TextSampler` decides per request whether its text is kept: a share of requests
+(`[watchdog].sample_rate`), every shadowed one, and always the tool calls of a request that
+offered tools. At the end, `Capture.finish` sets the record's `sampled`, `degenerate` and
+`tool_call_error` flags, which the watchdog (`gateway/trust/watchdog.py`) and the store read.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
+
+from jsonschema import SchemaError
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
+
+from evals.tripwire import reply_degeneration
+from gateway.config.trust import WatchdogConfig
+from gateway.ledger.record import Record
+
+# ---- tool calls ------------------------------------------------------------------------------
+
+
+class ToolCall(NamedTuple):
+    name: str | None
+    arguments: str
+
+
+def _tool_schemas(request_tools: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
+    schemas: dict[str, Any] = {}
+    for tool in request_tools or ():
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            schemas[fn["name"]] = fn.get("parameters")
+    return schemas
+
+
+def check_tool_calls(
+    request_tools: Sequence[dict[str, Any]] | None, calls: Sequence[ToolCall]
+) -> list[str]:
+    """Problems with the calls a model made, each "kind: detail" with kind one of
+    invalid_json | unknown_tool | schema. Empty when every call is valid."""
+    schemas = _tool_schemas(request_tools)
+    problems: list[str] = []
+    for call in calls:
+        if call.name not in schemas:
+            problems.append(f"unknown_tool: {call.name!r} was not offered")
+            continue
+        raw = call.arguments if call.arguments.strip() else "{}"
+        try:
+            args = json.loads(raw)
+        except json.JSONDecodeError as e:
+            problems.append(f"invalid_json: {call.name}: {e.msg} at {e.pos}")
+            continue
+        if not isinstance(args, dict):
+            problems.append(f"invalid_json: {call.name}: arguments are not a JSON object")
+            continue
+        schema = schemas[call.name]
+        if not isinstance(schema, dict):
+            continue
+        cls = validator_for(schema)
+        try:
+            cls.check_schema(schema)
+        except SchemaError:
+            continue  # the client's schema is broken: not the model's fault
+        error = best_match(cls(schema).iter_errors(args))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"
+            problems.append(f"schema: {call.name}: {where}: {error.message[:160]}")
+    return problems
+
+
+# ---- capturing answers -----------------------------------------------------------------------
+
+
+class Capture:
+    """What one request answered (choice 0): text when sampled, tool calls when tools were offered.
+
+    The taps call `delta(index, delta)` per streamed chat choice (after the reasoning split),
+    `message(index, message)` per non-streamed choice and `text(index, piece)` for completions;
+    the relay calls `finish()` once before the record is handed on."""
+
+    __slots__ = (
+        "record",
+        "tools",
+        "keep_text",
+        "max_chars",
+        "_text",
+        "_reasoning",
+        "_size",
+        "_calls",
+    )
+
+    def __init__(
+        self,
+        record: Record,
+        tools: list[dict[str, Any]] | None,
+        keep_text: bool,
+        max_chars: int = 8192,
+    ):
+        self.record = record
+        self.tools = tools
+        self.keep_text = keep_text
+        self.max_chars = max_chars
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._size = 0
+        self._calls: dict[int, list[Any]] = {}
+
+    def _keep(self, parts: list[str], piece: Any) -> None:
+        if self.keep_text and isinstance(piece, str) and piece and self._size < self.max_chars:
+            piece = piece[: self.max_chars - self._size]
+            parts.append(piece)
+            self._size += len(piece)
+
+    def text(self, index: int, piece: Any) -> None:
+        if index == 0:
+            self._keep(self._text, piece)
+
+    def delta(self, index: int, delta: dict[str, Any]) -> None:
+        if index != 0:
+            return
+        self._keep(self._text, delta.get("content"))
+        self._keep(self._reasoning, delta.get("reasoning_content") or delta.get("reasoning"))
+        for tc in delta.get("tool_calls") or ():
+            slot = self._calls.setdefault(tc.get("index", 0), [None, []])
+            fn = tc.get("function") or {}
+            if fn.get("name"):
+                slot[0] = fn["name"]
+            args = fn.get("arguments")
+            if isinstance(args, str) and sum(map(len, slot[1])) < 4 * self.max_chars:
+                slot[1].append(args)
+
+    def message(self, index: int, message: dict[str, Any]) -> None:
+        if index != 0:
+            return
+        self._keep(self._text, message.get("content"))
+        self._keep(self._reasoning, message.get("reasoning_content") or message.get("reasoning"))
+        for i, tc in enumerate(message.get("tool_calls") or ()):
+            fn = tc.get("function") or {}
+            args = fn.get("arguments")
+            self._calls[i] = [fn.get("name"), [args if isinstance(args, str) else json.dumps(args)]]
+
+    @property
+    def answer(self) -> str:
+        return "".join(self._text)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self._reasoning)
+
+    def tool_calls(self) -> list[ToolCall]:
+        return [ToolCall(name, "".join(parts)) for _, (name, parts) in sorted(self._calls.items())]
+
+    def finish(self) -> None:
+        """Set the record's `sampled`, `degenerate` and `tool_call_error` flags."""
+        record = self.record
+        if self.keep_text and (self._text or self._reasoning):
+            record.sampled = True
+            record.degenerate = reply_degeneration(self.answer, self.reasoning) is not None
+        calls = self.tool_calls()
+        if calls:
+            problems = check_tool_calls(self.tools, calls)
+            record.tool_call_error = problems[0].split(":", 1)[0] if problems else None
+
+
+class TextSampler:
+    """Decides per request whether to capture its answer. Cheap when not: one random draw."""
+
+    def __init__(
+        self, rate: float, max_chars: int = 8192, rand: Callable[[], float] = random.random
+    ):
+        self.rate = rate
+        self.max_chars = max_chars
+        self._rand = rand
+
+    @classmethod
+    def from_config(cls, cfg: WatchdogConfig) -> TextSampler:
+        return cls(cfg.sample_rate if cfg.enabled else 0.0, cfg.sample_chars)
+
+    def start(
+        self, record: Record, body: dict[str, Any], *, always: bool = False
+    ) -> Capture | None:
+        """A capture for this request, or None. `always`: a shadowed request (its answer is
+        compared with the shadow's). Requests offering tools always get one (tool checks)."""
+        tools = body.get("tools")
+        keep = always or (self.rate > 0 and self._rand() < self.rate)
+        if not keep and not tools:
+            return None
+        return Capture(record, tools if isinstance(tools, list) else None, keep, self.max_chars)

@@ -1,0 +1,308 @@
+"""Quality-gated routing: send a route's traffic to the cheapest upstream within the noise floor.
+
+`decide` is pure. Given each upstream's eval results on identical items, a control pair (one
+upstream run twice, the same configuration) that sets the noise floor, and each upstream's price
+in USD per million tokens, it picks the cheapest upstream whose score is not worse than the
+best's by more than the floor, judged by a paired test on the items both scored
+(`evals.stats.pair` + `against_floor`: McNemar must reject, and the gap and the discordant
+imbalance must both exceed the control's). It refuses what cannot be compared: arms sampled
+with different parameters (params hash — thinking on against off lands here too), item sets
+that differ, too few paired items, no control. A refused or unproven upstream never wins on
+price; with no usable evidence the best scorer keeps the traffic.
+
+The decision carries its evidence (scores, n, intervals, discordant counts, p-values, floor,
+prices, chosen, reason) and is kept so it is visible and survives restarts: by `GateBook` (a
+JSON file beside the config) for a gateway without a store, by `SharedGateBook` (rows) when
+there is one, so gateways sharing a store route alike. `gated_order` applies it to routing;
+`pinned_upstream` is the eval-lane pin the scheduler needs to evaluate each upstream of a route
+separately.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evals.result import ItemResult, engines
+from evals.stats import NoiseFloor, Paired, PairingError, against_floor, pair, summarise
+
+if TYPE_CHECKING:
+    from gateway.ledger.store import Store
+
+PIN_HEADER = "x-plumbline-upstream"
+
+
+@dataclass(frozen=True, slots=True)
+class ArmEvidence:
+    upstream: str
+    n: int
+    correct: int
+    accuracy: float
+    ci: tuple[float, float]
+    price_per_m: float | None
+    # Against the best scorer, on the items both scored (None for the best itself).
+    paired_n: int | None = None
+    only_best: int | None = None  # items only the best got right
+    only_this: int | None = None
+    p_value: float | None = None
+    eligible: bool = False
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    model: str
+    chosen: str | None
+    reason: str
+    best: str | None
+    floor: dict[str, Any]
+    arms: tuple[ArmEvidence, ...]
+    decided_at: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GateDecision:
+        arms = tuple(ArmEvidence(**{**a, "ci": tuple(a["ci"])}) for a in data["arms"])
+        return cls(**{**data, "arms": arms})
+
+
+def _floor_dict(floor: NoiseFloor | None) -> dict[str, Any]:
+    if floor is None:
+        return {}
+    return {
+        "gap": floor.gap,
+        "imbalance_rate": floor.imbalance_rate,
+        "discordance_rate": floor.discordance_rate,
+        "controls": [
+            {"n": c.n, "only_a": c.only_a, "only_b": c.only_b, "p_value": c.p_value}
+            for c in floor.controls
+        ],
+    }
+
+
+def _price_key(price: float | None) -> float:
+    return math.inf if price is None else price
+
+
+def decide(
+    model: str,
+    results: Mapping[str, Sequence[ItemResult]],
+    control: Sequence[Paired] | NoiseFloor | None,
+    prices: Mapping[str, float | None],
+    *,
+    alpha: float = 0.05,
+    min_items: int = 30,
+    now: float | None = None,
+) -> GateDecision:
+    """The cheapest upstream not worse than the best beyond the noise floor, with its evidence."""
+    now = time.time() if now is None else now
+    floor: NoiseFloor | None
+    try:
+        floor = (
+            control
+            if isinstance(control, NoiseFloor) or control is None
+            else NoiseFloor.from_controls(control)
+        )
+    except ValueError:
+        floor = None
+    summaries = {u: summarise(rs) for u, rs in results.items() if rs}
+    if not summaries:
+        return GateDecision(model, None, "no eval results", None, {}, (), now)
+    # Arms sampled otherwise than the control (greedy against the recipe, thinking off against
+    # on) are refused before anything else: they can be neither the best nor the cheapest.
+    reference = floor.controls[0].params_hash if floor is not None and floor.controls else None
+    every_item = set().union(*({r.item_digest for r in results[u]} for u in summaries))
+    refused: list[ArmEvidence] = []
+    for up in list(summaries):
+        hashes = {r.params_hash for r in results[up]}
+        why = None
+        if reference is not None and hashes != {reference}:
+            why = f"refused: params_hash {sorted(hashes)} != the control's {reference!r}"
+        elif {r.item_digest for r in results[up]} != every_item:
+            why = "refused: item sets differ (only identical items pair)"
+        if why is not None:
+            s = summaries.pop(up)
+            refused.append(
+                ArmEvidence(up, s.n, s.correct, s.accuracy, s.ci, prices.get(up), why=why)
+            )
+    if not summaries:
+        return GateDecision(
+            model, None, "every arm refused", None, _floor_dict(floor), tuple(refused), now
+        )
+    # Best = highest accuracy over all items (timeouts and errors stay in the denominator);
+    # ties go to the cheaper.
+    best = max(summaries, key=lambda u: (summaries[u].accuracy, -_price_key(prices.get(u))))
+    arms: list[ArmEvidence] = []
+    for up, s in summaries.items():
+        base: dict[str, Any] = dict(
+            upstream=up,
+            n=s.n,
+            correct=s.correct,
+            accuracy=s.accuracy,
+            ci=s.ci,
+            price_per_m=prices.get(up),
+        )
+        if up == best:
+            arms.append(ArmEvidence(**base, eligible=True, why="best score"))
+            continue
+        arms.append(
+            ArmEvidence(
+                **base,
+                **_against_best(results[best], results[up], best, up, floor, alpha, min_items),
+            )
+        )
+    arms += refused
+    ranked = sorted(
+        (a for a in arms if a.eligible), key=lambda a: (_price_key(a.price_per_m), -a.accuracy)
+    )
+    chosen = ranked[0]
+    if chosen.upstream == best:
+        reason = f"{best} is the best scorer and no cheaper upstream is proven within the floor"
+    else:
+        reason = (
+            f"{chosen.upstream} (${chosen.price_per_m}/M) is the cheapest within the noise "
+            f"floor of {best} (${prices.get(best)}/M): {chosen.why}"
+        )
+    return GateDecision(model, chosen.upstream, reason, best, _floor_dict(floor), tuple(arms), now)
+
+
+def _against_best(
+    best_rs: Sequence[ItemResult],
+    rs: Sequence[ItemResult],
+    best: str,
+    up: str,
+    floor: NoiseFloor | None,
+    alpha: float,
+    min_items: int,
+) -> dict[str, Any]:
+    try:
+        p = pair(best_rs, rs, best, up)
+    except PairingError as e:
+        return {"why": f"refused: {e}"}
+    evidence = {"paired_n": p.n, "only_best": p.only_a, "only_this": p.only_b, "p_value": p.p_value}
+    if floor is None:
+        return {**evidence, "why": "no noise floor: a control pair is needed"}
+    if p.n < min_items:
+        return {**evidence, "why": f"only {p.n} paired items (< {min_items})"}
+    verdict = against_floor(p, floor, alpha)
+    if p.gap < 0 and verdict.exceeds:
+        return {**evidence, "why": f"worse beyond the floor: {verdict.reason}"}
+    return {**evidence, "eligible": True, "why": f"within the floor: {verdict.reason}"}
+
+
+def gated_order(names: Sequence[str], decision: GateDecision | None) -> list[str]:
+    """Routing's candidates with the gate's choice first (unchanged without a decision)."""
+    chosen = None if decision is None else decision.chosen
+    if chosen is None or chosen not in names:
+        return list(names)
+    return [chosen, *(n for n in names if n != chosen)]
+
+
+def pinned_upstream(
+    headers: Mapping[str, str], lane: str, route_upstreams: Sequence[str]
+) -> str | None:
+    """The upstream an eval-lane request pins with `x-plumbline-upstream` (None otherwise).
+    Production traffic can never pin; a pin outside the route is ignored."""
+    name = headers.get(PIN_HEADER)
+    if lane != "eval" or not name or name not in route_upstreams:
+        return None
+    return name
+
+
+def control_pair(control: str, first: Sequence[ItemResult], second: Sequence[ItemResult]) -> Paired:
+    """The control upstream's two runs, paired: refused (`PairingError`) when a different
+    serving stack answered them (a restart onto another vLLM or chat template mid-run), since
+    that difference is not noise."""
+    a, b = engines(first), engines(second)
+    if a != b:
+        raise PairingError(f"served by different engines: {sorted(a)} / {sorted(b)}")
+    return pair(first, second, f"{control} run 1", f"{control} run 2")
+
+
+def gate_arms(model: str, upstreams: Sequence[str], control: str) -> list[tuple[str, str]]:
+    """(arm label, pinned upstream) the scheduler runs: each upstream once, the control twice."""
+    arms = [(f"{model}@{u}", u) for u in upstreams]
+    return [*arms, (f"{model}@{control}#control", control)]
+
+
+class _Book:
+    """What routing and `GET /admin/gate` read: the latest decision per model, and a bounded
+    history. Where they are kept is the subclass's: `_read` and `record`."""
+
+    history: int
+
+    def _read(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def record(self, decision: GateDecision) -> None:
+        raise NotImplementedError
+
+    def latest(self, model: str) -> GateDecision | None:
+        entry = self._read()["latest"].get(model)
+        return None if entry is None else GateDecision.from_dict(entry)
+
+    def view(self) -> dict[str, Any]:
+        """For `GET /admin/gate`: the latest decision of every gated model."""
+        latest: dict[str, Any] = self._read()["latest"]
+        return latest
+
+
+class GateBook(_Book):
+    """The book in one JSON file (a gateway without a store)."""
+
+    def __init__(self, path: Path, history: int = 50):
+        self.path = path
+        self.history = history
+        self._cache: tuple[float, dict[str, Any]] | None = None
+
+    def _read(self) -> dict[str, Any]:
+        """The file's content, re-read only when its mtime changed (routing calls this per
+        request; another worker may have recorded a decision)."""
+        try:
+            mtime = self.path.stat().st_mtime
+        except FileNotFoundError:
+            return {"latest": {}, "history": []}
+        if self._cache is None or self._cache[0] != mtime:
+            self._cache = (mtime, json.loads(self.path.read_text(encoding="utf-8")))
+        return self._cache[1]
+
+    def record(self, decision: GateDecision) -> None:
+        data = json.loads(json.dumps(self._read()))  # a copy: the cache stays as it was read
+        data["latest"][decision.model] = decision.to_dict()
+        data["history"] = [*data["history"], decision.to_dict()][-self.history :]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        os.replace(tmp, self.path)  # readers never see half a file
+
+
+class SharedGateBook(_Book):
+    """The gate book of gateways sharing a store: decisions are rows (`gate_decisions`), so every
+    gateway routes by the same latest one. Routing reads the copy in memory, which `refresh`
+    reloads (at start, then with the app's housekeeping each minute) and `record` updates."""
+
+    def __init__(self, store: Store, history: int = 50):
+        self.store = store
+        self.history = history
+        self._data: dict[str, Any] = {"latest": {}, "history": []}
+
+    def _read(self) -> dict[str, Any]:
+        return self._data
+
+    def refresh(self) -> None:
+        latest, history = self.store.decisions(self.history)
+        self._data = {"latest": latest, "history": history}
+
+    def record(self, decision: GateDecision) -> None:
+        entry = json.loads(json.dumps(decision.to_dict()))  # as the other gateways read it
+        self.store.record_decision(decision.model, decision.decided_at, entry)
+        history = [*self._data["history"], entry][-self.history :]
+        self._data = {"latest": {**self._data["latest"], decision.model: entry}, "history": history}

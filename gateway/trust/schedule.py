@@ -1,0 +1,208 @@
+"""Scheduled evaluation: every N hours the gateway runs a suite against its own targets.
+
+The runner is the same client `plumbline eval run` uses, pointed at this gateway's own address,
+so it measures what users get. Routes with the policy `cheapest_within_floor` are re-decided after
+each round: every upstream of the route is evaluated on identical items (pinned with the
+eval-lane-only `x-plumbline-upstream` header), the control upstream twice for the noise floor,
+and `gateway.trust.gate.decide` picks the cheapest upstream not worse than the best beyond that
+floor.
+Its requests carry the eval lane header (routing keeps them off the prefix index) and its own
+concurrency cap, so production traffic never queues behind it. Runs are written to
+`[evals].runs_dir`, like manual runs; gate decisions go to the gate book (shown in /health).
+
+Several gateways on one store (several workers, or several nodes on PostgreSQL) run one round
+per interval between them, not one each: a round is claimed in the store first, and the decision
+it reaches is a row every gateway routes by (`gateway.trust.gate.SharedGateBook`). Each run's
+results
+are kept in the store as well (`eval_results`), for `plumbline eval report --from-store`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evals.result import ItemResult
+from evals.runner import Runner, RunSpec, load_run
+from evals.stats import PairingError
+from gateway.config.trust import GateConfig
+from gateway.ledger.report import window_economics
+from gateway.trust.gate import PIN_HEADER, GateDecision, control_pair, decide, gate_arms
+
+if TYPE_CHECKING:
+    from gateway.edge.app import Gateway
+
+log = logging.getLogger("plumbline.schedule")
+
+# How often a gateway with a store looks for a due round (it runs one only if no other did).
+LOOK_S = 60.0
+GATEWAY_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class EvalScheduler:
+    def __init__(self, gw: Gateway, base_url: str):
+        self.gw = gw
+        self.base_url = base_url
+        self.last_run: Path | None = None
+        self.first_round = 0.0  # no round before this time (`_forever` sets it an interval on)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        schedule = self.gw.config.evals
+        return schedule.every_hours > 0 and (bool(schedule.targets) or bool(self.gated_models()))
+
+    def gated_models(self) -> list[str]:
+        return [m for m, r in self.gw.config.models.items() if r.policy == "cheapest_within_floor"]
+
+    def start(self) -> None:
+        if self.enabled:
+            self._task = asyncio.create_task(self._forever())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def _spec(self, targets: list[str], **kw: Any) -> RunSpec:
+        schedule = self.gw.config.evals
+        runs_dir = Path(schedule.runs_dir)
+        if not runs_dir.is_absolute():
+            runs_dir = self.gw.config.root / runs_dir
+        return RunSpec(
+            base_url=self.base_url,
+            targets=targets,
+            suite=schedule.suite,
+            seed=schedule.seed,
+            concurrency=schedule.concurrency,
+            timeout_s=schedule.timeout_s,
+            runs_dir=runs_dir,
+            reasoning_gym=schedule.reasoning_gym,
+            **kw,
+        )
+
+    async def run_once(self) -> Path | None:
+        """One scheduled round: the configured targets, then every quality-gated route."""
+        targets = list(self.gw.config.evals.targets)
+        if targets:
+            self.last_run = await Runner(self._spec(targets)).run()
+            log.info("scheduled eval finished: %s", self.last_run)
+            await self._keep(load_run(self.last_run)[1])
+        for model in self.gated_models():
+            await self.run_gate(model)
+        return self.last_run
+
+    async def run_gate(self, model: str) -> GateDecision:
+        """Evaluate each upstream of a gated route (the control twice) and re-decide the route."""
+        route = self.gw.config.models[model]
+        gate_cfg = route.gate or GateConfig()
+        control = gate_cfg.control or route.upstreams[0]
+        arms = gate_arms(model, route.upstreams, control)
+        spec = self._spec(
+            [label for label, _ in arms],
+            target_models={label: model for label, _ in arms},
+            target_headers={label: {PIN_HEADER: pin} for label, pin in arms},
+        )
+        path = await Runner(spec).run()
+        _, results = load_run(path)
+        await self._keep(results)
+        by_label: dict[str, list[ItemResult]] = {}
+        for r in results:
+            by_label.setdefault(r.target, []).append(r)
+        upstream_of = dict(arms)
+        primary = {
+            upstream_of[label]: rs
+            for label, rs in by_label.items()
+            if not label.endswith("#control")
+        }
+        control_label = f"{model}@{control}#control"
+        controls = []
+        try:
+            controls.append(
+                control_pair(control, primary.get(control, []), by_label.get(control_label, []))
+            )
+        except PairingError as e:
+            log.warning("gate %s: no usable control pair (%s)", model, e)
+        decision = decide(
+            model,
+            primary,
+            controls or None,
+            self.prices(model),
+            alpha=gate_cfg.alpha,
+            min_items=gate_cfg.min_items,
+        )
+        self.gw.gate_book.record(decision)
+        log.info("gate %s: %s", model, decision.reason)
+        return decision
+
+    def prices(self, model: str) -> dict[str, float | None]:
+        """USD per million tokens per upstream: the gate's own figures, else the price table
+        (input and output averaged), else the node's measured cost for this model."""
+        cfg = self.gw.config
+        route = cfg.models[model]
+        overrides = route.gate.prices if route.gate else {}
+        economics: dict[str, Any] = {}
+        if self.gw.store is not None:
+            economics = window_economics(cfg, self.gw.store, 86400.0)[2]
+        out: dict[str, float | None] = {}
+        for name in route.upstreams:
+            upstream = cfg.upstream(name)
+            price = cfg.prices.get(name)
+            if name in overrides:
+                out[name] = overrides[name]
+            elif price is not None:
+                out[name] = (price.input + price.output) / 2
+            elif upstream.node and model in economics:
+                out[name] = economics[model].node_usd_per_m_on(upstream.node)
+            else:
+                out[name] = None
+        return out
+
+    async def _keep(self, results: list[ItemResult]) -> None:
+        """A run's results into the store too (when there is one): the runs folder is this
+        gateway's disk, which on a cluster does not outlive the pod."""
+        store = self.gw.store
+        if store is None or not results:
+            return
+        rows = [r.to_dict() for r in results]
+        try:
+            await asyncio.to_thread(store.write_eval_results, rows, time.time())
+        except Exception:
+            log.exception("eval run %s could not be kept in the store", results[0].run)
+
+    async def _forever(self) -> None:
+        """A round every `every_hours`, the first one interval after start. With a store, one
+        round per interval across every gateway on it: each looks every minute (or each
+        interval, if shorter) and the first to claim a due round (`Store.claim_round`) runs it."""
+        interval = self.gw.config.evals.every_hours * 3600
+        look = interval if self.gw.store is None else min(interval, LOOK_S)
+        self.first_round = time.time() + interval
+        while True:
+            await asyncio.sleep(look)
+            try:
+                await self.tick(time.time())
+            except Exception:
+                log.exception("scheduled eval failed")
+
+    async def tick(self, now: float) -> bool:
+        """One look at the clock: run the round if it is due (`first_round` has come, and with
+        a store no gateway started one in the last interval) and this gateway claims it. True
+        when it ran."""
+        if now < self.first_round:
+            return False
+        store = self.gw.store
+        if store is not None:
+            interval = self.gw.config.evals.every_hours * 3600
+            if not await asyncio.to_thread(store.claim_round, now, interval, GATEWAY_ID):
+                return False
+        await self.run_once()
+        if store is not None:
+            await asyncio.to_thread(store.finish_round, now, time.time())
+        return True

@@ -1,0 +1,347 @@
+"""Watchdogs: live checks per upstream that notice when what it serves has gone wrong.
+
+Each finished record is one observation per check that applies to it:
+
+    check               relevant responses                      flagged when
+    truncation          completed (status 200)                  cut by the upstream: length
+                                                                before the request's own cap,
+                                                                or without one (truncation.py)
+    reasoning_leak      completed, upstream has a parser        <think> text arrived in content
+    degenerate          answer text sampled (`capture.py`)      evals.tripwire.degeneration fires
+    tool_call           responses with tool calls               invalid JSON, unknown tool, schema
+    provider_mismatch   pinned provider route, provider known   another provider answered
+    cost_drift          provider reported usage.cost            charged vs computed beyond threshold
+
+`Watchdog` keeps the last `window` observations per (upstream, check) — bounded memory — and
+trips a check when its flagged share reaches the threshold's `rate` over at least `min_samples`;
+it recovers below `rate * recover_factor`. A trip sets `gateway_watchdog_tripped{upstream,check}`
+to 1, counts `gateway_watchdog_trips_total`, and (with `[watchdog].demote`) demotes the upstream:
+routing puts it behind every healthy, non-demoted one until all its checks recover. Gateways on
+one store share their demotions (`demotions`, `Gateway.share_demotions`): each routes around
+what any of them demoted.
+
+Two checks come from the config, not from traffic, and are tripped from the start (never
+demoting): `sampling_parity` (a provider upstream with `provider` routing but without
+`require_parameters = true`, so the provider may silently drop top_k and friends) and
+`thinking_mismatch` (two routes being compared — a shadow and its primary, eval targets, a gated
+route's upstreams — whose profiles differ in enable_thinking or reasoning_effort).
+
+`gateway.ledger.health_report.report_health` reads the same flags back from the store (`plumbline
+report
+health`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from gateway.config import Config, Profile, Upstream
+from gateway.config.trust import WatchdogConfig
+from gateway.ledger.cost import drifted
+from gateway.ledger.record import Record
+from gateway.ledger.truncation import cause
+
+log = logging.getLogger("plumbline.watchdog")
+Format = Literal["table", "csv", "json"]
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+# ---- per-record flags from the config --------------------------------------------------------
+
+
+def provider_slug(name: str) -> str:
+    return _SLUG.sub("", name.lower())
+
+
+def pinned_providers(upstream: Upstream) -> frozenset[str]:
+    """Providers allowed to answer: `only`, or the first of `order` without fallbacks; empty when
+    the route does not pin one."""
+    p = upstream.provider
+    if p is None:
+        return frozenset()
+    if p.only:
+        return frozenset(provider_slug(x) for x in p.only)
+    if p.order and p.allow_fallbacks is False:
+        return frozenset({provider_slug(p.order[0])})
+    return frozenset()
+
+
+def annotate(record: Record, config: Config) -> None:
+    """Set `provider_mismatch` and `cost_drift` (call after pricing, before the sinks)."""
+    if record.upstream is None:
+        return
+    try:
+        upstream = config.upstream(record.upstream)
+    except KeyError:
+        return
+    pins = pinned_providers(upstream)
+    if pins and record.provider:
+        record.provider_mismatch = provider_slug(record.provider) not in pins
+    record.cost_drift = drifted(record, config.prices.get(record.upstream))
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A problem found in the config itself."""
+
+    check: str  # sampling_parity | thinking_mismatch
+    upstream: str
+    detail: str
+
+
+def thinking_of(profile: Profile | None) -> tuple[bool | None, str | None]:
+    if profile is None:
+        return None, None
+    return profile.thinking, profile.reasoning_effort
+
+
+def compared_pairs(config: Config) -> list[tuple[str, Profile | None, str, Profile | None, str]]:
+    """(label A, profile A, label B, profile B, upstream to flag) for every comparison the config
+    sets up: eval targets pairwise, a route against each upstream's own profile (shadows and
+    gated routes compare upstreams of one route)."""
+    out: list[tuple[str, Profile | None, str, Profile | None, str]] = []
+    targets = list(config.evals.targets)
+    for i, a in enumerate(targets):
+        for b in targets[i + 1 :]:
+            for up in config.models[b].upstreams:
+                out.append((a, config.profile_for(a), b, config.profile_for(b), up))
+    for model, route in config.models.items():
+        route_profile = config.profile_for(model)
+        shadow = getattr(route, "shadow", None)
+        names = [*route.upstreams, *([shadow.upstream] if shadow is not None else [])]
+        for name in names:
+            own = config.upstream(name).profile
+            if own and route_profile is not None:
+                out.append((model, route_profile, name, config.profiles[own], name))
+    return out
+
+
+def config_findings(config: Config) -> list[Finding]:
+    """Sampling-parity and thinking-mode problems visible in the config alone."""
+    found: list[Finding] = []
+    for u in config.upstreams:
+        if u.kind == "openai" and u.provider is not None and not u.provider.require_parameters:
+            found.append(
+                Finding(
+                    "sampling_parity",
+                    u.name,
+                    "provider routing without require_parameters=true: a provider may ignore "
+                    "sampling parameters (top_k, min_p, repetition_penalty) silently",
+                )
+            )
+    for a, pa, b, pb, up in compared_pairs(config):
+        if thinking_of(pa) != thinking_of(pb):
+            found.append(
+                Finding(
+                    "thinking_mismatch",
+                    up,
+                    f"{a} thinks {thinking_of(pa)} but {b} thinks {thinking_of(pb)} "
+                    "(enable_thinking, reasoning_effort)",
+                )
+            )
+    return found
+
+
+# ---- the live sink ---------------------------------------------------------------------------
+
+
+def observations(record: Record, config: Config) -> dict[str, bool]:
+    """Check -> flagged, for the checks that apply to this record."""
+    try:
+        upstream = config.upstream(record.upstream or "")
+    except KeyError:
+        return {}
+    out: dict[str, bool] = {}
+    completed = record.status == 200 and record.error_class is None
+    if completed and record.door != "embeddings":
+        # A client's own cap reached is the answer it asked for, not the upstream failing.
+        out["truncation"] = cause(record) == "upstream"
+        if upstream.reasoning == "parser":  # "gateway" upstreams are split on purpose
+            out["reasoning_leak"] = record.reasoning_leak
+    if record.sampled:
+        out["degenerate"] = record.degenerate
+    if record.tool_calls or record.tool_call_error:
+        out["tool_call"] = record.tool_call_error is not None
+    if record.provider and pinned_providers(upstream):
+        out["provider_mismatch"] = record.provider_mismatch
+    if record.charged_cost_usd is not None and record.upstream in config.prices:
+        out["cost_drift"] = record.cost_drift
+    return out
+
+
+class Window:
+    """The last `size` flags and how many of them are set."""
+
+    __slots__ = ("flags", "hits")
+
+    def __init__(self, size: int):
+        self.flags: deque[bool] = deque(maxlen=size)
+        self.hits = 0
+
+    def add(self, flag: bool) -> None:
+        if len(self.flags) == self.flags.maxlen:
+            self.hits -= self.flags[0]
+        self.flags.append(flag)
+        self.hits += flag
+
+    @property
+    def n(self) -> int:
+        return len(self.flags)
+
+    @property
+    def rate(self) -> float:
+        return self.hits / len(self.flags) if self.flags else 0.0
+
+
+@dataclass(slots=True)
+class CheckState:
+    window: Window
+    tripped: bool = False
+    trips: int = 0
+    last_max_tokens: list[int | None] = field(default_factory=list)
+    rate: Any = None  # the (upstream, check) child of the rate gauge
+
+
+class Watchdog:
+    """A `RecordSink`: windows per (upstream, check), trips, metrics, demotion."""
+
+    def __init__(
+        self,
+        config: Config,
+        cfg: WatchdogConfig | None = None,
+        registry: CollectorRegistry | None = None,
+        on_demote: Callable[[str, bool], None] | None = None,
+    ):
+        self.config = config
+        self.cfg = cfg if cfg is not None else getattr(config, "watchdog", WatchdogConfig())
+        self.on_demote = on_demote
+        self.upstreams = {u.name for u in config.upstreams}
+        self.states: dict[tuple[str, str], CheckState] = {}
+        self.demoted: set[str] = set()
+        r = registry if registry is not None else CollectorRegistry()
+        self.tripped_gauge = Gauge(
+            "gateway_watchdog_tripped",
+            "1 while the watchdog check is tripped for the upstream.",
+            ["upstream", "check"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
+        self.rate_gauge = Gauge(
+            "gateway_watchdog_rate",
+            "Flagged share of the check's sliding window.",
+            ["upstream", "check"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
+        self.trips = Counter(
+            "gateway_watchdog_trips",
+            "Times a watchdog check tripped.",
+            ["upstream", "check"],
+            registry=r,
+        )
+        self.flagged = Counter(
+            "gateway_watchdog_flagged",
+            "Responses a watchdog check flagged.",
+            ["upstream", "check"],
+            registry=r,
+        )
+        self.findings = config_findings(config)
+        for f in self.findings:
+            self.tripped_gauge.labels(f.upstream, f.check).set(1)
+            self.trips.labels(f.upstream, f.check).inc()
+            log.warning("watchdog: %s on %s: %s", f.check, f.upstream, f.detail)
+
+    def submit(self, record: Record) -> None:
+        if not self.cfg.enabled or record.upstream not in self.upstreams:
+            return
+        try:
+            annotate(record, self.config)  # idempotent; the app also calls it before the sinks
+            for check, flag in observations(record, self.config).items():
+                self._observe(record, check, flag)
+            self._demotion(record.upstream or "")
+        except Exception:
+            log.exception("watchdog failed on record %s", record.request_id)
+
+    def _observe(self, record: Record, check: str, flag: bool) -> None:
+        upstream = record.upstream or ""
+        key = (upstream, check)
+        state = self.states.get(key)
+        if state is None:
+            state = self.states[key] = CheckState(Window(self.cfg.window))
+            state.rate = self.rate_gauge.labels(upstream, check)
+        state.window.add(flag)
+        if flag:
+            self.flagged.labels(upstream, check).inc()
+            if check == "truncation":
+                state.last_max_tokens = [*state.last_max_tokens[-9:], record.max_tokens]
+        th = self.cfg.threshold(check)
+        w = state.window
+        state.rate.set(w.rate)
+        if not state.tripped and w.n >= th.min_samples and w.rate >= th.rate:
+            state.tripped = True
+            state.trips += 1
+            self.trips.labels(upstream, check).inc()
+            self.tripped_gauge.labels(upstream, check).set(1)
+            log.warning(
+                "watchdog: %s tripped on %s (%d of the last %d)", check, upstream, w.hits, w.n
+            )
+        elif state.tripped and w.rate < th.rate * self.cfg.recover_factor:
+            state.tripped = False
+            self.tripped_gauge.labels(upstream, check).set(0)
+            log.info("watchdog: %s recovered on %s", check, upstream)
+
+    def tripped(self, upstream: str) -> list[str]:
+        live = [c for (u, c), s in self.states.items() if u == upstream and s.tripped]
+        return live + [f.check for f in self.findings if f.upstream == upstream]
+
+    def _demoting(self, upstream: str) -> list[str]:
+        """The tripped checks of `upstream` that demote it (with `[watchdog].demote`)."""
+        if not self.cfg.demote:
+            return []
+        return sorted(
+            c
+            for (u, c), s in self.states.items()
+            if u == upstream and s.tripped and self.cfg.threshold(c).demote
+        )
+
+    def _demotion(self, upstream: str) -> None:
+        demote = bool(self._demoting(upstream))
+        if demote == (upstream in self.demoted):
+            return
+        (self.demoted.add if demote else self.demoted.discard)(upstream)
+        log.warning("watchdog: %s %s", upstream, "demoted" if demote else "restored")
+        if self.on_demote is not None:
+            self.on_demote(upstream, demote)
+
+    def demotions(self) -> dict[str, list[str]]:
+        """What this watchdog demotes: upstream -> the tripped checks that demote it."""
+        return {u: self._demoting(u) for u in sorted(self.demoted)}
+
+    def snapshot(self) -> dict[str, Any]:
+        """For /health: per upstream, its checks' window rates and what is tripped."""
+        out: dict[str, Any] = {}
+        for (u, c), s in sorted(self.states.items()):
+            entry = out.setdefault(u, {"demoted": u in self.demoted, "checks": {}})
+            entry["checks"][c] = {
+                "rate": round(s.window.rate, 4),
+                "n": s.window.n,
+                "tripped": s.tripped,
+            }
+        for f in self.findings:
+            entry = out.setdefault(
+                f.upstream, {"demoted": f.upstream in self.demoted, "checks": {}}
+            )
+            entry["checks"][f.check] = {"tripped": True, "detail": f.detail}
+        return out
+
+
+def demote_order(names: Sequence[str], demoted: set[str] | frozenset[str]) -> list[str]:
+    """Routing's order with demoted upstreams moved behind the rest (stable)."""
+    return [n for n in names if n not in demoted] + [n for n in names if n in demoted]

@@ -1,0 +1,59 @@
+"""The outlet runs the server's `send` in place and falls back to a task only when it waits."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gateway.serving.outlet import Outlet
+
+
+class Sender:
+    """An ASGI `send` that waits while `open` is clear, as uvicorn's does when the client's
+    socket buffer is full."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.open.set()
+        self.sent: list[tuple[bytes, bool]] = []
+        self.fail = False
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if not self.open.is_set():
+            await self.open.wait()
+        if self.fail:
+            raise RuntimeError("the client is gone")
+        self.sent.append((message["body"], message["more_body"]))
+
+
+async def test_writes_in_place_then_queue_behind_a_waiting_send() -> None:
+    sender = Sender()
+    reading = ["on"]
+    outlet = Outlet(sender, lambda: reading.append("paused"), lambda: reading.append("resumed"))
+    outlet.write(b"a")
+    assert sender.sent == [(b"a", True)]  # written at once, no task
+    sender.open.clear()
+    outlet.write(b"b")
+    outlet.write(b"c")
+    outlet.write(b"", more=False)
+    assert sender.sent == [(b"a", True)] and reading == ["on", "paused"]
+    sender.open.set()
+    await outlet.drained()
+    assert sender.sent == [(b"a", True), (b"b", True), (b"c", True), (b"", False)]
+    assert reading == ["on", "paused", "resumed"] and outlet.closed
+    outlet.write(b"late")  # after the last block: dropped
+    assert len(sender.sent) == 4
+
+
+async def test_a_failing_send_is_kept_as_the_error() -> None:
+    sender = Sender()
+    outlet = Outlet(sender, lambda: None, lambda: None)
+    sender.fail = True
+    outlet.write(b"a")
+    assert isinstance(outlet.error, RuntimeError)
+    sender.open.clear()
+    outlet2 = Outlet(sender, lambda: None, lambda: None)
+    outlet2.write(b"b")
+    sender.open.set()
+    await outlet2.drained()
+    assert isinstance(outlet2.error, RuntimeError) and sender.sent == []

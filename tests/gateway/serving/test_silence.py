@@ -1,0 +1,37 @@
+"""The silence sweep fails exactly the streams silent for longer than the limit."""
+
+from __future__ import annotations
+
+from gateway.serving.silence import Silence
+from gateway.serving.wire import ReplyTimeout
+
+
+class FakeResponse:
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        self.closed = False
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.closed = True
+
+
+def test_sweep_fails_only_silent_streams() -> None:
+    silence = Silence(5.0)
+    quiet, busy, gone = FakeResponse(), FakeResponse(), FakeResponse()
+    w_quiet = silence.watch(quiet)  # type: ignore[arg-type]
+    w_busy = silence.watch(busy)  # type: ignore[arg-type]
+    w_gone = silence.watch(gone)  # type: ignore[arg-type]
+    w_quiet.seen, w_busy.seen, w_gone.seen = 100.0, 104.0, 90.0
+    silence.forget(w_gone)  # ended normally: never swept
+    assert silence.sweep(now=105.5) == 1
+    assert isinstance(quiet.error, ReplyTimeout) and quiet.closed
+    assert isinstance(quiet.error, TimeoutError)  # what the relay turns into "went silent"
+    assert busy.error is None and gone.error is None
+    assert silence.sweep(now=105.5) == 0  # a failed stream is swept once
+    assert silence.sweep(now=109.5) == 1 and busy.closed
+
+
+def test_interval_follows_the_limit() -> None:
+    assert Silence(300).interval_s == 1.0
+    assert Silence(1.0).interval_s == 0.25

@@ -1,0 +1,248 @@
+"""Shaped events (bytes compared, not parsed) must leave exactly what the event path leaves.
+
+Streams are generated (content with quotes, backslashes, `<think>`, unicode, DEL; logprobs;
+tool calls; errors; the token key in other fields; `"usage": null` on every chunk or not; usage
+at the end or not), cut into blocks at random byte offsets and fed to two taps: one allowed
+shaped events, one not. The bytes relayed and every field of the record must be identical; a
+fake clock makes the timings equal.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.ledger.record import Record
+from gateway.serving import tap as tap_module
+from gateway.serving.accounting import MalformedStream
+from gateway.serving.tap import StreamTap
+from gateway.trust.capture import Capture
+
+PIECES = [*'ab "\\\n<>/{}:,é漢\x7f', "@@", "think>", "<think>", "</think>", '"error"', "\\u003c"]
+TEXT = st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map("".join)
+PLAIN_TEXT = st.lists(st.sampled_from(PIECES[:17]), min_size=1, max_size=8).map("".join)
+# What other servers may write inside a JSON string where the text had "@@" (orjson writes none
+# of these): other escapes, escaped ASCII that hides a think tag, surrogates (paired and lone),
+# and bytes no JSON string may hold (a bad escape, a raw tab, invalid UTF-8).
+RAW = [
+    b"at",
+    b"\\/",
+    b"\\u00e9",
+    b"\\u0041",
+    b"\\u003C",
+    b"<think\\u003e",
+    b"\\ud83d\\ude00",
+    b"\\ud800",
+    b"\\x",
+    b"\t",
+    b"\xff",
+    b"\\t",
+]
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> tuple[list[bytes], bool]:
+    chat = draw(st.booleans())
+    usage_null = draw(st.booleans())
+    head: dict[str, Any] = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+    }
+    if draw(st.booleans()):  # the token key, and its text, in front of the token's own
+        head["meta"] = {"content": "c", "text": "t"}
+    # Logprobs on some chunks and not others, or on all or none (runs of one shape).
+    mixed_logprobs, with_logprobs = draw(st.booleans()), draw(st.booleans())
+    events: list[dict[str, Any]] = []
+
+    def chunk(piece: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+        if chat:
+            choice["delta"] = piece
+        else:
+            choice["text"] = piece.get("content", "")
+        if draw(st.booleans()) if mixed_logprobs else with_logprobs:
+            choice["logprobs"] = {"content": [{"token": "t", "logprob": -0.5, "bytes": [116]}]}
+        else:
+            choice["logprobs"] = None
+        event = {**head, "choices": [choice]}
+        if usage_null:
+            event["usage"] = None
+        return event
+
+    events.append(chunk({"role": "assistant", "content": ""}))
+    plain_only = draw(st.booleans())  # mostly streams the plain-block path can take
+    for _ in range(draw(st.integers(1, 40))):
+        kinds = ["content"] if plain_only else ["content"] * 8 + ["reasoning", "tool", "empty"]
+        kind = draw(st.sampled_from(kinds))
+        if kind == "content":
+            events.append(chunk({"content": draw(PLAIN_TEXT if plain_only else TEXT)}))
+        elif kind == "reasoning":
+            events.append(chunk({"reasoning_content": draw(TEXT)}))
+        elif kind == "tool":
+            call = {"index": 0, "function": {"arguments": draw(TEXT)}}
+            events.append(chunk({"tool_calls": [call]}))
+        else:
+            events.append(chunk({"content": ""}))
+    events.append(chunk({}, draw(st.sampled_from(["stop", "length"]))))
+    if draw(st.booleans()):
+        events.append(
+            {**head, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}}
+        )
+    raw = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    while b"@@" in raw:
+        raw = raw.replace(b"@@", draw(st.sampled_from(RAW)), 1)
+    if draw(st.booleans()):
+        raw += b": keep-alive\n\n"
+    raw += b"data: [DONE]\n\n"
+    if draw(st.integers(0, 9)) == 0:  # an event that breaks off
+        at = draw(st.integers(10, len(raw) - 20))
+        raw = raw[:at] + b"\n\n" + raw[at:]
+    cuts = sorted(draw(st.sets(st.integers(1, len(raw) - 1), max_size=12)))
+    blocks = [raw[a:b] for a, b in itertools.pairwise([0, *cuts, len(raw)])]
+    return blocks, chat
+
+
+def _run(
+    blocks: list[bytes],
+    chat: bool,
+    wants_usage: bool,
+    fast: bool,
+    keep: int | None = None,
+    model: str | None = None,
+) -> tuple[Any, ...]:
+    clock = itertools.count()
+    real = tap_module.time
+    tap_module.time = SimpleNamespace(perf_counter=lambda: float(next(clock)))  # type: ignore[assignment]
+    try:
+        record = Record(request_id="r", door="chat", model="m", stream=True)
+        record.t0 = 0.0
+        # `keep`: the answer is sampled, up to that many characters.
+        capture = None if keep is None else Capture(record, None, True, keep)
+        tap = StreamTap(
+            record,
+            client_wants_usage=wants_usage,
+            split_think=False,
+            chat=chat,
+            capture=capture,
+            model=model,
+            prompt_tokens=lambda: 11,
+        )
+        tap.fast = fast
+        out: list[bytes] = []
+        error = None
+        try:
+            for block in blocks:
+                out.append(tap.feed(block))
+            out.append(tap.finish())
+        except MalformedStream as e:
+            error = str(e)
+            out.append(e.partial + tap.abort())
+    finally:
+        tap_module.time = real
+    fields = asdict(record)
+    del fields["time"]  # the wall clock at creation
+    answer = None if capture is None else (capture.answer, capture.reasoning, capture.tool_calls())
+    return b"".join(out), error, fields, answer
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    stream=streams(),
+    wants_usage=st.booleans(),
+    keep=st.none() | st.integers(1, 12) | st.just(8192),
+    # The public name answers carry: none, the upstream's own, another (one needing escapes).
+    model=st.sampled_from([None, "m", "smol", 'a"b\\c']),
+)
+def test_plain_block_path_equals_event_path(
+    stream: tuple[list[bytes], bool], wants_usage: bool, keep: int | None, model: str | None
+) -> None:
+    blocks, chat = stream
+    fast = _run(blocks, chat, wants_usage, True, keep, model)
+    assert fast == _run(blocks, chat, wants_usage, False, keep, model)
+    if model is not None and fast[1] is None:  # every event carries the public name
+        for line in fast[0].split(b"\n"):
+            if line.startswith(b"data: {") and b'"model"' in line:
+                assert orjson.loads(line[6:])["model"] == model
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_shaped_events_are_taken_and_relayed(sampled: bool) -> None:
+    """After the first content event, plain events take the shaped path; `"usage": null`
+    (which the gateway asked for) is still removed for a client that did not ask. A sampled
+    answer gets their texts."""
+    head = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"%d"},"finish_reason":null}]'
+    role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    events = [head % i + b',"usage":null}\n\n' for i in range(16)]
+    record = Record(request_id="r", door="chat", model="m", stream=True)
+    capture = Capture(record, None, keep_text=True) if sampled else None
+    tap = StreamTap(record, client_wants_usage=False, split_think=False, capture=capture)
+    shaped = 0  # events taken without parsing: one by one, or a whole block at once
+    one, block, run = tap._shaped, tap._block, tap._plain
+
+    def spy_one(event: bytes, now: float) -> bytes | None:
+        nonlocal shaped
+        out = one(event, now)
+        shaped += out is not None
+        return out
+
+    def spy(taker: Any) -> Any:
+        def taken(whole: bytes, pos: int, now: float) -> tuple[int, bytes] | None:
+            nonlocal shaped
+            out = taker(whole, pos, now)
+            shaped += out[1].count(b"\n\n") if out is not None else 0
+            return out
+
+        return taken
+
+    tap._shaped, tap._block, tap._plain = spy_one, spy(block), spy(run)  # type: ignore[method-assign]
+    out = tap.feed(role) + tap.feed(b"".join(events[:3])) + tap.feed(b"".join(events[3:]))
+    assert shaped == 15
+    assert out.count(b"data: ") == 17 and b"usage" not in out
+    assert out.endswith(b"".join(events[3:]).replace(b',"usage":null', b""))
+    assert record.chunks == 17
+    if capture is not None:
+        assert capture.answer == "".join(map(str, range(16)))
+
+
+def test_shaped_events_carry_the_public_model_and_keep_their_escapes() -> None:
+    """The model id is swapped in the bytes: texts escaped other than as orjson would are
+    relayed as received (not written anew), shaped or not."""
+    head = b'data: {"id":"x","model":"up/m","choices":[{"index":0,"delta":{"content":"%s"}}]}'
+    events = [head % t + b"\n\n" for t in (b"a", b"\\u00e9", b"b", b"\\u00e9c")]
+    record = Record(request_id="r", door="chat", model="m", stream=True)
+    tap = StreamTap(record, client_wants_usage=False, split_think=False, model="pub")
+    out = tap.feed(events[0]) + tap.feed(events[1]) + tap.feed(b"".join(events[2:]))
+    assert tap._shape is not None and record.chunks == 4
+    assert out == b"".join(events).replace(b'"up/m"', b'"pub"')
+
+
+def test_usage_chunk_written_when_the_upstream_sent_none() -> None:
+    raw = (
+        b'data: {"id":"c1","created":5,"model":"up",'
+        b'"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    )
+    record = Record(request_id="r", door="chat", model="pub", stream=True)
+    tap = StreamTap(
+        record, client_wants_usage=True, split_think=False, model="pub", prompt_tokens=lambda: 9
+    )
+    out = tap.feed(raw) + tap.finish()
+    events = [orjson.loads(x[6:]) for x in out.split(b"\n\n") if x.startswith(b"data: {")]
+    assert events[-1] == {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 5,
+        "model": "pub",
+        "choices": [],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10},
+    }
+    assert b": plumbline usage estimated\n\n" in out and out.endswith(b"data: [DONE]\n\n")
+    assert record.usage_estimated and (record.prompt_tokens, record.completion_tokens) == (9, 1)

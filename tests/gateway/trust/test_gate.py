@@ -1,0 +1,215 @@
+"""The quality gate: cheapest within the noise floor, refusals, persistence, the pin."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from evals.result import ItemResult
+from evals.stats import NoiseFloor, PairingError, against_floor, pair, wilson
+from gateway.ledger.store import Store
+from gateway.trust.gate import (
+    GateBook,
+    SharedGateBook,
+    control_pair,
+    decide,
+    gate_arms,
+    gated_order,
+    pinned_upstream,
+)
+
+
+def arm(
+    target: str,
+    correct: list[bool],
+    *,
+    params: str = "h",
+    run: str = "",
+    outcomes: dict[int, str] | None = None,
+) -> list[ItemResult]:
+    out = []
+    for i, ok in enumerate(correct):
+        outcome = (outcomes or {}).get(i, "correct" if ok else "wrong")
+        out.append(
+            ItemResult(
+                target=target,
+                item_id=f"i{i}",
+                item_digest=f"d{i}",
+                family="math",
+                outcome=outcome,
+                params_hash=params,
+                run=run or target,
+            )
+        )
+    return out
+
+
+def flips(n: int, wrong: set[int]) -> list[bool]:
+    return [i not in wrong for i in range(n)]
+
+
+N = 200
+# Control: the same configuration twice differs on 12 items, 6 each way.
+CONTROL = pair(
+    arm("c1", flips(N, set(range(0, 40, 2)) | {100, 101, 102, 103, 104, 105})),
+    arm("c2", flips(N, set(range(0, 40, 2)) | {110, 111, 112, 113, 114, 115})),
+)
+BEST = flips(N, set(range(0, 40)))  # 160 / 200
+
+
+def test_cheaper_upstream_within_the_floor_wins() -> None:
+    # The cheap one loses 4 items and wins 1: a gap of 1.5 points, inside the noise.
+    cheap = flips(N, set(range(0, 40)) | {150, 151, 152, 153} - {0})
+    cheap[0] = True
+    decision = decide(
+        "m",
+        {"api": arm("api", BEST), "node": arm("node", cheap)},
+        [CONTROL],
+        {"api": 0.60, "node": 0.12},
+        min_items=50,
+        now=1.0,
+    )
+    assert decision.best == "api" and decision.chosen == "node"
+    node = next(a for a in decision.arms if a.upstream == "node")
+    assert node.eligible and node.only_best == 4 and node.only_this == 1
+    assert node.p_value is not None and node.p_value > 0.05
+    assert "within the floor" in node.why and decision.floor["gap"] == pytest.approx(0.0)
+
+
+def test_cheaper_upstream_worse_beyond_the_floor_loses() -> None:
+    worse = flips(N, set(range(0, 80)))  # 40 more wrong, none better
+    decision = decide(
+        "m",
+        {"api": arm("api", BEST), "node": arm("node", worse)},
+        [CONTROL],
+        {"api": 0.60, "node": 0.12},
+        min_items=50,
+    )
+    assert decision.chosen == "api"
+    node = next(a for a in decision.arms if a.upstream == "node")
+    assert not node.eligible and node.why.startswith("worse beyond the floor")
+
+
+def test_refusals_keep_traffic_on_the_best() -> None:
+    cheap = arm("node", BEST, params="greedy")
+    d = decide(
+        "m",
+        {"api": arm("api", BEST), "node": cheap},
+        [CONTROL],
+        {"api": 0.6, "node": 0.1},
+        min_items=50,
+    )
+    why = next(a.why for a in d.arms if a.upstream == "node")
+    assert d.chosen == "api" and "params_hash" in why
+    fewer = arm("node", BEST[:150])
+    d = decide("m", {"api": arm("api", BEST), "node": fewer}, [CONTROL], {"api": 0.6, "node": 0.1})
+    assert d.chosen == "api" and "item sets differ" in d.arms[-1].why
+    one_less = arm("node", flips(N, set(range(0, 41))))
+    d = decide("m", {"api": arm("api", BEST), "node": one_less}, None, {"api": 0.6, "node": 0.1})
+    assert d.chosen == "api" and "control pair" in d.arms[1].why
+    d = decide(
+        "m",
+        {"api": arm("api", BEST), "node": one_less},
+        [CONTROL],
+        {"api": 0.6, "node": 0.1},
+        min_items=500,
+    )
+    assert d.chosen == "api" and "paired items" in d.arms[1].why
+    assert decide("m", {}, None, {}).chosen is None
+
+
+def test_timeouts_stay_in_the_denominator_of_the_gate() -> None:
+    # 20 timeouts on the cheap arm: they are not "dropped", they count as not correct.
+    timeouts = {i: "timeout" for i in range(100, 120)}
+    cheap = arm("node", BEST, outcomes=timeouts)
+    d = decide(
+        "m",
+        {"api": arm("api", BEST), "node": cheap},
+        [CONTROL],
+        {"api": 0.6, "node": 0.1},
+        min_items=50,
+    )
+    node = next(a for a in d.arms if a.upstream == "node")
+    assert node.n == N and node.correct == 140 and not node.eligible and d.chosen == "api"
+
+
+def test_unpriced_upstreams_never_win_on_price() -> None:
+    d = decide(
+        "m",
+        {"api": arm("api", BEST), "node": arm("node", BEST)},
+        [CONTROL],
+        {"api": 0.6, "node": None},
+        min_items=50,
+    )
+    assert d.chosen == "api"
+
+
+def test_book_persists_latest_and_history(tmp_path: Path) -> None:
+    book = GateBook(tmp_path / "gate" / "decisions.json", history=2)
+    for t in (1.0, 2.0, 3.0):
+        book.record(decide("m", {"api": arm("api", BEST)}, None, {"api": 0.6}, now=t))
+    latest = book.latest("m")
+    assert latest is not None and latest.decided_at == 3.0 and latest.chosen == "api"
+    assert latest.arms[0].ci == pytest.approx(wilson(160, 200))
+    assert len(book._read()["history"]) == 2 and book.latest("other") is None
+    assert set(book.view()) == {"m"}
+
+
+def test_gateways_on_one_store_route_by_the_same_decision(store: Store) -> None:
+    """A decision one gateway records is the one every other gateway on the store routes by,
+    once it reloads (the app does every minute); a restarted gateway starts from it."""
+    here, there = SharedGateBook(store, history=2), SharedGateBook(store, history=2)
+    for t in (1.0, 2.0, 3.0):
+        here.record(decide("m", {"api": arm("api", BEST)}, None, {"api": 0.6}, now=t))
+    assert there.latest("m") is None  # not reloaded yet
+    there.refresh()
+    latest = there.latest("m")
+    assert latest is not None and latest.decided_at == 3.0 and latest.chosen == "api"
+    assert latest.arms[0].ci == pytest.approx(wilson(160, 200))
+    assert [d["decided_at"] for d in there._read()["history"]] == [2.0, 3.0]
+    assert json.dumps(there.view()) == json.dumps(here.view())
+    assert gated_order(["x", "api"], latest) == ["api", "x"]
+
+
+def test_order_pin_and_arms() -> None:
+    d = decide(
+        "m",
+        {"api": arm("api", BEST), "node": arm("node", BEST)},
+        [CONTROL],
+        {"api": 0.6, "node": 0.1},
+        min_items=50,
+    )
+    assert gated_order(["api", "node", "x"], d) == ["node", "api", "x"]
+    assert gated_order(["api"], None) == ["api"]
+    assert pinned_upstream({"x-plumbline-upstream": "node"}, "eval", ["api", "node"]) == "node"
+    assert pinned_upstream({"x-plumbline-upstream": "node"}, "prod", ["api", "node"]) is None
+    assert pinned_upstream({"x-plumbline-upstream": "evil"}, "eval", ["api", "node"]) is None
+    assert gate_arms("m", ["api", "node"], "api") == [
+        ("m@api", "api"),
+        ("m@node", "node"),
+        ("m@api#control", "api"),
+    ]
+
+
+def test_a_gap_inside_the_floor_is_not_presented_as_real() -> None:
+    # 8 to 2 discordant on 200 items: McNemar p ~ 0.11 — and the control saw 6 to 6.
+    a = flips(N, set(range(0, 40)))
+    b = flips(N, set(range(0, 40)) | set(range(150, 158)) - {0, 1})
+    b[0] = b[1] = True
+    p = pair(arm("api", a), arm("node", b))
+    verdict = against_floor(p, NoiseFloor.from_controls([CONTROL]))
+    assert not verdict.exceeds and "McNemar" in verdict.reason
+
+
+def test_a_control_that_changed_engine_mid_run_is_refused() -> None:
+    """The control upstream's two runs are only noise when one serving stack answered both."""
+    first = arm("dear", flips(N, {1, 2}))
+    second = [replace(r, engine="vllm 0.32.0 template bbbbbbbbbbbb") for r in first]
+    first = [replace(r, engine="vllm 0.31.0 template aaaaaaaaaaaa") for r in first]
+    with pytest.raises(PairingError, match="different engines"):
+        control_pair("dear", first, second)
+    same = control_pair("dear", first, first)
+    assert same.n == N and same.discordant == 0 and same.a == "dear run 1"
