@@ -18,9 +18,9 @@ from jsonschema import SchemaError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
-from evals.tripwire import reply_degeneration
 from gateway.config.trust import WatchdogConfig
 from gateway.ledger.record import Record
+from gateway.trust.degeneration import reply_degeneration
 
 # ---- tool calls ------------------------------------------------------------------------------
 

@@ -29,10 +29,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evals.result import ItemResult, engines
-from evals.stats import NoiseFloor, Paired, PairingError, against_floor, pair, summarise
-
 if TYPE_CHECKING:
+    # The statistics (evals.stats, scipy) load when a decision is computed, not with the
+    # gateway: routing only reads decisions already made.
+    from evals.result import ItemResult
+    from evals.stats import NoiseFloor, Paired, Summary
     from gateway.ledger.store import Store
 
 PIN_HEADER = "x-plumbline-upstream"
@@ -103,36 +104,14 @@ def decide(
     now: float | None = None,
 ) -> GateDecision:
     """The cheapest upstream not worse than the best beyond the noise floor, with its evidence."""
+    from evals.stats import summarise
+
     now = time.time() if now is None else now
-    floor: NoiseFloor | None
-    try:
-        floor = (
-            control
-            if isinstance(control, NoiseFloor) or control is None
-            else NoiseFloor.from_controls(control)
-        )
-    except ValueError:
-        floor = None
+    floor = _noise_floor(control)
     summaries = {u: summarise(rs) for u, rs in results.items() if rs}
     if not summaries:
         return GateDecision(model, None, "no eval results", None, {}, (), now)
-    # Arms sampled otherwise than the control (greedy against the recipe, thinking off against
-    # on) are refused before anything else: they can be neither the best nor the cheapest.
-    reference = floor.controls[0].params_hash if floor is not None and floor.controls else None
-    every_item = set().union(*({r.item_digest for r in results[u]} for u in summaries))
-    refused: list[ArmEvidence] = []
-    for up in list(summaries):
-        hashes = {r.params_hash for r in results[up]}
-        why = None
-        if reference is not None and hashes != {reference}:
-            why = f"refused: params_hash {sorted(hashes)} != the control's {reference!r}"
-        elif {r.item_digest for r in results[up]} != every_item:
-            why = "refused: item sets differ (only identical items pair)"
-        if why is not None:
-            s = summaries.pop(up)
-            refused.append(
-                ArmEvidence(up, s.n, s.correct, s.accuracy, s.ci, prices.get(up), why=why)
-            )
+    refused = _refuse_incomparable(results, summaries, floor, prices)
     if not summaries:
         return GateDecision(
             model, None, "every arm refused", None, _floor_dict(floor), tuple(refused), now
@@ -174,6 +153,45 @@ def decide(
     return GateDecision(model, chosen.upstream, reason, best, _floor_dict(floor), tuple(arms), now)
 
 
+def _noise_floor(control: Sequence[Paired] | NoiseFloor | None) -> NoiseFloor | None:
+    """The floor the control pairs set (None without usable ones)."""
+    from evals.stats import NoiseFloor
+
+    if isinstance(control, NoiseFloor) or control is None:
+        return control
+    try:
+        return NoiseFloor.from_controls(control)
+    except ValueError:
+        return None
+
+
+def _refuse_incomparable(
+    results: Mapping[str, Sequence[ItemResult]],
+    summaries: dict[str, Summary],
+    floor: NoiseFloor | None,
+    prices: Mapping[str, float | None],
+) -> list[ArmEvidence]:
+    """Arms sampled otherwise than the control (greedy against the recipe, thinking off against
+    on), or on other items, are refused before anything else: they can be neither the best nor
+    the cheapest. Removed from `summaries`; their evidence returned."""
+    reference = floor.controls[0].params_hash if floor is not None and floor.controls else None
+    every_item = set().union(*({r.item_digest for r in results[u]} for u in summaries))
+    refused: list[ArmEvidence] = []
+    for up in list(summaries):
+        hashes = {r.params_hash for r in results[up]}
+        why = None
+        if reference is not None and hashes != {reference}:
+            why = f"refused: params_hash {sorted(hashes)} != the control's {reference!r}"
+        elif {r.item_digest for r in results[up]} != every_item:
+            why = "refused: item sets differ (only identical items pair)"
+        if why is not None:
+            s = summaries.pop(up)
+            refused.append(
+                ArmEvidence(up, s.n, s.correct, s.accuracy, s.ci, prices.get(up), why=why)
+            )
+    return refused
+
+
 def _against_best(
     best_rs: Sequence[ItemResult],
     rs: Sequence[ItemResult],
@@ -183,6 +201,8 @@ def _against_best(
     alpha: float,
     min_items: int,
 ) -> dict[str, Any]:
+    from evals.stats import PairingError, against_floor, pair
+
     try:
         p = pair(best_rs, rs, best, up)
     except PairingError as e:
@@ -221,6 +241,9 @@ def control_pair(control: str, first: Sequence[ItemResult], second: Sequence[Ite
     """The control upstream's two runs, paired: refused (`PairingError`) when a different
     serving stack answered them (a restart onto another vLLM or chat template mid-run), since
     that difference is not noise."""
+    from evals.result import engines
+    from evals.stats import PairingError, pair
+
     a, b = engines(first), engines(second)
     if a != b:
         raise PairingError(f"served by different engines: {sorted(a)} / {sorted(b)}")
