@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 import uvicorn
+from typer.core import TyperGroup
 
 from gateway.config import Config, ConfigError, default_config_path, load_config
 
@@ -29,9 +31,35 @@ report_app = typer.Typer(no_args_is_help=True, help="Reports from the record sto
 deploy_app = typer.Typer(no_args_is_help=True, help="Launch engines from profiles.")
 
 
-def _subcommands() -> None:
-    from evals.cli import app as eval_app
+class _EvalGroup(TyperGroup):
+    """`plumbline eval …`, loaded when it is called: the eval suite (evals.cli, with the
+    `[evals]` extra's packages and the openai SDK) stays out of `plumbline serve`. Without the
+    extra its commands are a usage error that says what to install."""
 
+    def _suite(self) -> click.Group:
+        try:
+            from evals.cli import app as suite
+        except ModuleNotFoundError as e:
+            raise click.ClickException(
+                f"plumbline eval needs the eval suite ({e.name} is not installed): "
+                "install plumbline[evals], e.g. pip install 'plumbline[evals]'"
+            ) from None
+        group = typer.main.get_group(suite)
+        return group
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return self._suite().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._suite().get_command(ctx, cmd_name)
+
+
+eval_app = typer.Typer(
+    cls=_EvalGroup, no_args_is_help=True, help="Evaluate targets through the gateway."
+)
+
+
+def _subcommands() -> None:
     app.add_typer(eval_app, name="eval")
     app.add_typer(report_app, name="report")
     app.add_typer(deploy_app, name="deploy")

