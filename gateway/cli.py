@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 import uvicorn
 from typer.core import TyperGroup
@@ -36,21 +35,24 @@ class _EvalGroup(TyperGroup):
     `[evals]` extra's packages and the openai SDK) stays out of `plumbline serve`. Without the
     extra its commands are a usage error that says what to install."""
 
-    def _suite(self) -> click.Group:
+    def _suite(self) -> Any:
         try:
             from evals.cli import app as suite
         except ModuleNotFoundError as e:
-            raise click.ClickException(
+            typer.secho(
                 f"plumbline eval needs the eval suite ({e.name} is not installed): "
-                "install plumbline[evals], e.g. pip install 'plumbline[evals]'"
-            ) from None
-        group = typer.main.get_group(suite)
-        return group
+                "install plumbline[evals], e.g. pip install 'plumbline[evals]'",
+                fg=typer.colors.RED,
+                err=True,
+            )
+            raise typer.Exit(2) from None
+        return typer.main.get_group(suite)
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return self._suite().list_commands(ctx)
+    def list_commands(self, ctx: Any) -> list[str]:
+        commands: list[str] = self._suite().list_commands(ctx)
+        return commands
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
         return self._suite().get_command(ctx, cmd_name)
 
 
