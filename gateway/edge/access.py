@@ -9,16 +9,11 @@ and compared with `hmac.compare_digest`. Roles: `client` keys use the /v1 API, `
 With no client key configured and `store_keys` off, the /v1 API is open (the embedded default).
 
 Budgets are fixed windows counted in the `key_usage` table: a request *reserves* one request and
-an estimate of its tokens with one conditional statement
-
-    UPDATE key_usage SET requests = requests + 1, tokens = tokens + :t
-    WHERE key_id = :k AND window_start = :w AND requests + 1 <= :rl AND tokens + :t <= :tl
-    RETURNING requests, tokens
-
-so concurrent requests — in one process or in several gateways on one PostgreSQL store, where
-the row lock re-checks the condition — can never overshoot; after the request the reservation is
-*settled* with the tokens the record counted. Without a store the counters live in a private
-in-memory SQLite database (one gateway).
+an estimate of its tokens with one conditional statement (`gateway.ledger.keys.reserve`), so
+concurrent requests, in one process or in several gateways on one store, can never overshoot;
+after the request the reservation is *settled* with the tokens the record counted. Both tables
+are the ledger's (`gateway.ledger.rows`, built by its alembic revisions). Without a store the
+counters live in a private in-memory SQLite database (one gateway), migrated the same way.
 
 `gateway.edge.guard.AccessGuard` is the ASGI middleware that applies all of this before a handler
 runs; `Access` is also a record sink that stamps `key_id` on the record (never the key) and
@@ -28,7 +23,6 @@ settles.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import hashlib
 import hmac
@@ -44,12 +38,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 
 from gateway.config import AccessConfig, ApiKey
-from gateway.errors import GatewayError
+from gateway.errors import Forbidden, RateLimited
+from gateway.ledger import keys as stored
+from gateway.ledger.database import migrate
 from gateway.ledger.record import Record
 
 log = logging.getLogger(__name__)
@@ -61,57 +56,6 @@ CACHE_MAX = 10_000
 GENERATION_PATHS = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages"}
 )
-
-metadata = sa.MetaData()
-
-KEYS = sa.Table(
-    "keys",
-    metadata,
-    sa.Column("id", sa.String(128), primary_key=True),
-    sa.Column("sha256", sa.String(64), nullable=False, unique=True),
-    sa.Column("role", sa.String(16), nullable=False),
-    sa.Column("models", sa.Text, nullable=True),  # JSON list, NULL = every model
-    sa.Column("requests_per_window", sa.Integer, nullable=True),
-    sa.Column("tokens_per_window", sa.BigInteger, nullable=True),
-    sa.Column("window_s", sa.Float, nullable=False),
-    sa.Column("created", sa.Float, nullable=False),
-    sa.Column("revoked", sa.Float, nullable=True),
-)
-
-USAGE = sa.Table(
-    "key_usage",
-    metadata,
-    sa.Column("key_id", sa.String(128), primary_key=True),
-    sa.Column("window_start", sa.BigInteger, primary_key=True),
-    sa.Column("requests", sa.Integer, nullable=False),
-    sa.Column("tokens", sa.BigInteger, nullable=False),
-)
-
-
-# ---- errors (rendered by the middleware in the OpenAI envelope) -----------------------------
-
-
-class Forbidden(GatewayError):
-    status = 403
-    type = "permission_error"
-    code = "forbidden"
-
-
-class HeadersTooLarge(GatewayError):
-    status = 431
-    type = "invalid_request_error"
-    code = "request_headers_too_large"
-
-
-class RateLimited(GatewayError):
-    status = 429
-    type = "rate_limit_error"
-    code = "rate_limit_exceeded"
-
-    def __init__(self, message: str, retry_after: float):
-        super().__init__(message)
-        self.retry_after = retry_after
-
 
 # ---- keys -------------------------------------------------------------------------------------
 
@@ -207,21 +151,19 @@ class Access:
         self._pending: set[asyncio.Future[Any]] = set()
         self._reserved = 0
         self._own_engine = engine is None
-        self.engine = engine or sa.create_engine(
-            "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
-        )
-        self.attach(self.engine, own=self._own_engine)
+        if engine is None:
+            engine = sa.create_engine(
+                "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
+            )
+            migrate(engine)
+        self.engine = engine
 
     def attach(self, engine: Engine, *, own: bool = False) -> None:
         """Keep keys and counters in `engine` (the record store's, shared by every gateway on
-        it) from now on; creates the `keys` and `key_usage` tables if missing."""
+        it, and migrated by it) from now on."""
         if self._own_engine and engine is not self.engine:
             self.engine.dispose()
         self.engine, self._own_engine = engine, own
-        self.postgres = engine.dialect.name == "postgresql"
-        # Another gateway may create the tables at the same moment.
-        with contextlib.suppress(sa.exc.IntegrityError, sa.exc.ProgrammingError):
-            metadata.create_all(engine, checkfirst=True)
 
     @property
     def open(self) -> bool:
@@ -264,14 +206,7 @@ class Access:
         return found
 
     def _lookup(self, digest: str) -> Key | None:
-        with self.engine.connect() as conn:
-            row = (
-                conn.execute(
-                    sa.select(KEYS).where(KEYS.c.sha256 == digest, KEYS.c.revoked.is_(None))
-                )
-                .mappings()
-                .first()
-            )
+        row = stored.find(self.engine, digest)
         if row is None or not hmac.compare_digest(row["sha256"], digest):
             return None
         models = json.loads(row["models"]) if row["models"] is not None else None
@@ -317,42 +252,11 @@ class Access:
         return ticket
 
     def _reserve(self, key: Key, window: int, tokens: int) -> bool:
-        insert = postgresql.insert if self.postgres else sqlite.insert
-        conds = [USAGE.c.key_id == key.id, USAGE.c.window_start == window]
-        if key.requests_per_window is not None:
-            conds.append(USAGE.c.requests + 1 <= key.requests_per_window)
-        if key.tokens_per_window is not None:
-            conds.append(USAGE.c.tokens + tokens <= key.tokens_per_window)
-        update = (
-            USAGE.update()
-            .where(*conds)
-            .values(requests=USAGE.c.requests + 1, tokens=USAGE.c.tokens + tokens)
-            .returning(USAGE.c.requests)
-        )
-        with self.engine.begin() as conn:
-            conn.execute(
-                insert(USAGE)
-                .values(key_id=key.id, window_start=window, requests=0, tokens=0)
-                .on_conflict_do_nothing()
-            )
-            granted = conn.execute(update).first() is not None
-            self._reserved += 1
-            if granted and self._reserved % 1000 == 0:  # now and then, forget past windows
-                conn.execute(
-                    USAGE.delete().where(
-                        USAGE.c.key_id == key.id, USAGE.c.window_start < window - 2 * key.window_s
-                    )
-                )
-        return granted
-
-    def _settle(self, key_id: str, window: int, delta: int) -> None:
-        total = USAGE.c.tokens + delta
-        with self.engine.begin() as conn:
-            conn.execute(
-                USAGE.update()
-                .where(USAGE.c.key_id == key_id, USAGE.c.window_start == window)
-                .values(tokens=sa.case((total < 0, 0), else_=total))
-            )
+        self._reserved += 1
+        # Now and then, forget the key's past windows.
+        forget = int(window - 2 * key.window_s) if self._reserved % 1000 == 0 else None
+        limits = (key.requests_per_window, key.tokens_per_window)
+        return stored.reserve(self.engine, key.id, window, tokens, limits, forget)
 
     def settle(self, ticket: Ticket, used_tokens: int) -> None:
         """Replace the reservation by what was used. Never blocks the event loop, never raises."""
@@ -368,9 +272,10 @@ class Access:
         try:
             if self._own_engine:
                 with self._lock:
-                    self._settle(*args)
+                    stored.settle(self.engine, *args)
             else:
-                future = asyncio.get_running_loop().run_in_executor(self._pool, self._settle, *args)
+                loop = asyncio.get_running_loop()
+                future = loop.run_in_executor(self._pool, stored.settle, self.engine, *args)
                 self._pending.add(future)
                 future.add_done_callback(self._settled)
         except Exception:
@@ -383,13 +288,8 @@ class Access:
 
     def usage(self, key_id: str, window_start: int) -> tuple[int, int]:
         """(requests, tokens) counted for a key in one window (reports, tests)."""
-        with self._lock, self.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(USAGE.c.requests, USAGE.c.tokens).where(
-                    USAGE.c.key_id == key_id, USAGE.c.window_start == window_start
-                )
-            ).first()
-        return (row[0], row[1]) if row else (0, 0)
+        with self._lock:
+            return stored.counted(self.engine, key_id, window_start)
 
     # -- RecordSink -------------------------------------------------------------------------
 
@@ -426,19 +326,15 @@ class Access:
             "created": time.time(),
             "revoked": None,
         }
-        with self._lock, self.engine.begin() as conn:
-            conn.execute(KEYS.insert().values(**row))
+        with self._lock:
+            stored.insert(self.engine, row)
         return plaintext
 
     def revoke_key(self, key_id: str) -> bool:
-        with self._lock, self.engine.begin() as conn:
-            done = conn.execute(
-                KEYS.update()
-                .where(KEYS.c.id == key_id, KEYS.c.revoked.is_(None))
-                .values(revoked=time.time())
-            ).rowcount
+        with self._lock:
+            done = stored.revoke(self.engine, key_id, time.time())
         self._cache.clear()
-        return bool(done)
+        return done
 
     def list_keys(self) -> list[dict[str, Any]]:
         """Every key without its hash: config keys and (if enabled) store keys."""
@@ -454,8 +350,8 @@ class Access:
             }
             for _, k in self._keys
         ]
-        with self._lock, self.engine.connect() as conn:
-            rows = conn.execute(sa.select(KEYS).order_by(KEYS.c.created)).mappings().all()
+        with self._lock:
+            rows = stored.stored(self.engine)
         for r in rows:
             out.append(
                 {

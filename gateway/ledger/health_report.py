@@ -38,7 +38,8 @@ from rich.table import Table
 from gateway.config import Config, Upstream
 from gateway.config.trust import CHECKS, WatchdogConfig
 from gateway.ledger.report import Format, reading, span
-from gateway.ledger.store import REQUESTS, Store
+from gateway.ledger.rows import REQUESTS
+from gateway.ledger.store import Store
 from gateway.ledger.truncation import capped_clause, upstream_cut_clause
 from gateway.trust.watchdog import config_findings, pinned_providers
 

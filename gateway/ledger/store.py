@@ -1,9 +1,9 @@
 """The record store: one `requests` row per record, optional `contents`, retention, queries.
 
 SQLite (WAL) by default, PostgreSQL by URL (psycopg 3) for several gateways sharing one store.
-The schema is owned by alembic revisions in `gateway/ledger/migrations/`, applied at start by
-`migrate`
-(no alembic.ini). Rows never copy price tables: only tokens, clocks and the computed and charged
+The tables are declared in `gateway.ledger.rows` and built by the alembic revisions in
+`gateway/ledger/migrations/`, applied at start by `gateway.ledger.database.migrate` (no
+alembic.ini). Rows never copy price tables: only tokens, clocks and the computed and charged
 cost.
 
 Retention drops whole days, never row by row:
@@ -30,167 +30,34 @@ replay that repeats a batch is harmless.
 from __future__ import annotations
 
 import calendar
-import contextlib
 import json
 import logging
-import threading
 import time as _time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config as AlembicConfig
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Engine, make_url
-from sqlmodel import Field, SQLModel
 
 from gateway.config import Config
 from gateway.ledger.cost import Usage, busy_hours
+from gateway.ledger.database import create_engine, migrate, resolve_url, writing
 from gateway.ledger.record import Record
+from gateway.ledger.rows import (
+    CONTENTS,
+    DECISIONS,
+    DEMOTIONS,
+    EVAL_RESULTS,
+    REQUESTS,
+    ROUNDS,
+    SHADOW_USAGE,
+)
 from gateway.ledger.truncation import capped_clause
 
 log = logging.getLogger(__name__)
 DAY = 86_400
-# alembic keeps its running context in module state, so one migration at a time per process.
-_ALEMBIC = threading.Lock()
-metadata = sa.MetaData()
-
-
-class RequestRow(SQLModel, table=True, metadata=metadata):
-    """One client request: every field of `Record.as_row()`, attempts as JSON text."""
-
-    __tablename__ = "requests"
-    __table_args__ = (
-        sa.Index("ix_requests_model_time", "model", "time"),
-        sa.Index("ix_requests_upstream_time", "upstream", "time"),
-        sa.Index("ix_requests_shadow_of", "shadow_of"),
-        {"postgresql_partition_by": "RANGE (time)"},
-    )
-
-    time: float = Field(primary_key=True)
-    request_id: str = Field(primary_key=True, max_length=128)
-    door: str = Field(max_length=32)
-    model: str = Field(max_length=128)
-    stream: bool
-    key_id: str | None = Field(default=None, max_length=128)
-    lane: str = Field(max_length=16)
-    upstream: str | None = Field(default=None, max_length=128)
-    provider: str | None = Field(default=None, max_length=128)
-    engine: str | None = Field(default=None, max_length=128)
-    attempts: str = Field(sa_type=sa.Text)
-    status: int
-    error_class: str | None = Field(default=None, max_length=64)
-    finish_reason: str | None = Field(default=None, max_length=32)
-    truncated: bool
-    reasoning_leak: bool
-    max_tokens: int | None = None
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    reasoning_tokens: int
-    usage_estimated: bool
-    queue_s: float | None = None
-    ttft_s: float | None = None
-    ttfa_s: float | None = None
-    e2e_s: float | None = None
-    itl_mean_s: float | None = None
-    itl_p99_s: float | None = None
-    chunks: int
-    cost_usd: float | None = None
-    charged_cost_usd: float | None = None
-    params_hash: str | None = Field(default=None, max_length=128)
-    dropped: str | None = Field(default=None, sa_type=sa.Text)
-    clamped: str | None = Field(default=None, sa_type=sa.Text)
-    tool_calls: int
-    sampled: bool = False
-    degenerate: bool = False
-    tool_call_error: str | None = Field(default=None, max_length=32)
-    provider_mismatch: bool = False
-    cost_drift: bool = False
-    shadow_of: str | None = Field(default=None, max_length=128)
-    agreement: str | None = Field(default=None, max_length=32)
-
-
-class ContentRow(SQLModel, table=True, metadata=metadata):
-    """Prompt and response of one request; written only when `store.store_content` is on."""
-
-    __tablename__ = "contents"
-    __table_args__ = ({"postgresql_partition_by": "RANGE (time)"},)
-
-    time: float = Field(primary_key=True)
-    request_id: str = Field(primary_key=True, max_length=128)
-    prompt: str | None = Field(default=None, sa_type=sa.Text)
-    response: str | None = Field(default=None, sa_type=sa.Text)
-
-
-class GateDecisionRow(SQLModel, table=True, metadata=metadata):
-    """A quality-gate decision (`gateway.trust.gate.GateDecision` as JSON), kept so every gateway on
-    the store routes by the same one."""
-
-    __tablename__ = "gate_decisions"
-
-    model: str = Field(primary_key=True, max_length=128)
-    time: float = Field(primary_key=True)
-    decision: str = Field(sa_type=sa.Text)
-
-
-class EvalRoundRow(SQLModel, table=True, metadata=metadata):
-    """A scheduled eval round, claimed by one gateway (`Store.claim_round`)."""
-
-    __tablename__ = "eval_rounds"
-
-    started: float = Field(primary_key=True)
-    gateway: str = Field(max_length=128)
-    finished: float | None = None
-
-
-class ShadowUsageRow(SQLModel, table=True, metadata=metadata):
-    """What a route's shadow has used of its daily budget, across every gateway on the store."""
-
-    __tablename__ = "shadow_usage"
-
-    model: str = Field(primary_key=True, max_length=128)
-    day: int = Field(primary_key=True)  # UTC day: epoch seconds // 86400
-    requests: int = 0
-    usd: float = 0.0
-
-
-class EvalResultRow(SQLModel, table=True, metadata=metadata):
-    """One scored item of a scheduled eval run (`evals.result.ItemResult` as JSON), kept in the
-    store so a run outlives the gateway (a pod's disk) that ran it."""
-
-    __tablename__ = "eval_results"
-
-    run: str = Field(primary_key=True, max_length=128)
-    target: str = Field(primary_key=True, max_length=256)
-    item_digest: str = Field(primary_key=True, max_length=128)
-    time: float
-    result: str = Field(sa_type=sa.Text)
-
-
-class DemotionRow(SQLModel, table=True, metadata=metadata):
-    """An upstream one gateway's watchdog demoted, and the checks that tripped; refreshed while
-    it lasts, so every gateway on the store routes around it (`Store.demotions`)."""
-
-    __tablename__ = "demotions"
-
-    upstream: str = Field(primary_key=True, max_length=128)
-    gateway: str = Field(primary_key=True, max_length=128)
-    checks: str = Field(max_length=512)  # comma-separated
-    refreshed: float
-
-
-REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
-CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
-DECISIONS: sa.Table = GateDecisionRow.__table__  # type: ignore[attr-defined]
-ROUNDS: sa.Table = EvalRoundRow.__table__  # type: ignore[attr-defined]
-SHADOW_USAGE: sa.Table = ShadowUsageRow.__table__  # type: ignore[attr-defined]
-EVAL_RESULTS: sa.Table = EvalResultRow.__table__  # type: ignore[attr-defined]
-DEMOTIONS: sa.Table = DemotionRow.__table__  # type: ignore[attr-defined]
 # The PostgreSQL advisory lock that makes claiming a round one gateway at a time ("plum").
 ROUND_LOCK = 0x706C756D
 
@@ -218,84 +85,6 @@ def record_row(record: Record) -> dict[str, Any]:
     row = record.as_row()
     row["attempts"] = json.dumps(row["attempts"], separators=(",", ":"))
     return row
-
-
-def resolve_url(url: str, root: Path | None = None) -> sa.URL:
-    """Relative sqlite paths against `root` (parent folders created); postgres URLs to psycopg 3."""
-    u = make_url(url)
-    if u.get_backend_name() == "sqlite":
-        db = u.database
-        if db and db != ":memory:" and not db.startswith("file:"):
-            path = Path(db)
-            if not path.is_absolute():
-                path = (root or Path.cwd()) / path
-            path.parent.mkdir(parents=True, exist_ok=True)
-            u = u.set(database=str(path))
-    elif u.get_backend_name() in ("postgresql", "postgres"):
-        u = u.set(drivername="postgresql+psycopg")
-    return u
-
-
-def create_engine(url: sa.URL, busy_timeout_s: float = 5.0) -> Engine:
-    """An engine with SQLite in WAL mode (and a bounded wait on locks), or plain PostgreSQL."""
-    if url.get_backend_name() == "sqlite":
-        engine = sa.create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}
-        )
-
-        @sa.event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new, empty file
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-            cur.close()
-            # Let SQLAlchemy, not the sqlite3 module, open transactions, so DDL is transactional
-            # (a migration and its version stamp commit together) and writers can BEGIN IMMEDIATE.
-            dbapi_conn.isolation_level = None
-
-        @sa.event.listens_for(engine, "begin")
-        def _begin(conn: Connection) -> None:
-            conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get('sqlite_begin', '')}")
-
-        return engine
-    return sa.create_engine(
-        url, pool_pre_ping=True, connect_args={"connect_timeout": max(1, int(busy_timeout_s))}
-    )
-
-
-@contextlib.contextmanager
-def writing(engine: Engine) -> Iterator[Connection]:
-    """A write transaction; on SQLite it takes the write lock up front (BEGIN IMMEDIATE), so a
-    busy database makes it wait up to the busy timeout instead of failing half-way."""
-    with engine.connect() as conn:
-        conn.execution_options(sqlite_begin="IMMEDIATE")
-        with conn.begin():
-            yield conn
-
-
-def migrate(engine: Engine, attempts: int = 3) -> None:
-    """Bring the schema to the newest revision.
-
-    Serialised by an advisory lock on PostgreSQL. SQLite has none, so two processes starting at
-    once may collide; the loser retries and then finds the schema current. Best run once before
-    starting workers.
-    """
-    cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(resources.files("gateway.ledger") / "migrations"))
-    for attempt in range(attempts):
-        try:
-            with _ALEMBIC, writing(engine) as conn:
-                if conn.dialect.name == "postgresql":
-                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(7304117)"))
-                cfg.attributes["connection"] = conn
-                command.upgrade(cfg, "head")
-            return
-        except sa.exc.DBAPIError:
-            if attempt == attempts - 1 or engine.dialect.name != "sqlite":
-                raise
-            _time.sleep(0.2 * (attempt + 1))
 
 
 def day_start(t: float) -> int:

@@ -1,2 +1,2 @@
 """Alembic migrations for the record store; run programmatically by
-`gateway.ledger.store.migrate`."""
+`gateway.ledger.database.migrate`."""

@@ -1,21 +1,22 @@
-"""Alembic environment: runs on the connection `gateway.ledger.store.migrate` hands over (no
+"""Alembic environment: runs on the connection `gateway.ledger.database.migrate` hands over (no
 alembic.ini).
 
-Autogenerate compares against the store's sqlmodel metadata. To write a new revision from a
-checkout: `alembic -x url=sqlite:///var/dev.db revision --autogenerate -m "..."` is not wired;
-create the file by hand from `script.py.mako` and test it with `tests/gateway/ledger/test_store.py`.
+Autogenerate compares against the row models' metadata (`gateway.ledger.rows`). To write a new
+revision from a checkout: `alembic -x url=sqlite:///var/dev.db revision --autogenerate -m "..."`
+is not wired; create the file by hand from `script.py.mako` and test it with
+`tests/gateway/ledger/test_store.py`.
 """
 
 from __future__ import annotations
 
 from alembic import context
 
-from gateway.ledger.store import metadata
+from gateway.ledger.rows import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:
     raise RuntimeError(
-        "run migrations through gateway.ledger.store.migrate(), which passes a connection"
+        "run migrations through gateway.ledger.database.migrate(), which passes a connection"
     )
 
 context.configure(

@@ -17,6 +17,7 @@ from gateway.config import Config
 from gateway.edge.access import Access, Key, hash_key
 from gateway.edge.app import create_app
 from gateway.fakes.upstream import FakeHandle
+from gateway.ledger.database import migrate
 from tests.gateway import pg
 from tests.harness import ListSink, config_from
 from tests.harness import serving_app as serving
@@ -230,6 +231,7 @@ def _race(accesses: list[Access], limit: int, attempts: int) -> int:
 def test_two_gateways_on_one_postgres_never_overshoot(pg_admin: str) -> None:
     url = pg.fresh_database(pg_admin).replace("postgresql://", "postgresql+psycopg://")
     engines = [sa.create_engine(url, pool_size=20) for _ in range(2)]
+    migrate(engines[0])  # as the record store does before the guard attaches to it
     accesses = [Access(config_from({}).access, engine=e) for e in engines]
     try:
         assert _race(accesses, limit=25, attempts=20) == 25
@@ -244,6 +246,7 @@ def test_two_gateways_on_one_postgres_never_overshoot(pg_admin: str) -> None:
 def test_two_gateways_on_one_sqlite_file_never_overshoot(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'keys.db'}"
     engines = [sa.create_engine(url, connect_args={"timeout": 30}) for _ in range(2)]
+    migrate(engines[0])
     accesses = [Access(config_from({}).access, engine=e) for e in engines]
     try:
         assert _race(accesses, limit=7, attempts=10) == 7

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -12,8 +13,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from gateway.config import AccessConfig
+from gateway.edge.access import Access, hash_key
+from gateway.ledger.database import create_engine, migrate, resolve_url
 from gateway.ledger.record import Attempt, Record
-from gateway.ledger.store import DAY, REQUESTS, Content, Store, metadata, record_row
+from gateway.ledger.rows import REQUESTS, metadata
+from gateway.ledger.store import DAY, Content, Store, record_row
 
 VERSIONS = Path(__file__).resolve().parents[3] / "gateway" / "ledger" / "migrations" / "versions"
 
@@ -163,6 +168,69 @@ def test_workers_starting_together_all_migrate(tmp_path: Path) -> None:
         head = max(p.name[:4] for p in VERSIONS.glob("0*.py"))
         assert version == head
     finally:
+        store.close()
+
+
+def _old_access_tables() -> sa.MetaData:
+    """`keys` and `key_usage` as the access guard created them itself before revision 0009."""
+    old = sa.MetaData()
+    sa.Table(
+        "keys",
+        old,
+        sa.Column("id", sa.String(128), primary_key=True),
+        sa.Column("sha256", sa.String(64), nullable=False, unique=True),
+        sa.Column("role", sa.String(16), nullable=False),
+        sa.Column("models", sa.Text, nullable=True),
+        sa.Column("requests_per_window", sa.Integer, nullable=True),
+        sa.Column("tokens_per_window", sa.BigInteger, nullable=True),
+        sa.Column("window_s", sa.Float, nullable=False),
+        sa.Column("created", sa.Float, nullable=False),
+        sa.Column("revoked", sa.Float, nullable=True),
+    )
+    sa.Table(
+        "key_usage",
+        old,
+        sa.Column("key_id", sa.String(128), primary_key=True),
+        sa.Column("window_start", sa.BigInteger, primary_key=True),
+        sa.Column("requests", sa.Integer, nullable=False),
+        sa.Column("tokens", sa.BigInteger, nullable=False),
+    )
+    return old
+
+
+def test_a_store_whose_guard_made_the_key_tables_migrates_keeping_them(tmp_path: Path) -> None:
+    """A store from before 0009: alembic at 0008, the key tables made by the guard's own
+    create_all, with a stored key and a budget window. Migrating keeps both, and the key
+    still authenticates."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(resolve_url(url))
+    migrate(engine, revision="0008")
+    _old_access_tables().create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO keys (id, sha256, role, window_s, created) "
+                "VALUES ('old', :h, 'client', 60, 1.0)"
+            ),
+            {"h": hash_key("pl-old-key")},
+        )
+        conn.execute(sa.text("INSERT INTO key_usage VALUES ('old', 600, 3, 42)"))
+    engine.dispose()
+    store = Store(url)
+    access = Access(AccessConfig(store_keys=True), engine=store.engine)
+    try:
+        with store.engine.connect() as conn:
+            version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+        assert version == max(p.name[:4] for p in VERSIONS.glob("0*.py"))
+        assert access.usage("old", 600) == (3, 42)
+        found = asyncio.run(access.authenticate("pl-old-key"))
+        assert found is not None and found.id == "old"
+        inspector = sa.inspect(store.engine)
+        for table in metadata.sorted_tables:
+            have = {c["name"] for c in inspector.get_columns(table.name)}
+            assert have == {c.name for c in table.columns}, table.name
+    finally:
+        access.close()
         store.close()
 
 
