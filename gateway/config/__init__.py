@@ -37,6 +37,7 @@ from gateway.config.trust import cross_check as trust_cross_check
 from gateway.config.upstreams import LaunchConfig as LaunchConfig
 from gateway.config.upstreams import ProviderRouting as ProviderRouting
 from gateway.config.upstreams import window_flag
+from gateway.errors import ConfigError, describe
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
 
@@ -356,24 +357,9 @@ class Config(_Frozen):
         return self.profiles[route.profile]
 
 
-class ConfigError(Exception):
-    """The config file is missing, not TOML, or fails validation; the message names the keys."""
-
-
 def builtin_profiles() -> dict[str, Any]:
     text = resources.files("gateway").joinpath("profiles.toml").read_text(encoding="utf-8")
     return tomllib.loads(text).get("profiles", {})
-
-
-def _format(error: ValidationError) -> str:
-    lines = []
-    for e in error.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        if e["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown key")
-        else:
-            lines.append(f"{where}: {e['msg']}")
-    return "; ".join(lines)
 
 
 def parse_config(data: dict[str, Any], root: Path | None = None) -> Config:
@@ -385,7 +371,7 @@ def parse_config(data: dict[str, Any], root: Path | None = None) -> Config:
     try:
         return Config.model_validate({**data, "root": root or Path.cwd()})
     except ValidationError as e:
-        raise ConfigError(_format(e)) from None
+        raise ConfigError(describe(e.errors(), every=True)[0]) from None
 
 
 def load_config(path: str | Path) -> Config:

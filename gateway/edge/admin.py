@@ -23,9 +23,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.config import ConfigError, Name, default_config_path, load_config
-from gateway.edge.access import Access, Forbidden
+from gateway.edge.access import Access
 from gateway.edge.protocol import validate
-from gateway.errors import BadRequest, GatewayError, Unauthorized
+from gateway.errors import BadRequest, Conflict, Forbidden, Unauthorized
 
 JSON = "application/json"
 
@@ -52,12 +52,6 @@ class NewKey(BaseModel):
     requests_per_window: int | None = Field(None, ge=1)
     tokens_per_window: int | None = Field(None, ge=1)
     window_s: float = Field(60.0, gt=0, le=86_400 * 31)
-
-
-class Conflict(GatewayError):
-    status = 409
-    type = "invalid_request_error"
-    code = "conflict"
 
 
 def _json(data: Any, status: int = 200) -> Response:

@@ -18,14 +18,18 @@ from gateway.edge.access import (
     CURRENT_TICKET,
     GENERATION_PATHS,
     Access,
-    Forbidden,
-    HeadersTooLarge,
     Key,
-    RateLimited,
     Ticket,
     presented_key,
 )
-from gateway.errors import BodyTooLarge, GatewayError, Unauthorized
+from gateway.errors import (
+    BodyTooLarge,
+    Forbidden,
+    GatewayError,
+    HeadersTooLarge,
+    RateLimited,
+    Unauthorized,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
