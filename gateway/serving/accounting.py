@@ -2,9 +2,8 @@
 
 Usage (or, where the upstream sent none, an estimate from the request), the finish reason, an
 error the upstream reported inside a 200, and the public model name an answer is to carry.
-`tap_body` and `tap_embeddings` account for a whole answer; `gateway/serving/tap.py` does the same
-for
-a stream, event by event.
+`tap_body` and `tap_embeddings` account for a whole answer; `gateway/serving/tap.py` does the
+same for a stream, event by event.
 """
 
 from __future__ import annotations
@@ -37,12 +36,15 @@ class UpstreamStreamError(MalformedStream):
 
 
 def stream_error(obj: dict[str, Any]) -> UpstreamStreamError | None:
+    """The error an event reports (an `error` object, or a choice that finished with "error"),
+    or None. On every event of a stream: a plain loop, no generator, for the common none."""
     error = obj.get("error")
-    failed = any(
-        isinstance(c, dict) and c.get("finish_reason") == "error" for c in obj.get("choices") or ()
-    )
-    if not error and not failed:
-        return None
+    if not error:
+        for choice in obj.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("finish_reason") == "error":
+                break
+        else:
+            return None
     message, status = "upstream reported an error mid-stream", 502
     if isinstance(error, dict):
         code = error.get("code")
@@ -71,19 +73,8 @@ def prompt_estimate(body: dict[str, Any]) -> int:
     chars, messages = 0, body.get("messages")
     if isinstance(messages, list):
         for message in messages:
-            if not isinstance(message, dict):
-                continue
-            chars += 16  # role and framing
-            content = message.get("content")
-            if isinstance(content, str):
-                chars += len(content)
-            elif isinstance(content, list):
-                for part in content:
-                    if isinstance(part, dict) and isinstance(part.get("text"), str):
-                        chars += len(part["text"])
-            for call in message.get("tool_calls") or ():
-                if isinstance(call, dict):
-                    chars += len(orjson.dumps(call.get("function")))
+            if isinstance(message, dict):
+                chars += _message_chars(message)
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         chars += len(prompt)
@@ -94,6 +85,22 @@ def prompt_estimate(body: dict[str, Any]) -> int:
     if body.get("tools"):
         chars += len(orjson.dumps(body["tools"]))
     return max(1, -(-chars // 4)) if chars else 0
+
+
+def _message_chars(message: dict[str, Any]) -> int:
+    """A message's characters for `prompt_estimate`: its text, its tool calls, its framing."""
+    chars = 16  # role and framing
+    content = message.get("content")
+    if isinstance(content, str):
+        chars += len(content)
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                chars += len(part["text"])
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, dict):
+            chars += len(orjson.dumps(call.get("function")))
+    return chars
 
 
 def apply_usage(record: Record, usage: dict[str, Any]) -> None:
@@ -154,25 +161,10 @@ def tap_body(
         if not chat:
             continue
         message = choice.get("message") or {}
-        content = message.get("content")
-        if isinstance(content, str) and (
-            split_think or "<think>" in content or "</think>" in content
-        ):
-            reasoning, answer, leaked = split_text(content, opened_in_prompt)
-            if leaked or reasoning:
-                record.reasoning_leak = True
-                message["content"] = answer
-                if reasoning:
-                    message["reasoning_content"] = message["reasoning"] = reasoning
-                changed = True
-        reasoning = message.get("reasoning_content") or message.get("reasoning")
-        if reasoning and not (message.get("reasoning_content") and message.get("reasoning")):
-            message["reasoning_content"] = message["reasoning"] = reasoning
-            changed = True
+        changed |= _message(record, message, split_think, opened_in_prompt)
         if capture is not None:
             capture.message(choice.get("index", 0), message)
-        if message.get("tool_calls"):
-            record.tool_calls = max(record.tool_calls, len(message["tool_calls"]))
+        reasoning = message.get("reasoning_content")
         reasoning_chars += len(reasoning or "")
         answer_chars += len(message.get("content") or "")
     if record.reasoning_tokens == 0 and reasoning_chars and record.completion_tokens:
@@ -182,6 +174,35 @@ def tap_body(
         record.usage_estimated = True
     record.e2e_s = time.perf_counter() - record.t0
     record.check_invariants()
+    return _renamed(obj, raw, model, changed)
+
+
+def _message(record: Record, message: dict[str, Any], split: bool, opened: bool) -> bool:
+    """A whole answer's message: think tags in its content split into reasoning and answer
+    (all of it when `split`), its reasoning under both names, its tool calls counted. Whether
+    it changed."""
+    changed = False
+    content = message.get("content")
+    if isinstance(content, str) and (split or "<think>" in content or "</think>" in content):
+        reasoning, answer, leaked = split_text(content, opened)
+        if leaked or reasoning:
+            record.reasoning_leak = True
+            message["content"] = answer
+            if reasoning:
+                message["reasoning_content"] = message["reasoning"] = reasoning
+            changed = True
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasoning and not (message.get("reasoning_content") and message.get("reasoning")):
+        message["reasoning_content"] = message["reasoning"] = reasoning
+        changed = True
+    if message.get("tool_calls"):
+        record.tool_calls = max(record.tool_calls, len(message["tool_calls"]))
+    return changed
+
+
+def _renamed(obj: dict[str, Any], raw: bytes, model: str | None, changed: bool) -> bytes:
+    """The bytes of the answer, carrying the public `model` name instead of the upstream's id:
+    `raw` when nothing changed (its name swapped in place where it can be)."""
     upstream_model = obj.get("model")
     if model is not None and isinstance(upstream_model, str) and upstream_model != model:
         swapped = None if changed else swap_model(raw, upstream_model, orjson.dumps(model))
