@@ -10,39 +10,25 @@ known, so shadows in flight cannot pass the limit.
 
 The shadow's answer gets its own `Record` (lane "shadow", `shadow_of` = the primary's request id,
 the primary's accept time, so the pair joins on the primary key). When both sides have finished
-the agreement is set on the shadow record and it goes to the sinks like any other record:
-
-    tools_same / tools_different    both, or either, made tool calls: same names and arguments
-                                    (arguments compared as parsed JSON; parallel calls in any order)
-    exact / normalised / different  text answers: identical, identical after folding case,
-                                    punctuation and whitespace, or neither
-    verdict_same / verdict_different the request named an eval item (`x-plumbline-eval-item`)
-                                    and a scorer was given: the two answers' verdicts
-    primary_failed / shadow_failed  one side has no answer to compare
-
-`report_shadow` reads the pairs back from the store (`plumbline report shadow`).
+the agreement (`gateway/trust/agreement.py`) is set on the shadow record and it goes to the sinks
+like any other record. `gateway/trust/shadow_report.py` reads the pairs back from the store
+(`plumbline report shadow`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 import logging
 import random
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, Counter
-from rich.console import Console
-from rich.table import Table
 
-from gateway.config import Config, Price
+from gateway.config import Config, Price, Upstream
 from gateway.config.trust import ShadowConfig
 from gateway.ledger.cost import request_cost
 from gateway.ledger.record import Attempt, Record
@@ -50,66 +36,14 @@ from gateway.serving.accounting import MalformedStream, tap_body
 from gateway.serving.adapt import Unfit, adapt
 from gateway.serving.upstream import AttemptError, body_for, post
 from gateway.serving.wire import Wire
-from gateway.trust.capture import Capture, ToolCall
+from gateway.trust.agreement import Answer, agreement
+from gateway.trust.capture import Capture
 
 if TYPE_CHECKING:
     from gateway.ledger.store import Store
 
 log = logging.getLogger("plumbline.shadow")
-Format = Literal["table", "csv", "json"]
 ITEM_HEADER = "x-plumbline-eval-item"
-AGREE = ("exact", "normalised", "tools_same", "verdict_same")
-DIFFER = ("different", "tools_different", "verdict_different")
-FAILED = ("primary_failed", "shadow_failed")
-_PUNCT = re.compile(r"[^\w\s]")
-_SPACE = re.compile(r"\s+")
-
-
-# ---- agreement (pure) ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    ok: bool
-    text: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
-    verdict: str | None = None
-
-
-def normalise(text: str) -> str:
-    return _SPACE.sub(" ", _PUNCT.sub(" ", text.casefold())).strip()
-
-
-def text_agreement(a: str, b: str) -> str:
-    if a == b:
-        return "exact"
-    return "normalised" if normalise(a) == normalise(b) else "different"
-
-
-def _canonical(call: ToolCall) -> tuple[str, str]:
-    try:
-        args: Any = json.loads(call.arguments) if call.arguments.strip() else {}
-        rendered = json.dumps(args, sort_keys=True, separators=(",", ":"))
-    except json.JSONDecodeError:
-        rendered = "\x00raw:" + call.arguments  # unparsable: only an identical string matches
-    return call.name or "", rendered
-
-
-def tool_agreement(a: Sequence[ToolCall], b: Sequence[ToolCall]) -> str:
-    same = sorted(map(_canonical, a)) == sorted(map(_canonical, b))
-    return "tools_same" if same else "tools_different"
-
-
-def agreement(primary: Answer, shadow: Answer) -> str:
-    if not primary.ok:
-        return "primary_failed"
-    if not shadow.ok:
-        return "shadow_failed"
-    if primary.verdict is not None and shadow.verdict is not None:
-        return "verdict_same" if primary.verdict == shadow.verdict else "verdict_different"
-    if primary.tool_calls or shadow.tool_calls:
-        return tool_agreement(primary.tool_calls, shadow.tool_calls)
-    return text_agreement(primary.text, shadow.text)
 
 
 # ---- budget ----------------------------------------------------------------------------------
@@ -301,11 +235,37 @@ class ShadowMirror:
         upstream = self.config.upstream(cfg.upstream)
         capture = Capture(record, pending.tools, keep_text=True, max_chars=pending.capture_chars)
         started = time.perf_counter()
-        outcome = "ok"
+        try:
+            outcome = await self._ask(pending.model, upstream, cfg, path, body, capture)
+        finally:
+            self.inflight[pending.model] -= 1
+        elapsed = time.perf_counter() - started
+        record.attempts.append(Attempt(upstream.name, outcome, record.status or None, elapsed))
+        record.e2e_s = elapsed
+        record.cost_usd = request_cost(record, self.config.prices.get(upstream.name))
+        await self._settle(pending, record, day)
+        if outcome != "ok":
+            self.requests.labels(pending.model, cfg.upstream, "failed").inc()
+        answer = Answer(outcome == "ok", capture.answer, tuple(capture.tool_calls()))
+        pending.shadow = self._scored(pending, answer)
+        self._maybe_resolve(pending)
+
+    async def _ask(
+        self,
+        model: str,
+        upstream: Upstream,
+        cfg: ShadowConfig,
+        path: str,
+        body: dict[str, Any],
+        capture: Capture,
+    ) -> str:
+        """Send the shadow request and capture its answer; the attempt's outcome, with the
+        record's status and error class set. Never raises: a shadow takes nothing down."""
+        record = capture.record
         try:
             # Said as the shadow upstream can serve it (gateway/serving/adapt.py), marked on its
             # record.
-            profiled = self.config.profile_for(pending.model) is not None
+            profiled = self.config.profile_for(model) is not None
             adapted = adapt(body, upstream, self.config.upstream_window(upstream), profiled)
             adapted.mark(record)
             async with asyncio.timeout(cfg.timeout_s):
@@ -322,6 +282,7 @@ class ShadowMirror:
                 capture.message(choice.get("index", i), choice.get("message") or {})
             record.status = 200
             capture.finish()
+            return "ok"
         except Unfit as e:  # it cannot serve this request as asked: nothing is sent
             outcome, record.status, record.error_class = "refused", e.status, type(e).__name__
         except AttemptError as e:
@@ -333,25 +294,19 @@ class ShadowMirror:
         except Exception:  # a shadow must never take anything else down
             log.exception("shadow request failed")
             outcome, record.status, record.error_class = "error", 500, "ShadowError"
-        finally:
-            self.inflight[pending.model] -= 1
-        elapsed = time.perf_counter() - started
-        record.attempts.append(Attempt(upstream.name, outcome, record.status or None, elapsed))
-        record.e2e_s = elapsed
-        record.cost_usd = request_cost(record, self.config.prices.get(upstream.name))
+        return outcome
+
+    async def _settle(self, pending: Pending, record: Record, day: int) -> None:
+        """Give the hold back and count the shadow's own cost against its daily budget (in
+        the store too, when there is one)."""
         spent = record.charged_cost_usd if record.charged_cost_usd is not None else record.cost_usd
-        settle = (spent or 0.0) - pending.hold_usd  # the hold is given back, the cost counted
+        settle = (spent or 0.0) - pending.hold_usd
         self.budgets[pending.model].spent_usd += settle
         if self._store is not None and settle:
             try:
                 await asyncio.to_thread(self._store.shadow_spent, pending.model, day, settle)
             except Exception:
                 log.exception("shadow: could not count $%.6f against %s", settle, pending.model)
-        if outcome != "ok":
-            self.requests.labels(pending.model, cfg.upstream, "failed").inc()
-        answer = Answer(outcome == "ok", capture.answer, tuple(capture.tool_calls()))
-        pending.shadow = self._scored(pending, answer)
-        self._maybe_resolve(pending)
 
     async def _reserve(self, pending: Pending, cfg: ShadowConfig, day: int) -> bool:
         """Take one request of the shadow's daily budget in the store. Refused, or the store
@@ -404,162 +359,11 @@ class ShadowMirror:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
 
-# ---- the shadow report -----------------------------------------------------------------------
+def __getattr__(name: str) -> Any:
+    """`report_shadow` moved to `gateway.trust.shadow_report` (loaded on first use here: the
+    report's table rendering stays out of the gateway's start)."""
+    if name == "report_shadow":
+        from gateway.trust.shadow_report import report_shadow
 
-
-@dataclass(slots=True)
-class ShadowRow:
-    model: str
-    primary: str | None
-    shadow: str | None
-    pairs: int
-    agreements: dict[str, int]
-    agree_rate: float | None  # over pairs where both answered
-    agree_ci: tuple[float, float] | None
-    primary_e2e_s: float | None
-    shadow_e2e_s: float | None
-    primary_tokens: int
-    shadow_tokens: int
-    primary_cost_usd: float
-    shadow_cost_usd: float
-
-
-def _shadow_query(since: float, until: float) -> Any:
-    from gateway.ledger.store import REQUESTS
-
-    s, p = REQUESTS.alias("s"), REQUESTS.alias("p")
-    join = s.join(p, sa.and_(p.c.time == s.c.time, p.c.request_id == s.c.shadow_of))
-    return (
-        sa.select(
-            s.c.model,
-            p.c.upstream,
-            s.c.upstream,
-            s.c.agreement,
-            sa.func.count(),
-            sa.func.avg(p.c.e2e_s),
-            sa.func.avg(s.c.e2e_s),
-            sa.func.sum(p.c.completion_tokens),
-            sa.func.sum(s.c.completion_tokens),
-            sa.func.sum(sa.func.coalesce(p.c.charged_cost_usd, p.c.cost_usd, 0.0)),
-            sa.func.sum(sa.func.coalesce(s.c.charged_cost_usd, s.c.cost_usd, 0.0)),
-        )
-        .select_from(join)
-        .where(s.c.lane == "shadow", s.c.time >= since, s.c.time < until)
-        .group_by(s.c.model, p.c.upstream, s.c.upstream, s.c.agreement)
-    )
-
-
-def shadow_rows(raw: Sequence[Sequence[Any]]) -> list[ShadowRow]:
-    from evals.stats import wilson
-
-    groups: dict[tuple[str, str | None, str | None], list[Sequence[Any]]] = {}
-    for r in raw:
-        groups.setdefault((r[0], r[1], r[2]), []).append(r)
-    rows = []
-    for (model, primary, shadow), parts in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        counts = {str(r[3]): int(r[4]) for r in parts}
-        n = sum(counts.values())
-
-        def mean(i: int, parts: list[Sequence[Any]] = parts) -> float | None:
-            vals = [(r[i], r[4]) for r in parts if r[i] is not None]
-            w = sum(c for _, c in vals)
-            return sum(v * c for v, c in vals) / w if w else None
-
-        agree = sum(counts.get(a, 0) for a in AGREE)
-        comparable = agree + sum(counts.get(d, 0) for d in DIFFER)
-        rows.append(
-            ShadowRow(
-                model,
-                primary,
-                shadow,
-                n,
-                counts,
-                agree / comparable if comparable else None,
-                wilson(agree, comparable) if comparable else None,
-                mean(5),
-                mean(6),
-                sum(int(r[7] or 0) for r in parts),
-                sum(int(r[8] or 0) for r in parts),
-                sum(float(r[9] or 0) for r in parts),
-                sum(float(r[10] or 0) for r in parts),
-            )
-        )
-    return rows
-
-
-def report_shadow(
-    config: Config,
-    since: str = "24h",
-    fmt: Format = "table",
-    *,
-    store: Any = None,
-    now: float | None = None,
-) -> str:
-    """Per (model, primary, shadow): pairs, agreement with its interval, latency, tokens, cost."""
-    from gateway.ledger.report import reading, span
-
-    start, now = span(since, now)
-    with reading(config, store) as db, db.engine.connect() as conn:
-        rows = shadow_rows(list(conn.execute(_shadow_query(start, now))))
-    if fmt == "json":
-        return json.dumps(
-            {"since": start, "until": now, "rows": [asdict(r) for r in rows]}, indent=2
-        )
-    if fmt == "csv":
-        lines = [
-            "model,primary,shadow,pairs,agree_rate,agree_lo,agree_hi,primary_e2e_s,"
-            "shadow_e2e_s,primary_tokens,shadow_tokens,primary_cost_usd,shadow_cost_usd"
-        ]
-        for r in rows:
-            lo, hi = r.agree_ci or ("", "")
-            cells = [
-                r.model,
-                r.primary,
-                r.shadow,
-                r.pairs,
-                r.agree_rate,
-                lo,
-                hi,
-                r.primary_e2e_s,
-                r.shadow_e2e_s,
-                r.primary_tokens,
-                r.shadow_tokens,
-                r.primary_cost_usd,
-                r.shadow_cost_usd,
-            ]
-            lines.append(",".join("" if c is None else str(c) for c in cells))
-        return "\n".join(lines) + "\n"
-    if fmt != "table":
-        raise ValueError(f"unknown format {fmt!r}")
-    table = Table(title=f"Shadow agreement, last {since}", title_justify="left")
-    for name in (
-        "model",
-        "primary → shadow",
-        "pairs",
-        "agree %",
-        "95% CI",
-        "e2e s p/s",
-        "tokens p/s",
-        "cost $ p/s",
-        "breakdown",
-    ):
-        table.add_column(
-            name, justify="left" if name in ("model", "primary → shadow", "breakdown") else "right"
-        )
-    for r in rows:
-        ci = "–" if r.agree_ci is None else f"{100 * r.agree_ci[0]:.0f}–{100 * r.agree_ci[1]:.0f}"
-        e2e = "/".join("–" if v is None else f"{v:.2f}" for v in (r.primary_e2e_s, r.shadow_e2e_s))
-        table.add_row(
-            r.model,
-            f"{r.primary} → {r.shadow}",
-            str(r.pairs),
-            "–" if r.agree_rate is None else f"{100 * r.agree_rate:.1f}",
-            ci,
-            e2e,
-            f"{r.primary_tokens}/{r.shadow_tokens}",
-            f"{r.primary_cost_usd:.4f}/{r.shadow_cost_usd:.4f}",
-            ", ".join(f"{k} {v}" for k, v in sorted(r.agreements.items())),
-        )
-    console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
-    console.print(table)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+        return report_shadow
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
