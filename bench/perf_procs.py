@@ -25,6 +25,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from deploy.launch import gateway_command
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "fake-model"
 BENCH_KEY = "sk-bench-local"  # the key every guarded proxy checks; loopback only
@@ -190,27 +192,7 @@ def plumbline(fake: Proc, scratch: Path, workers: int = 1, record: bool = True) 
         f'model = "{MODEL}"\n\n[models.{MODEL}]\nupstreams = ["fake"]\n'
     )
     if workers > 1:
-        argv = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "gateway.edge.app:app_from_env",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-            "--no-proxy-headers",  # as `plumbline serve` runs
-        ]
+        argv = gateway_command(port, workers=workers)  # as `plumbline serve` runs
         env = {"PLUMBLINE_CONFIG": str(config), "PROMETHEUS_MULTIPROC_DIR": str(scratch / "prom")}
         (scratch / "prom").mkdir(exist_ok=True)
     else:

@@ -39,6 +39,7 @@ import psutil  # type: ignore[import-untyped]
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from deploy.launch import gateway_command  # noqa: E402
 from gateway.fakes.upstream import running_fake  # noqa: E402
 from tests.harness import free_port  # noqa: E402
 
@@ -95,23 +96,7 @@ def gateway_process(fake_url: str, folder: Path) -> Iterator[tuple[str, subproce
     env = {**os.environ, "PLUMBLINE_CONFIG": str(config)}
     log = (folder / "gateway.log").open("wb")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "gateway.edge.app:app_from_env",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-            "--no-proxy-headers",  # as `plumbline serve` runs: nothing reads them
-            "--timeout-graceful-shutdown",
-            "30",
-        ],
+        gateway_command(port),  # as `plumbline serve` runs
         cwd=ROOT,
         env=env,
         stdout=log,

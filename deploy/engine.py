@@ -102,12 +102,18 @@ def command(spec: LaunchSpec, python: str = sys.executable, cores: int | None = 
 VLLM_RECORD_FLAGS = ("--enable-prompt-tokens-details",)
 
 
-def vllm_args(spec: LaunchSpec) -> list[str]:
-    """vLLM OpenAI-server flags for `spec` (CPU build: eager mode, explicit KV cache size)."""
+def vllm_args(spec: LaunchSpec, *, cpu: bool = True) -> list[str]:
+    """vLLM OpenAI-server flags for `spec`. `cpu`: the CPU build's recipe as well (eager mode,
+    an explicit KV cache size); without it, a GPU replica's (`deploy.vllm.gpu_args`), which
+    sizes its cache from the card."""
     args = ["--model", spec.model, "--served-model-name", spec.served_model_name]
-    args += ["--host", spec.host, "--port", str(spec.port), "--enforce-eager", *VLLM_RECORD_FLAGS]
-    kv_cache_bytes = spec.kv_cache_bytes or VLLM_DEFAULT_KV_CACHE_BYTES
-    args += ["--kv-cache-memory-bytes", str(kv_cache_bytes)]
+    args += ["--host", spec.host, "--port", str(spec.port)]
+    if cpu:
+        args.append("--enforce-eager")
+    args += VLLM_RECORD_FLAGS
+    if cpu:
+        kv_cache_bytes = spec.kv_cache_bytes or VLLM_DEFAULT_KV_CACHE_BYTES
+        args += ["--kv-cache-memory-bytes", str(kv_cache_bytes)]
     if spec.max_model_len is not None:
         args += ["--max-model-len", str(spec.max_model_len)]
     if spec.reasoning_parser:

@@ -7,11 +7,16 @@ environment — the same recipe the gateway applies on every request.
 
 `launch_local` yields `LocalEngines`: the replicas, and the gateway's narrow read of their
 supervisor (each engine's state, restarts and last exit status, by upstream name).
+
+`SERVE_OPTIONS` is how the gateway's own HTTP server runs, as `plumbline serve` passes it to
+`uvicorn.run` and as `gateway_command` spells it on a uvicorn command line (several workers, or
+a process of its own: the benchmarks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +26,34 @@ from deploy.engine import LaunchSpec
 from deploy.localmodel import ensure_hf_model, gguf_path
 from deploy.supervisor import Replica, Supervisor, backend_lines
 from gateway.config import Config, Upstream
+
+SERVE_OPTIONS: dict[str, Any] = {
+    "loop": "uvloop",
+    "http": "httptools",
+    "log_level": "warning",
+    "access_log": False,
+    # Nothing here reads the client's address or scheme, which is all this would rewrite.
+    "proxy_headers": False,
+    "timeout_graceful_shutdown": 30,
+}
+
+
+def gateway_command(
+    port: int, *, host: str = "127.0.0.1", workers: int = 1, python: str = sys.executable
+) -> list[str]:
+    """The argv of `uvicorn --factory gateway.edge.app:app_from_env` with `SERVE_OPTIONS` (the
+    config path comes from the PLUMBLINE_CONFIG variable)."""
+    argv = [python, "-m", "uvicorn", "--factory", "gateway.edge.app:app_from_env"]
+    argv += ["--host", host, "--port", str(port)]
+    if workers > 1:
+        argv += ["--workers", str(workers)]
+    for name, value in SERVE_OPTIONS.items():
+        flag = name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            argv += [f"--{flag}", str(value)]
+    return argv
 
 
 def _weights(upstream: Upstream) -> str:

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.engine import VLLM_MODULE, VLLM_RECORD_FLAGS, LaunchSpec, base_url
+from deploy.engine import VLLM_MODULE, LaunchSpec, base_url, vllm_args
 from deploy.gpu import GpuPower, check_power_limits, parse_gpu_list
 from deploy.kernels import KernelChoice, parse_kernel_log
 from deploy.supervisor import Replica, Supervisor, backend_lines
@@ -180,17 +180,9 @@ def _memory_flag(
 def gpu_args(spec: LaunchSpec) -> list[str]:
     """vLLM OpenAI-server flags for a GPU replica: the spec's, and nothing CPU-specific.
 
-    (`deploy.engine.vllm_args` is the CPU recipe: it forces eager mode and a 1 GiB KV cache.)
+    (`deploy.engine.vllm_args` builds both; the CPU recipe adds eager mode and a 1 GiB KV cache.)
     """
-    args = ["--model", spec.model, "--served-model-name", spec.served_model_name]
-    args += ["--host", spec.host, "--port", str(spec.port), *VLLM_RECORD_FLAGS]
-    if spec.max_model_len is not None:
-        args += ["--max-model-len", str(spec.max_model_len)]
-    if spec.reasoning_parser:
-        args += ["--reasoning-parser", spec.reasoning_parser]
-    if spec.tool_call_parser:
-        args += ["--enable-auto-tool-choice", "--tool-call-parser", spec.tool_call_parser]
-    return args + list(spec.extra_args)
+    return vllm_args(spec, cpu=False)
 
 
 def upstream_toml(plan: ReplicaPlan, node: str | None = None) -> str:

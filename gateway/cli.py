@@ -169,19 +169,14 @@ def _serve(
     path: Path | None = None,
     processes: Any = None,
 ) -> None:
+    from deploy.launch import SERVE_OPTIONS
     from gateway.edge.app import create_app
 
     uvicorn.run(
         create_app(config, config_path=path, tune_gc=True, processes=processes),
         host=host or config.server.host,
         port=port or config.server.port,
-        loop="uvloop",
-        http="httptools",
-        log_level="warning",
-        access_log=False,
-        # Nothing here reads the client's address or scheme, which is all this would rewrite.
-        proxy_headers=False,
-        timeout_graceful_shutdown=30,
+        **SERVE_OPTIONS,
     )
 
 
