@@ -8,17 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.fakes.answer import (
-    HARNESS_CALLS,
-    ID_MARK,
-    BehaviourError,
-    body_template,
-    cut_at_stop,
-    make_plan,
-    overlay,
-    stream_template,
-    validate_behaviour,
-)
+from gateway.fakes.answer import ID_MARK, body_template, stream_template
+from gateway.fakes.behaviour import BehaviourError, overlay, validate_behaviour
+from gateway.fakes.plan import HARNESS_CALLS, cut_at_stop, make_plan
 
 MSGS = [{"role": "user", "content": "three little words"}]
 
