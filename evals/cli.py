@@ -11,6 +11,7 @@ import openai
 import typer
 
 from evals import runner
+from evals.dataset import SCORERS
 from evals.result import ItemResult
 
 if TYPE_CHECKING:
@@ -70,10 +71,9 @@ def run_cmd(
     datasets = []
     for entry in dataset or []:
         path, _, scorer = entry.rpartition(":")
-        if not path or scorer not in runner.dataset.SCORERS:
+        if not path or scorer not in SCORERS:
             raise typer.BadParameter(
-                f"{entry!r}: expected FILE:SCORER with SCORER one of "
-                f"{', '.join(runner.dataset.SCORERS)}"
+                f"{entry!r}: expected FILE:SCORER with SCORER one of {', '.join(SCORERS)}"
             )
         datasets.append((Path(path), scorer))
     spec = runner.RunSpec(

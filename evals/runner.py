@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib.util
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -40,27 +39,10 @@ import orjson
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from evals import dataset, families
+from evals import families
 from evals.item import Item, Reply, items_digest
 from evals.result import ItemResult, error_class_of, read_results
-
-# Items per family. "default" is the full suite; "smoke" is what CI can afford on 2 CPU cores.
-SUITES: dict[str, dict[str, int | None]] = {
-    "none": {},  # only --dataset files
-    "default": {
-        name: None
-        for name in ("math", "code", "tools", "longctx", "knowledge", "ifeval", "editformat")
-    },
-    "smoke": {
-        "math": 3,
-        "code": 2,
-        "tools": 3,
-        "longctx": 2,
-        "knowledge": 3,
-        "ifeval": 3,
-        "editformat": 2,
-    },
-}
+from evals.suite import build_items
 
 LANE_HEADER = {"x-plumbline-lane": "eval"}
 DETAIL_CHARS = 2000  # of a scorer's detail kept per item
@@ -96,53 +78,6 @@ class RunSpec:
     reasoning_gym: int = 0
     # Seconds before the first retry of an infrastructure error (doubling, at most 20 s).
     retry_wait_s: float = 1.0
-
-
-def build_items(
-    suite: str,
-    seed: int,
-    window: int | None,
-    token_counter: Callable[[str], int] | None = None,
-    sizes: dict[str, int | None] | None = None,
-    datasets: Sequence[tuple[Path, str]] = (),
-    reasoning_gym: int = 0,
-) -> list[Item]:
-    """The suite's generated families, then each user dataset (path, declared scorer).
-    `reasoning_gym`: that many of the math family's items from reasoning-gym's generators."""
-    if suite not in SUITES:
-        raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
-    spec = dict(SUITES[suite])
-    spec.update(sizes or {})
-    if reasoning_gym:
-        from evals.families import math as math_family
-
-        math_items = spec.get("math", 0)
-        math_items = math_family.DEFAULT_N if math_items is None else math_items
-        if reasoning_gym > math_items:
-            raise ValueError(
-                f"--reasoning-gym {reasoning_gym}: the {suite!r} suite has {math_items} math "
-                "items, and the reasoning-gym slice is taken from them"
-            )
-        if importlib.util.find_spec("reasoning_gym") is None:
-            raise ValueError(
-                "--reasoning-gym needs the reasoning-gym package: pip install reasoning-gym"
-            )
-    opts: dict[str, Any] = {}
-    if window:
-        opts["window"] = window
-    if token_counter is not None:
-        opts["count_tokens"] = token_counter
-    items: list[Item] = []
-    for name, n in spec.items():
-        if n == 0:
-            continue
-        gym = {"reasoning_gym": reasoning_gym} if name == "math" and reasoning_gym else {}
-        items.extend(families.build(name, seed, n, **opts, **gym))
-    for path, scorer in datasets:
-        items.extend(dataset.load(path, scorer))
-    if not items:
-        raise ValueError("nothing to evaluate: the suite is empty and no --dataset was given")
-    return items
 
 
 def reply_from(chat: dict[str, Any]) -> Reply:

@@ -11,10 +11,11 @@ import pytest
 from evals import runner
 from evals.report import write_report
 from evals.stats import by_family, summarise
+from evals.suite import SUITES
 from gateway.fakes.upstream import running_fake
 from tests.harness import config_from, running_gateway, wait_for
 
-SMOKE_ITEMS = sum(n or 0 for n in runner.SUITES["smoke"].values())
+SMOKE_ITEMS = sum(n or 0 for n in SUITES["smoke"].values())
 
 
 def gateway_for(probe_s: float = 0, **fakes: str) -> Any:
@@ -60,7 +61,7 @@ def test_smoke_run_scores_every_item_and_resumes(tmp_path: Path) -> None:
         assert len(fake.requests()) == sent
         body = fake.requests()[0]["body"]
     assert len(results) == SMOKE_ITEMS == meta["items"] == sent
-    assert {r.family for r in results} == set(runner.SUITES["smoke"])
+    assert {r.family for r in results} == set(SUITES["smoke"])
     assert all(r.params_hash for r in results)  # the gateway's hash, per item
     # "tok0 tok1 …" answers nothing (it may happen to obey a format instruction, e.g. lowercase)
     assert not any(r.correct for r in results if r.family != "ifeval")
