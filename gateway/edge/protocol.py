@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from gateway.errors import BadRequest
+from gateway.errors import BadRequest, describe
 
 Temperature = Annotated[float, Field(ge=0, le=2)]
 Probability = Annotated[float, Field(ge=0, le=1)]
@@ -81,26 +81,11 @@ class EmbeddingRequest(_Open):
     dimensions: int | None = Field(None, ge=1)
 
 
-def _describe(error: ValidationError) -> tuple[str, str | None]:
-    first = error.errors()[0]
-    loc = [str(p) for p in first["loc"]]
-    param = ".".join(loc) or None
-    message = first["msg"]
-    if first["type"] == "missing":
-        message = f"'{param}' is required"
-    elif param:
-        message = f"Invalid value for '{param}': {message}"
-    extra = len(error.errors()) - 1
-    if extra:
-        message += f" (and {extra} more problem{'s' if extra > 1 else ''})"
-    return message, param
-
-
 def validate(model: type[BaseModel], body: Any) -> BaseModel:
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     try:
         return model.model_validate(body)
     except ValidationError as e:
-        message, param = _describe(e)
+        message, param = describe(e.errors())
         raise BadRequest(message, param=param) from None
