@@ -32,6 +32,8 @@ from gateway.config.costs import Node as Node
 from gateway.config.costs import Price as Price
 from gateway.config.profiles import Profile as Profile
 from gateway.config.profiles import Sampling as Sampling
+from gateway.config.routes import Shapes
+from gateway.config.routes import cross_check as routes_cross_check
 from gateway.config.trust import GateConfig, ShadowConfig, WatchdogConfig
 from gateway.config.trust import cross_check as trust_cross_check
 from gateway.config.upstreams import LaunchConfig as LaunchConfig
@@ -170,6 +172,8 @@ class RouteConfig(_Frozen):
     shadow: ShadowConfig | None = None
     # Evidence settings of the "cheapest_within_floor" policy (gateway/trust/gate.py).
     gate: GateConfig | None = None
+    # A sub-route per task shape (gateway/config/routes.py, gateway/serving/shape.py).
+    shapes: Shapes | None = None
     # Other names clients may send for this model (a harness's "small fast" model, say);
     # resolved to this route on every door before routing; records name the route.
     aliases: list[Name] = Field(default_factory=list)
@@ -255,6 +259,7 @@ class Config(_Frozen):
                 if m not in self.models:
                     problems.append(f"access.keys.{key.id}.models: unknown model {m!r}")
         problems += trust_cross_check(self)
+        problems += routes_cross_check(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -40,6 +40,7 @@ from prometheus_client import (
 )
 
 from gateway.config import Config
+from gateway.config.routes import SHAPES
 from gateway.ledger.cost import ModelEconomics, drifted
 from gateway.ledger.record import Record
 from gateway.ledger.truncation import cause as truncation_cause
@@ -103,6 +104,7 @@ class Metrics:
         self.provider = Bounded(_configured_providers(config), extra=max_providers)
         self.error_class = Bounded((), extra=50)
         self.dropped_field = Bounded((), extra=50)
+        self.shape = Bounded(SHAPES)
         self.attempt_outcome = Bounded(
             ("ok", "connect_error", "timeout", "ttft_timeout", "stream_error"), extra=40
         )
@@ -186,6 +188,13 @@ class Metrics:
             "Requests whose max_tokens / max_completion_tokens was clamped to the chosen "
             "upstream's context window (x-plumbline-clamped; gateway/serving/adapt.py).",
             [*mu, "field"],
+            registry=r,
+        )
+        self.shaped = Counter(
+            "gateway_shape_requests",
+            "Client requests by task shape (gateway/serving/shape.py: tools, long_context, edit, "
+            'structured, reasoning, default; "none" where the request never reached routing).',
+            [*mu, "shape"],
             registry=r,
         )
         self.queue = Histogram(
@@ -273,6 +282,7 @@ class Metrics:
         model, upstream = self.model(record.model), self.upstream(record.upstream)
         mu = (model, upstream)
         self._child(self.requests, *mu, self.provider(record.provider), outcome(record)).inc()
+        self._child(self.shaped, *mu, self.shape(record.shape)).inc()
         counts = (
             record.prompt_tokens,
             record.cached_tokens,

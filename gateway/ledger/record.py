@@ -41,6 +41,8 @@ class Record:
     upstream: str | None = None
     provider: str | None = None
     engine: str | None = None  # the serving stack behind the upstream (gateway/serving/engine.py)
+    # The request's task shape (gateway/serving/shape.py); None where it never reached routing.
+    shape: str | None = None
     attempts: list[Attempt] = field(default_factory=list)
     status: int = 0
     error_class: str | None = None
