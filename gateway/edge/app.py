@@ -117,7 +117,9 @@ class Gateway:
                 access.attach(store.engine)
         self._housekeeper: asyncio.Task[None] | None = None
         self.silence = Silence(s.idle_timeout_s)
-        self.dispatcher = Dispatcher(self)
+        self.dispatcher = Dispatcher(
+            config, self.pool, self.wire, self.engines, self.prefix, self.gate_book.latest_for
+        )
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
         self.scheduler = EvalScheduler(self, f"http://{host}:{s.port}/v1")
         self._prober: asyncio.Task[None] | None = None

@@ -10,7 +10,9 @@ The first byte is a stream's first data event (SSE comments before it, like Open
 (`server.first_byte_timeout_s`; its body then has `server.request_timeout_s` in all). Once
 `open` returns, the caller owns the response; dispatch never switches upstream after that.
 
-Waits go through `Dispatcher.sleep` (asyncio.sleep unless a test gives another).
+Which upstreams, in which order, is routing's (gateway/serving/routing.py `plan`); dispatch
+executes the attempts. Waits go through `Dispatcher.sleep` (asyncio.sleep unless a test gives
+another), time through its `Clock`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from tenacity import (
@@ -29,83 +31,75 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from gateway.config import Upstream
-from gateway.errors import (
-    AllUpstreamsFailed,
-    BadRequest,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
-from gateway.ledger.record import Attempt, Record
-from gateway.serving.adapt import Unfit, adapt_call
-from gateway.serving.routing import Features, candidates
+from gateway.config import Config, RouteConfig, Upstream
+from gateway.errors import BadRequest
+from gateway.ledger.record import Attempt
+from gateway.serving.adapt import Adapted, Unfit, adapt_call, prompt_bounds
+from gateway.serving.call import Call as Call
+from gateway.serving.call import Translator as Translator
+from gateway.serving.engine import Engines
+from gateway.serving.pool import Pool
+from gateway.serving.prefix import PrefixIndex
+from gateway.serving.routing import Ask, Features, Tried, give_up, plan, shaped, wants_affinity
+from gateway.serving.shape import classify
 from gateway.serving.upstream import THINKING_BUDGET, AttemptError, Opened, Targets, body_for, post
-from gateway.serving.wire import Reply
-from gateway.trust.gate import gated_order
+from gateway.serving.wire import Reply, Wire
 
 if TYPE_CHECKING:
-    from gateway.edge.app import Gateway
-
-
-class Translator(Protocol):
-    """A front door that speaks another API renders the chat-completions answer in its own.
-
-    `whole` gets the (tapped) chat.completion object and returns the door's body; `feed` gets
-    tapped chat SSE bytes (whole events, ending with `data: [DONE]`, or an OpenAI error event
-    `data: {"error": …}` when the upstream broke mid-stream) and returns the door's SSE bytes.
-    """
-
-    def whole(self, chat: dict[str, Any]) -> bytes: ...
-
-    def feed(self, sse: bytes) -> bytes: ...
-
-
-@dataclass(slots=True)
-class Call:
-    """One client request after its front door: door-agnostic from here on."""
-
-    door: str
-    path: str  # upstream path: /chat/completions, /completions, /embeddings
-    model: str
-    body: dict[str, Any]
-    stream: bool
-    record: Record
-    client_wants_usage: bool = False
-    session: str | None = None
-    translator: Translator | None = None
-    # The door's own request, relayed as is to upstreams that implement that API natively
-    # (`Upstream.responses_api`); `body` (the chat translation) goes to the others.
-    native: dict[str, Any] | None = None
-    # Eval lane only: the upstream named by `x-plumbline-upstream` (gateway/trust/gate.py).
-    pin: str | None = None
-
-    @property
-    def chat(self) -> bool:
-        return self.path == "/chat/completions"
+    from gateway.trust.gate import GateDecision
 
 
 def _retryable(error: BaseException) -> bool:
     return isinstance(error, AttemptError) and error.retryable and error.outcome != "ttft_timeout"
 
 
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """The dispatcher's clocks: `now` is routing's (cool-downs, `Pool`'s), `timer` measures
+    attempts and queueing (the record's `t0` is on it)."""
+
+    now: Callable[[], float] = time.monotonic
+    timer: Callable[[], float] = time.perf_counter
+
+
 class Dispatcher:
+    """Executes the attempts of one request on the upstreams routing plans (gateway/serving/
+    routing.py). What it needs, and nothing of the app besides: the config, the pool (upstream
+    state), the wire, what the engines said (windows, fingerprints), the prefix index, the gate's
+    latest decision per (route, shape), a clock and a sleep."""
+
     def __init__(
         self,
-        gw: Gateway,
+        config: Config,
+        pool: Pool,
+        wire: Wire,
+        engines: Engines,
+        prefix: PrefixIndex,
+        decision: Callable[[str, str | None], GateDecision | None] = lambda model, shape: None,
+        *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Clock | None = None,
         rand: random.Random | None = None,
     ):
-        self.gw = gw
+        self.config = config
+        self.upstreams = {u.name: u for u in config.upstreams}
+        self.pool = pool
+        self.wire = wire
+        self.engines = engines
+        self.prefix = prefix
+        self.decision = decision
         self.sleep = sleep  # every wait between attempts
+        self.clock = clock or Clock()
         self._rand = rand or random.Random()
         self.targets = Targets()
+        self._shaped: dict[tuple[str, str], RouteConfig] = {}
 
     def _delay(self, error: BaseException | None, failed_attempts: int) -> float:
         """Seconds before the next attempt: Retry-After when the upstream said so (capped),
         else exponential backoff with jitter."""
         if isinstance(error, AttemptError) and error.retry_after is not None:
-            return min(error.retry_after, self.gw.config.server.retry_after_max_s)
-        base = self.gw.config.server.retry_backoff_s
+            return min(error.retry_after, self.config.server.retry_after_max_s)
+        base = self.config.server.retry_backoff_s
         return min(base * 2 ** (failed_attempts - 1), base * 16) + self._rand.uniform(0, base)
 
     async def _with_retries(self, call: Call, upstream: Upstream) -> Opened:
@@ -114,7 +108,7 @@ class Dispatcher:
         try:
             return await self._attempt(call, upstream)
         except AttemptError as e:
-            retries = self.gw.config.server.retries
+            retries = self.config.server.retries
             if not retries or not _retryable(e):
                 raise
             await self.sleep(self._delay(e, 1))
@@ -132,141 +126,179 @@ class Dispatcher:
                 return await self._attempt(call, upstream)
         raise AssertionError("unreachable: tenacity reraises the last error")
 
-    async def open(self, call: Call) -> Opened:
-        gw = self.gw
-        route = gw.config.models[call.model]
-        everyone = route.names
-        keys: list[bytes] = []
-        if len(everyone) == 1:
-            names = list(everyone)  # what `candidates` returns for one upstream, in any state
-        else:
-            # Eval traffic neither follows nor plants prefixes: it must not evict production's.
-            affinity = route.policy == "prefix_affinity" and call.record.lane == "prod"
-            keys = gw.prefix.keys_for(call.body) if affinity else []
-            features = Features(
+    def window(self, name: str) -> int | None:
+        return self.config.upstream_window(self.upstreams[name], self.engines.windows.get(name))
+
+    def route_for(self, model: str, shape: str) -> RouteConfig:
+        key = (model, shape)
+        route = self._shaped.get(key)
+        if route is None:
+            route = self._shaped[key] = shaped(self.config, model, shape)
+        return route
+
+    def _ask(self, call: Call) -> tuple[RouteConfig, Ask, list[bytes]]:
+        """Classify the request, and gather what routing decides its candidates from."""
+        base = self.config.models[call.model]
+        embeddings = call.path == "/embeddings"
+        estimate = (0, 0) if embeddings else prompt_bounds(call.body)
+        own = [w for n in base.upstreams if (w := self.window(n)) is not None]
+        shapes = base.shapes
+        call.record.shape = classify(
+            call.body,
+            door=call.door,
+            long_context_tokens=shapes.long_context_tokens if shapes else None,
+            smallest_window=min(own) if own else None,
+            estimate=estimate,
+        )
+        route = self.route_for(call.model, call.record.shape)
+        keys = self.prefix.keys_for(call.body) if wants_affinity(route, call.record.lane) else []
+        gated = route.policy == "cheapest_within_floor"
+        decision = self.decision(call.model, call.record.shape) if gated else None
+        ask = Ask(
+            features=Features(
                 session=call.session,
-                prefix_owner=gw.prefix.owner(keys) if keys else None,
+                prefix_owner=self.prefix.owner(keys) if keys else None,
                 rand=self._rand.random(),
-            )
-            names = candidates(
-                route,
-                gw.pool.views(everyone),
-                features,
-                time.monotonic(),
-                gw.config.server.overload_margin,
-            )
-        if call.pin is not None:
-            names = [call.pin]  # an eval of one upstream must measure that upstream
-        elif route.policy == "cheapest_within_floor":
-            names = gated_order(names, gw.gate_book.latest(call.model))
-        if not names:
-            raise UpstreamUnavailable(f"no upstream is configured for model {call.model!r}")
-        call.record.queue_s = time.perf_counter() - call.record.t0
-        causes: list[str] = []
-        unfit: list[Unfit] = []  # upstreams that cannot serve the request as asked (adapt.py)
-        timed_out = False
+            ),
+            pin=call.pin,
+            chosen=decision.chosen if decision is not None else None,
+            prompt_low=estimate[0],
+            windows={} if embeddings else {n: self.window(n) for n in route.names},
+            param="messages" if "messages" in call.body else "prompt",
+            model=call.model,
+        )
+        return route, ask, keys
+
+    async def open(self, call: Call) -> Opened:
+        route, ask, keys = self._ask(call)
+        names = plan(
+            route,
+            self.pool.views(route.names) if len(route.names) > 1 else {},
+            ask,
+            self.clock.now(),
+            self.config.server.overload_margin,
+        )
+        call.record.queue_s = self.clock.timer() - call.record.t0
+        tried = Tried()
         for name in names:
-            upstream = gw.upstreams[name]
-            try:
-                opened = await self._with_retries(call, upstream)
-            except Unfit as e:  # the next candidate may take what this one cannot
-                unfit.append(e)
-                causes.append(e.message)
-                continue
-            except AttemptError as e:
-                if e.client_error:  # the upstream answered: its refusal is the client's
-                    call.record.upstream = name
-                    call.record.engine = gw.engines.known.get(name)
-                    raise BadRequest(e.message, code=f"upstream_{e.status}") from None
-                causes.append(e.message)
-                timed_out = timed_out or e.outcome in ("ttft_timeout", "timeout")
-                continue
-            if keys:
-                gw.prefix.remember(keys, name)
-            call.record.upstream = name
-            call.record.engine = gw.engines.known.get(name)
-            return opened
-        if unfit and len(unfit) == len(causes):
-            raise unfit[0]  # no candidate failed: none could serve it, the client's 400
-        message = f"every upstream for {call.model!r} failed: " + " | ".join(causes)
-        raise (UpstreamTimeout if timed_out else AllUpstreamsFailed)(message, causes)
+            opened = await self._try(call, name, tried)
+            if opened is not None:
+                if keys:
+                    self.prefix.remember(keys, name)
+                self._served_by(call, name)
+                return opened
+        raise give_up(call.model, tried)
+
+    async def _try(self, call: Call, name: str, tried: Tried) -> Opened | None:
+        """One candidate's attempts; None when the next candidate is to be tried."""
+        try:
+            return await self._with_retries(call, self.upstreams[name])
+        except Unfit as e:  # the next candidate may take what this one cannot
+            tried.refused(e)
+        except AttemptError as e:
+            if e.client_error:  # the upstream answered: its refusal is the client's
+                self._served_by(call, name)
+                raise BadRequest(e.message, code=f"upstream_{e.status}") from None
+            tried.failed(e.message, e.outcome)
+        return None
+
+    def _served_by(self, call: Call, name: str) -> None:
+        call.record.upstream = name
+        call.record.engine = self.engines.known.get(name)
+
+    def _request(self, call: Call, upstream: Upstream) -> tuple[str, bytes, bool, Adapted | None]:
+        """(path, body, native, what adapt did) of one attempt. Raises Unfit before anything is
+        sent; the window the server said it serves, if any, is adapt's too."""
+        adapted = adapt_call(self.config, call, upstream, self.engines.windows.get(upstream.name))
+        native = call.native is not None and upstream.responses_api
+        body = call.native if native and call.native else adapted.body if adapted else call.body
+        cap = self.config.thinking_cap(upstream) if THINKING_BUDGET in call.body else None
+        data = body_for(upstream, body, call.stream, native=native, thinking_cap=cap)
+        return ("/responses" if native else call.path), data, native, adapted
+
+    def _budget(self, call: Call) -> float:
+        server = self.config.server
+        if call.stream:
+            return server.ttft_timeout_s
+        return min(server.first_byte_timeout_s, server.request_timeout_s)
 
     async def _attempt(self, call: Call, upstream: Upstream) -> Opened:
-        gw = self.gw
-        server = gw.config.server
-        started = time.perf_counter()
-        # Raises Unfit before anything is sent; the window the server said it serves, if any.
-        adapted = adapt_call(gw.config, call, upstream, gw.engines.windows.get(upstream.name))
-        gw.pool.begin(upstream.name)
-        native = call.native is not None and upstream.responses_api
-        path = "/responses" if native else call.path
-        data = body_for(
-            upstream,
-            call.native if native and call.native else adapted.body if adapted else call.body,
-            call.stream,
-            native=native,
-            thinking_cap=gw.config.thinking_cap(upstream) if THINKING_BUDGET in call.body else None,
-        )
-        first_byte_budget = (
-            server.ttft_timeout_s
-            if call.stream
-            else min(server.first_byte_timeout_s, server.request_timeout_s)
-        )
-        # A stream's first data event, or a whole answer's headers, within `first_byte_budget`;
-        # then a whole answer's body within what is left of `request_timeout_s`, a stream's
-        # silences bounded by `gw.silence` once it is relayed.
-        resp: Reply | None = None
-        answered = False
+        started = self.clock.timer()
+        path, data, native, adapted = self._request(call, upstream)
+        self.pool.begin(upstream.name)
+        exchange = _Exchange()
         try:
-            async with asyncio.timeout(first_byte_budget) as bound:
-                resp = await post(gw.wire, upstream, path, data, self.targets(upstream))
-                first = b""
-                if call.stream:
-                    first = await _first_block(resp)
-                else:
-                    answered = True
-                    loop = asyncio.get_running_loop()
-                    bound.reschedule(loop.time() + server.request_timeout_s - _since(started))
-                    first = await resp.read()
-                parsed = _validate(call, first, native)
+            first, parsed = await self._exchange(call, upstream, path, data, native, exchange)
         except TimeoutError:
-            outcome = "timeout" if answered else "ttft_timeout"
-            self._failed(call, upstream.name, outcome, None, started)
-            if resp is not None:
-                resp.close()
-            said = (
-                f"did not finish its answer within {server.request_timeout_s:g}s"
-                if answered
-                else f"sent no first byte within {first_byte_budget:g}s"
-            )
-            raise AttemptError(outcome, f"{upstream.name} {said}", retryable=False) from None
+            raise self._timed_out(call, upstream, exchange, started) from None
         except AttemptError as e:
             # A 4xx that is the request's fault is the upstream answering, not failing: counted
             # as a failure, one client's bad requests would cool it down for everyone.
             self._failed(call, upstream.name, e.outcome, e.status, started, not e.client_error)
-            if resp is not None:
-                resp.release()
+            if exchange.resp is not None:
+                exchange.resp.release()
             raise
         except asyncio.CancelledError:
             # The client went away (or the server is stopping): close the upstream request so
             # the engine stops generating, and keep the in-flight count right.
-            gw.pool.end(upstream.name)
-            call.record.attempts.append(
-                Attempt(upstream.name, "cancelled", None, time.perf_counter() - started)
-            )
-            if resp is not None:
-                resp.close()
+            self.pool.end(upstream.name)
+            self._note(call, upstream.name, "cancelled", None, started)
+            if exchange.resp is not None:
+                exchange.resp.close()
             raise
         except OSError as e:  # the answer began, then the connection failed while it was read
             self._failed(call, upstream.name, "stream_error", None, started)
             raise AttemptError("stream_error", f"{upstream.name}: {e}") from None
-        call.record.attempts.append(
-            Attempt(upstream.name, "ok", resp.status, time.perf_counter() - started)
-        )
-        gw.pool.succeeded(upstream.name)
+        assert exchange.resp is not None
+        self._note(call, upstream.name, "ok", exchange.resp.status, started)
+        self.pool.succeeded(upstream.name)
         if adapted is not None:
             adapted.mark(call.record)
-        return Opened(upstream, resp, first, native, parsed)
+        return Opened(upstream, exchange.resp, first, native, parsed)
+
+    async def _exchange(
+        self,
+        call: Call,
+        upstream: Upstream,
+        path: str,
+        data: bytes,
+        native: bool,
+        exchange: _Exchange,
+    ) -> tuple[bytes, Any]:
+        """A stream's first data event, or a whole answer's headers, within the first-byte
+        budget; then a whole answer's body within what is left of `request_timeout_s` (a
+        stream's silences are bounded by `Silence` once it is relayed)."""
+        started = self.clock.timer()
+        async with asyncio.timeout(self._budget(call)) as bound:
+            target = self.targets(upstream)
+            resp = exchange.resp = await post(self.wire, upstream, path, data, target)
+            if call.stream:
+                first = await _first_block(resp)
+            else:
+                exchange.answered = True
+                left = self.config.server.request_timeout_s - (self.clock.timer() - started)
+                bound.reschedule(asyncio.get_running_loop().time() + left)
+                first = await resp.read()
+            return first, _validate(call, first, native)
+
+    def _timed_out(
+        self, call: Call, upstream: Upstream, exchange: _Exchange, started: float
+    ) -> AttemptError:
+        outcome = "timeout" if exchange.answered else "ttft_timeout"
+        self._failed(call, upstream.name, outcome, None, started)
+        if exchange.resp is not None:
+            exchange.resp.close()
+        said = (
+            f"did not finish its answer within {self.config.server.request_timeout_s:g}s"
+            if exchange.answered
+            else f"sent no first byte within {self._budget(call):g}s"
+        )
+        return AttemptError(outcome, f"{upstream.name} {said}", retryable=False)
+
+    def _note(
+        self, call: Call, name: str, outcome: str, status: int | None, started: float
+    ) -> None:
+        call.record.attempts.append(Attempt(name, outcome, status, self.clock.timer() - started))
 
     def _failed(
         self,
@@ -277,15 +309,18 @@ class Dispatcher:
         started: float,
         upstream_fault: bool = True,
     ) -> None:
-        gw = self.gw
-        gw.pool.end(name)
+        self.pool.end(name)
         if upstream_fault:
-            gw.pool.failed(name)
-        call.record.attempts.append(Attempt(name, outcome, status, time.perf_counter() - started))
+            self.pool.failed(name)
+        self._note(call, name, outcome, status, started)
 
 
-def _since(started: float) -> float:
-    return time.perf_counter() - started
+@dataclass(slots=True)
+class _Exchange:
+    """What one attempt's exchange got to before it ended (for closing and for its outcome)."""
+
+    resp: Reply | None = None
+    answered: bool = False  # a whole answer's headers came: a timeout now is the body's
 
 
 def _first_data(block: bytes) -> int:

@@ -16,16 +16,23 @@ JSON file beside the config) for a gateway without a store, by `SharedGateBook` 
 there is one, so gateways sharing a store route alike. `gated_order` applies it to routing;
 `pinned_upstream` is the eval-lane pin the scheduler needs to evaluate each upstream of a route
 separately.
+
+Per task shape (gateway/serving/shape.py): the eval families stand for shapes (`SHAPE_FAMILIES`:
+tools -> tools, long_context -> longctx, reasoning -> math, edit -> editformat), and
+`decide_shapes` re-decides each shape on its family's items alone, among the upstreams the shape
+routes to. A shape's decision is kept under `MODEL#SHAPE` (a name no route can have) and routing
+prefers it to the route's own (`latest_for`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +72,12 @@ class GateDecision:
     floor: dict[str, Any]
     arms: tuple[ArmEvidence, ...]
     decided_at: float = field(default_factory=time.time)
+    shape: str | None = None  # decided on one shape's eval family (None: the whole suite)
+
+    @property
+    def key(self) -> str:
+        """Where the book keeps it: the route's name, or `route#shape`."""
+        return self.model if self.shape is None else f"{self.model}#{self.shape}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -218,6 +231,45 @@ def _against_best(
     return {**evidence, "eligible": True, "why": f"within the floor: {verdict.reason}"}
 
 
+SHAPE_FAMILIES = {
+    "tools": "tools",
+    "long_context": "longctx",
+    "reasoning": "math",
+    "edit": "editformat",
+}
+
+
+def decide_shapes(
+    model: str,
+    candidates: Mapping[str, Sequence[str]],
+    results: Mapping[str, Sequence[ItemResult]],
+    control: tuple[str, Sequence[ItemResult], Sequence[ItemResult]],
+    prices: Mapping[str, float | None],
+    *,
+    alpha: float = 0.05,
+    min_items: int = 30,
+    now: float | None = None,
+) -> list[GateDecision]:
+    """One decision per shape an eval family measures: `decide` on that family's items of the
+    upstreams the shape routes to (`candidates`), the floor from the control upstream's two runs
+    (`control`: name, run 1, run 2) of the same family."""
+    from evals.stats import PairingError
+
+    out: list[GateDecision] = []
+    name, *runs = control
+    for shape, ups in candidates.items():
+        if (family := SHAPE_FAMILIES.get(shape)) is None:
+            continue
+        own = {u: [r for r in results.get(u, ()) if r.family == family] for u in ups}
+        floor: list[Paired] | None = None
+        with contextlib.suppress(PairingError):
+            floor = [control_pair(name, *([r for r in c if r.family == family] for c in runs))]
+        prices_of = {u: prices.get(u) for u in ups}
+        d = decide(model, own, floor, prices_of, alpha=alpha, min_items=min_items, now=now)
+        out.append(replace(d, shape=shape))
+    return out
+
+
 def gated_order(names: Sequence[str], decision: GateDecision | None) -> list[str]:
     """Routing's candidates with the gate's choice first (unchanged without a decision)."""
     chosen = None if decision is None else decision.chosen
@@ -268,9 +320,16 @@ class _Book:
     def record(self, decision: GateDecision) -> None:
         raise NotImplementedError
 
-    def latest(self, model: str) -> GateDecision | None:
-        entry = self._read()["latest"].get(model)
+    def latest(self, model: str, shape: str | None = None) -> GateDecision | None:
+        key = model if shape is None else f"{model}#{shape}"
+        entry = self._read()["latest"].get(key)
         return None if entry is None else GateDecision.from_dict(entry)
+
+    def latest_for(self, model: str, shape: str | None) -> GateDecision | None:
+        """What routing follows for a request of `shape`: the shape's own decision, else the
+        route's."""
+        own = self.latest(model, shape) if shape is not None else None
+        return own if own is not None and own.chosen is not None else self.latest(model)
 
     def view(self) -> dict[str, Any]:
         """For `GET /admin/gate`: the latest decision of every gated model."""
@@ -299,7 +358,7 @@ class GateBook(_Book):
 
     def record(self, decision: GateDecision) -> None:
         data = json.loads(json.dumps(self._read()))  # a copy: the cache stays as it was read
-        data["latest"][decision.model] = decision.to_dict()
+        data["latest"][decision.key] = decision.to_dict()
         data["history"] = [*data["history"], decision.to_dict()][-self.history :]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
@@ -326,6 +385,6 @@ class SharedGateBook(_Book):
 
     def record(self, decision: GateDecision) -> None:
         entry = json.loads(json.dumps(decision.to_dict()))  # as the other gateways read it
-        self.store.record_decision(decision.model, decision.decided_at, entry)
+        self.store.record_decision(decision.key, decision.decided_at, entry)
         history = [*self._data["history"], entry][-self.history :]
-        self._data = {"latest": {**self._data["latest"], decision.model: entry}, "history": history}
+        self._data = {"latest": {**self._data["latest"], decision.key: entry}, "history": history}

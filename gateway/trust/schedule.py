@@ -33,9 +33,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.config.routes import shape_candidates, shape_upstreams
 from gateway.config.trust import GateConfig
 from gateway.ledger.report import window_economics
-from gateway.trust.gate import PIN_HEADER, GateDecision, control_pair, decide, gate_arms
+from gateway.trust.gate import (
+    PIN_HEADER,
+    SHAPE_FAMILIES,
+    GateDecision,
+    control_pair,
+    decide,
+    decide_shapes,
+    gate_arms,
+)
 
 if TYPE_CHECKING:
     from evals.result import ItemResult
@@ -136,20 +145,19 @@ class EvalScheduler:
 
     async def run_gate(self, model: str) -> GateDecision:
         """Evaluate each upstream of a gated route (the control twice) and re-decide the route."""
-        from evals.runner import Runner, load_run
         from evals.stats import PairingError
 
         route = self.gw.config.models[model]
         gate_cfg = route.gate or GateConfig()
         control = gate_cfg.control or route.upstreams[0]
-        arms = gate_arms(model, route.upstreams, control)
+        everyone = [*route.upstreams, *shape_upstreams(self.gw.config, model)]
+        arms = gate_arms(model, everyone, control)
         spec = self._spec(
             [label for label, _ in arms],
             target_models={label: model for label, _ in arms},
             target_headers={label: {PIN_HEADER: pin} for label, pin in arms},
         )
-        path = await Runner(spec).run()
-        _, results = load_run(path)
+        results = await self.evaluate(spec)
         await self._keep(results)
         by_label: dict[str, list[ItemResult]] = {}
         for r in results:
@@ -178,7 +186,25 @@ class EvalScheduler:
         )
         self.gw.gate_book.record(decision)
         log.info("gate %s: %s", model, decision.reason)
+        for shaped in decide_shapes(
+            model,
+            shape_candidates(self.gw.config, model, SHAPE_FAMILIES),
+            primary,
+            (control, primary.get(control, []), by_label.get(control_label, [])),
+            self.prices(model),
+            alpha=gate_cfg.alpha,
+            min_items=gate_cfg.min_items,
+        ):
+            self.gw.gate_book.record(shaped)
+            log.info("gate %s, shape %s: %s", model, shaped.shape, shaped.reason)
         return decision
+
+    async def evaluate(self, spec: RunSpec) -> list[ItemResult]:
+        """One eval run through this gateway, its results read back from the runs folder."""
+        from evals.runner import Runner, load_run
+
+        path = await Runner(spec).run()
+        return load_run(path)[1]
 
     def prices(self, model: str) -> dict[str, float | None]:
         """USD per million tokens per upstream: the gate's own figures, else the price table
@@ -190,7 +216,7 @@ class EvalScheduler:
         if self.gw.store is not None:
             economics = window_economics(cfg, self.gw.store, 86400.0)[2]
         out: dict[str, float | None] = {}
-        for name in route.upstreams:
+        for name in [*route.upstreams, *shape_upstreams(cfg, model)]:
             upstream = cfg.upstream(name)
             price = cfg.prices.get(name)
             if name in overrides:

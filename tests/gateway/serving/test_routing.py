@@ -159,3 +159,83 @@ def test_one_upstream_is_always_the_one_candidate(
     )
     one = RouteConfig(upstreams=["only"], policy=policy)
     assert candidates(one, {"only": view}, Features(session=session), now=100.0) == ["only"]
+
+
+# ---- the whole route decision: plan, windows, shapes, giving up ------------------------------
+
+
+def test_plan_puts_the_gate_choice_first_and_a_pin_overrides_everything() -> None:
+    from gateway.serving.routing import Ask, plan
+
+    gated = RouteConfig(upstreams=["a", "b", "c"], policy="cheapest_within_floor")
+    state = views(a=0, b=1, c=2)
+    assert plan(gated, state, Ask(chosen="c"), NOW)[0] == "c"
+    assert plan(gated, state, Ask(chosen="gone"), NOW) == ["a", "b", "c"]
+    assert plan(route(), state, Ask(chosen="c"), NOW)[0] == "a"  # not a gated route
+    assert plan(gated, state, Ask(pin="b", chosen="c"), NOW) == ["b"]
+
+
+def test_plan_skips_upstreams_the_prompt_certainly_does_not_fit() -> None:
+    import pytest
+
+    from gateway.serving.adapt import ContextExceeded
+    from gateway.serving.routing import Ask, fitting, plan
+
+    windows = {"a": 2048, "b": None, "c": 8192}
+    assert fitting(["a", "b", "c"], 2048, windows) == (["b", "c"], [("a", 2048)])
+    assert fitting(["a", "b", "c"], 2047, windows) == (["a", "b", "c"], [])
+    ask = Ask(prompt_low=5000, windows=windows)
+    assert plan(route(), views(a=0, b=0, c=0), ask, NOW) == ["b", "c"]
+    with pytest.raises(ContextExceeded) as e:
+        plan(
+            route(), views(a=0, b=0, c=0), Ask(prompt_low=9000, windows=windows | {"b": 4096}), NOW
+        )
+    assert e.value.message.startswith("prompt is too long: 9000 tokens > 8192 maximum")
+    assert "'a' serves 2048, 'b' serves 4096, 'c' serves 8192 tokens" in e.value.message
+
+
+def test_a_shape_rule_replaces_the_primaries_and_keeps_the_fallbacks() -> None:
+    from gateway.serving.routing import shaped
+    from tests.harness import config_from
+
+    ups = [
+        {"name": n, "kind": "vllm", "base_url": f"http://127.0.0.1:1/{n}", "model": "m"}
+        for n in "abcdx"
+    ]
+    cfg = config_from(
+        {
+            "upstreams": ups,
+            "models": {
+                "m": {
+                    "upstreams": ["a", "b"],
+                    "fallback": ["c", "x"],
+                    "shapes": {"tools": ["x", "d"], "reasoning": "other"},
+                },
+                "other": {"upstreams": ["c"]},
+            },
+        }
+    )
+    tools = shaped(cfg, "m", "tools")
+    assert (tools.upstreams, tools.fallback) == (["x", "d"], ["c"])
+    thinking = shaped(cfg, "m", "reasoning")
+    assert (thinking.upstreams, thinking.fallback) == (["c"], ["x"])
+    assert shaped(cfg, "m", "default") is cfg.models["m"]
+    assert shaped(cfg, "m", "structured") is cfg.models["m"]  # no rule: the route itself
+
+
+def test_give_up_says_400_only_when_nothing_failed() -> None:
+    from gateway.errors import AllUpstreamsFailed, UpstreamTimeout
+    from gateway.serving.adapt import Unfit
+    from gateway.serving.routing import Tried, give_up
+
+    unfit = Tried()
+    unfit.refused(Unfit("no guided_json here"))
+    assert give_up("m", unfit) is unfit.unfit[0]
+    mixed = Tried()
+    mixed.refused(Unfit("no guided_json here"))
+    mixed.failed("b refused the connection", "connect_error")
+    error = give_up("m", mixed)
+    assert type(error) is AllUpstreamsFailed and "no guided_json here | b refused" in error.message
+    slow = Tried()
+    slow.failed("a sent no first byte", "ttft_timeout")
+    assert isinstance(give_up("m", slow), UpstreamTimeout)

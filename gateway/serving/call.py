@@ -1,0 +1,46 @@
+"""One client request after its front door, door-agnostic from here on: what dispatch and the
+relay serve (gateway/serving/dispatch.py, relay.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.ledger.record import Record
+
+
+class Translator(Protocol):
+    """A front door that speaks another API renders the chat-completions answer in its own.
+
+    `whole` gets the (tapped) chat.completion object and returns the door's body; `feed` gets
+    tapped chat SSE bytes (whole events, ending with `data: [DONE]`, or an OpenAI error event
+    `data: {"error": …}` when the upstream broke mid-stream) and returns the door's SSE bytes.
+    """
+
+    def whole(self, chat: dict[str, Any]) -> bytes: ...
+
+    def feed(self, sse: bytes) -> bytes: ...
+
+
+@dataclass(slots=True)
+class Call:
+    """One client request after its front door: door-agnostic from here on."""
+
+    door: str
+    path: str  # upstream path: /chat/completions, /completions, /embeddings
+    model: str
+    body: dict[str, Any]
+    stream: bool
+    record: Record
+    client_wants_usage: bool = False
+    session: str | None = None
+    translator: Translator | None = None
+    # The door's own request, relayed as is to upstreams that implement that API natively
+    # (`Upstream.responses_api`); `body` (the chat translation) goes to the others.
+    native: dict[str, Any] | None = None
+    # Eval lane only: the upstream named by `x-plumbline-upstream` (gateway/trust/gate.py).
+    pin: str | None = None
+
+    @property
+    def chat(self) -> bool:
+        return self.path == "/chat/completions"

@@ -1,0 +1,118 @@
+"""Task shape: a pure classifier of a request, for routing by what the request asks.
+
+A request with tools, a long-context request and a maths request want different models. `classify`
+reads only the request body (after its door) and a few numbers and names one of a bounded set of
+shapes, checked in this order (the first that holds wins):
+
+    tools         `tools` given (non-empty), or a `tool_choice` other than "none"
+    long_context  the likeliest-most prompt estimate (gateway/serving/adapt.py's `prompt_bounds`)
+                  reaches the route's `long_context_tokens`, or is over the smallest known window
+                  of the route's own upstreams
+    edit          the instructions ask for SEARCH/REPLACE edit blocks (`<<<<<<< SEARCH`, the
+                  aider format the editformat eval family scores)
+    structured    `response_format` json_object / json_schema, or guided decoding fields
+    reasoning     `reasoning_effort` (or a Responses-style `reasoning.effort`) above minimal, a
+                  thinking budget, or `chat_template_kwargs.enable_thinking` true
+    default       anything else (and every /embeddings and /completions request without tools)
+
+The shape goes on the record (`record.shape`) and is a metric label, so the set stays bounded:
+`SHAPES`. What a shape routes to is the route's `[models.NAME.shapes]` (gateway/config/routes.py);
+which upstream of it the quality gate puts first is decided per shape (gateway/trust/gate.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from gateway.config.routes import SHAPES as SHAPES
+from gateway.serving.adapt import prompt_bounds
+
+EDIT_MARK = "<<<<<<< SEARCH"
+STRUCTURED_FORMATS = frozenset({"json_object", "json_schema"})
+GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+QUIET_EFFORT = frozenset({"none", "minimal"})
+
+
+def classify(
+    body: dict[str, Any],
+    *,
+    door: str = "chat",
+    long_context_tokens: int | None = None,
+    smallest_window: int | None = None,
+    estimate: tuple[int, int] | None = None,
+) -> str:
+    """The shape of one request. `estimate`: `prompt_bounds(body)` when the caller has it."""
+    if _tools(body):
+        return "tools"
+    if door == "embeddings":
+        return "default"
+    high = (estimate or prompt_bounds(body))[1]
+    long = (long_context_tokens is not None and high >= long_context_tokens) or (
+        smallest_window is not None and high > smallest_window
+    )
+    checks = (
+        ("long_context", lambda: long),
+        ("edit", lambda: _asks_edit_blocks(body)),
+        ("structured", lambda: _structured(body)),
+        ("reasoning", lambda: _reasoning(body)),
+    )
+    return next((shape for shape, holds in checks if holds()), "default")
+
+
+def _tools(body: dict[str, Any]) -> bool:
+    if body.get("tools"):
+        return True
+    choice = body.get("tool_choice")
+    return choice is not None and choice != "none"
+
+
+def _structured(body: dict[str, Any]) -> bool:
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") in STRUCTURED_FORMATS:
+        return True
+    return any(body.get(name) is not None for name in GUIDED)
+
+
+def _reasoning(body: dict[str, Any]) -> bool:
+    effort = body.get("reasoning_effort")
+    reasoning = body.get("reasoning")
+    if effort is None and isinstance(reasoning, dict):
+        effort = reasoning.get("effort")
+    if isinstance(effort, str) and effort not in QUIET_EFFORT:
+        return True
+    if body.get("thinking_token_budget"):
+        return True
+    kwargs = body.get("chat_template_kwargs")
+    return isinstance(kwargs, dict) and kwargs.get("enable_thinking") is True
+
+
+def _asks_edit_blocks(body: dict[str, Any]) -> bool:
+    """The system / developer messages or the last user message name the edit-block marker."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        prompt = body.get("prompt")
+        return isinstance(prompt, str) and EDIT_MARK in prompt
+    return any(EDIT_MARK in text for text in _instructions(messages))
+
+
+def _instructions(messages: list[Any]) -> Iterable[str]:
+    last_user = None
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") in ("system", "developer"):
+            yield from _texts(message.get("content"))
+        elif message.get("role") == "user":
+            last_user = message
+    if last_user is not None:
+        yield from _texts(last_user.get("content"))
+
+
+def _texts(content: Any) -> Iterable[str]:
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"]
