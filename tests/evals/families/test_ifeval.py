@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from evals.families import ifeval
+from evals.families import ifeval, ifeval_instructions
 from evals.item import Item, Reply
 
 ITEMS = ifeval.build(0)
@@ -119,9 +119,9 @@ def test_checker_follows_and_near_miss(kind: str) -> None:
 
 
 def test_sentence_splitter() -> None:
-    assert len(ifeval.sentences("Hi there. How are you? Fine!")) == 3
-    assert len(ifeval.sentences("One sentence only")) == 1
-    assert ifeval.sentences("") == []
+    assert len(ifeval_instructions.sentences("Hi there. How are you? Fine!")) == 3
+    assert len(ifeval_instructions.sentences("One sentence only")) == 1
+    assert ifeval_instructions.sentences("") == []
 
 
 def item(*instructions: tuple[str, dict]) -> Item:
