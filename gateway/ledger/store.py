@@ -29,7 +29,6 @@ replay that repeats a batch is harmless.
 
 from __future__ import annotations
 
-import calendar
 import json
 import logging
 import time as _time
@@ -44,6 +43,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from gateway.config import Config
 from gateway.ledger.cost import Usage, busy_hours
 from gateway.ledger.database import create_engine, migrate, resolve_url, writing
+from gateway.ledger.partitions import DAY, PARTITIONS, day_start, partition_day, partition_ddl
+from gateway.ledger.queries import intervals_query, usage_of, usage_query
 from gateway.ledger.record import Record
 from gateway.ledger.rows import (
     CONTENTS,
@@ -54,10 +55,8 @@ from gateway.ledger.rows import (
     ROUNDS,
     SHADOW_USAGE,
 )
-from gateway.ledger.truncation import capped_clause
 
 log = logging.getLogger(__name__)
-DAY = 86_400
 # The PostgreSQL advisory lock that makes claiming a round one gateway at a time ("plum").
 ROUND_LOCK = 0x706C756D
 
@@ -85,21 +84,6 @@ def record_row(record: Record) -> dict[str, Any]:
     row = record.as_row()
     row["attempts"] = json.dumps(row["attempts"], separators=(",", ":"))
     return row
-
-
-def day_start(t: float) -> int:
-    return int(t // DAY) * DAY
-
-
-def _partition(table: str, day: int) -> str:
-    return f"{table}_p{_time.strftime('%Y%m%d', _time.gmtime(day))}"
-
-
-def _partition_day(name: str) -> int | None:
-    try:
-        return calendar.timegm(_time.strptime(name.rsplit("_p", 1)[1], "%Y%m%d"))
-    except (IndexError, ValueError):
-        return None
 
 
 class Store:
@@ -163,14 +147,9 @@ class Store:
     def _ensure_partitions(self, table: str, times: Iterable[float]) -> None:
         known = {d for tb, d in self._days if tb == table}
         for day in sorted({day_start(t) for t in times} - known):
-            name = _partition(table, day)
-            ddl = (
-                f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} "
-                f"FOR VALUES FROM ({day}) TO ({day + DAY})"
-            )
             try:
                 with writing(self.engine) as conn:
-                    conn.execute(sa.text(ddl))
+                    conn.execute(partition_ddl(table, day))
             except sa.exc.IntegrityError:  # another gateway created it at the same moment
                 pass
             self._days.add((table, day))
@@ -323,15 +302,11 @@ class Store:
         }
 
     def _drop_partitions(self, table: str, cutoff: float) -> int:
-        query = sa.text(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = :parent"
-        )
         with writing(self.engine) as conn:
-            names = [r[0] for r in conn.execute(query, {"parent": table})]
+            names = [r[0] for r in conn.execute(PARTITIONS, {"parent": table})]
         dropped = 0
         for name in sorted(names):
-            day = _partition_day(name)
+            day = partition_day(name)
             if day is None or day + DAY > cutoff:
                 continue
             with writing(self.engine) as conn:
@@ -379,41 +354,8 @@ class Store:
 
     def usage(self, since: float, until: float | None = None) -> list[Usage]:
         """Per (model, upstream) totals of requests that started in [since, until)."""
-        t = REQUESTS
-        one = sa.literal(1)
-        error = sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)
-
-        def count_if(cond: Any) -> Any:
-            return sa.func.sum(sa.case((cond, one), else_=0))
-
-        query = (
-            sa.select(
-                t.c.model,
-                t.c.upstream,
-                sa.func.count(),
-                sa.func.sum(t.c.prompt_tokens),
-                sa.func.sum(t.c.cached_tokens),
-                sa.func.sum(t.c.completion_tokens),
-                sa.func.sum(t.c.reasoning_tokens),
-                sa.func.sum(sa.func.coalesce(t.c.cost_usd, 0.0)),
-                sa.func.sum(sa.func.coalesce(t.c.charged_cost_usd, 0.0)),
-                sa.func.sum(
-                    sa.case(
-                        (t.c.charged_cost_usd.is_not(None), sa.func.coalesce(t.c.cost_usd, 0.0)),
-                        else_=0.0,
-                    )
-                ),
-                count_if(t.c.truncated == sa.true()),
-                count_if(error),
-                count_if(t.c.usage_estimated == sa.true()),
-                count_if(capped_clause(t)),
-            )
-            .where(*self._window(since, until))
-            .group_by(t.c.model, t.c.upstream)
-            .order_by(t.c.model, t.c.upstream)
-        )
         with self.engine.connect() as conn:
-            return [_usage(r) for r in conn.execute(query)]
+            return [usage_of(r) for r in conn.execute(usage_query(since, until))]
 
     def intervals(
         self, upstreams: Sequence[str], since: float, until: float | None = None
@@ -421,10 +363,7 @@ class Store:
         """(start, end) of every request to `upstreams` in the window, clipped to it."""
         if not upstreams:
             return
-        t = REQUESTS
-        query = sa.select(t.c.time, sa.func.coalesce(t.c.e2e_s, 0.0)).where(
-            t.c.upstream.in_(list(upstreams)), *self._window(since, until)
-        )
+        query = intervals_query(upstreams, since, until)
         end_cap = _time.time() if until is None else until
         with self.engine.connect() as conn:
             for start, e2e in conn.execution_options(yield_per=5000).execute(query):
@@ -439,17 +378,3 @@ class Store:
             ups = [u.name for u in config.upstreams if u.node == node]
             out[node] = busy_hours(self.intervals(ups, since, until))
         return out
-
-    @staticmethod
-    def _window(since: float, until: float | None) -> list[Any]:
-        cond = [REQUESTS.c.time >= since]
-        if until is not None:
-            cond.append(REQUESTS.c.time < until)
-        return cond
-
-
-def _usage(r: Sequence[Any]) -> Usage:
-    ints = [int(x or 0) for x in r[2:7]]
-    floats = [float(x or 0) for x in r[7:10]]
-    flags = [int(x or 0) for x in r[10:14]]
-    return Usage(r[0], r[1], *ints, *floats, *flags)

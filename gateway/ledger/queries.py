@@ -1,0 +1,75 @@
+"""The report queries on `requests`: per (model, upstream) usage totals, and the request
+intervals that node hours are the union of (`gateway.ledger.store.Store.usage`, `intervals`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from gateway.ledger.cost import Usage
+from gateway.ledger.rows import REQUESTS
+from gateway.ledger.truncation import capped_clause
+
+
+def window(since: float, until: float | None) -> list[Any]:
+    """Requests that started in [since, until)."""
+    cond = [REQUESTS.c.time >= since]
+    if until is not None:
+        cond.append(REQUESTS.c.time < until)
+    return cond
+
+
+def usage_query(since: float, until: float | None) -> sa.Select[Any]:
+    """One row per (model, upstream): counts, token sums, costs and flagged requests."""
+    t = REQUESTS
+    one = sa.literal(1)
+    error = sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)
+
+    def count_if(cond: Any) -> Any:
+        return sa.func.sum(sa.case((cond, one), else_=0))
+
+    return (
+        sa.select(
+            t.c.model,
+            t.c.upstream,
+            sa.func.count(),
+            sa.func.sum(t.c.prompt_tokens),
+            sa.func.sum(t.c.cached_tokens),
+            sa.func.sum(t.c.completion_tokens),
+            sa.func.sum(t.c.reasoning_tokens),
+            sa.func.sum(sa.func.coalesce(t.c.cost_usd, 0.0)),
+            sa.func.sum(sa.func.coalesce(t.c.charged_cost_usd, 0.0)),
+            sa.func.sum(
+                sa.case(
+                    (t.c.charged_cost_usd.is_not(None), sa.func.coalesce(t.c.cost_usd, 0.0)),
+                    else_=0.0,
+                )
+            ),
+            count_if(t.c.truncated == sa.true()),
+            count_if(error),
+            count_if(t.c.usage_estimated == sa.true()),
+            count_if(capped_clause(t)),
+        )
+        .where(*window(since, until))
+        .group_by(t.c.model, t.c.upstream)
+        .order_by(t.c.model, t.c.upstream)
+    )
+
+
+def usage_of(r: Sequence[Any]) -> Usage:
+    """A `usage_query` row as `Usage`."""
+    ints = [int(x or 0) for x in r[2:7]]
+    floats = [float(x or 0) for x in r[7:10]]
+    flags = [int(x or 0) for x in r[10:14]]
+    return Usage(r[0], r[1], *ints, *floats, *flags)
+
+
+def intervals_query(upstreams: Sequence[str], since: float, until: float | None) -> sa.Select[Any]:
+    """(start, e2e seconds) of every request to `upstreams` that started in the window."""
+    t = REQUESTS
+    return sa.select(t.c.time, sa.func.coalesce(t.c.e2e_s, 0.0)).where(
+        t.c.upstream.in_(list(upstreams)), *window(since, until)
+    )
