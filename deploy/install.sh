@@ -57,6 +57,8 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     need=()
     compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
     command -v promtool >/dev/null || need+=(prometheus)
+    # The console's browser tests drive Debian's chromium (playwright never downloads one).
+    command -v chromium >/dev/null || need+=(chromium)
     if [ "${#need[@]}" -gt 0 ]; then
         apt-get update -qq >/dev/null
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -23,8 +23,9 @@ class ApiKey(_Frozen):
 
     id: Name
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    # client: the /v1 API; admin: /admin routes and /metrics; metrics: /metrics only.
-    role: Literal["client", "admin", "metrics"] = "client"
+    # client: the /v1 API; admin: /admin routes, /metrics and /console; metrics: /metrics
+    # only; console: the web console (/console) only.
+    role: Literal["client", "admin", "metrics", "console"] = "client"
     # Public model names this key may use (None: every model).
     models: list[Name] | None = None
     # Budgets per fixed window of `window_s` seconds (None: unlimited).

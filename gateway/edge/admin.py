@@ -47,7 +47,7 @@ class NewKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: Name
-    role: Literal["client", "admin", "metrics"] = "client"
+    role: Literal["client", "admin", "metrics", "console"] = "client"
     models: list[Name] | None = None
     requests_per_window: int | None = Field(None, ge=1)
     tokens_per_window: int | None = Field(None, ge=1)

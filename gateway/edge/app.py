@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.config import Config, default_config_path, load_config, prometheus_multiproc_dir
 from gateway.edge import admin, api, doors
 from gateway.edge.access import Access
+from gateway.edge.console.api import router as console_router
 from gateway.edge.fastpath import Edge, error_response
 from gateway.edge.guard import AccessGuard
 from gateway.errors import GatewayError
@@ -326,6 +327,7 @@ def create_app(
     app.include_router(api.router)
     app.include_router(doors.router)
     app.include_router(admin.router)
+    app.include_router(console_router)
     app.state.access = access
     app.state.config_path = config_path
     s = config.server

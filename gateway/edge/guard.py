@@ -22,6 +22,7 @@ from gateway.edge.access import (
     Ticket,
     presented_key,
 )
+from gateway.edge.console import credentials as console
 from gateway.errors import (
     BodyTooLarge,
     Forbidden,
@@ -42,6 +43,8 @@ def _role_needed(path: str, access: Access) -> tuple[str, ...] | None:
     """Which roles may call this path (None: anyone)."""
     if path.startswith("/admin"):
         return ("admin",)
+    if console.is_console(path):
+        return console.ROLES
     if path == "/metrics":
         return ("admin", "metrics") if access.config.metrics_requires_key else None
     if path.startswith("/v1/") or path == "/v1":
@@ -103,6 +106,8 @@ class AccessGuard:
         path: str = scope["path"]
         roles = _role_needed(path, self.access)
         token = presented_key(scope["headers"])
+        if token is None and roles is console.ROLES:  # a browser on the console: Basic auth
+            token = console.basic_password(scope["headers"])
         key = await self.access.authenticate(token) if token is not None else None
         scope.setdefault("state", {})["key_role"] = key.role if key else None
         if roles is None:
@@ -114,7 +119,8 @@ class AccessGuard:
                 if token is None
                 else "Invalid API key."
             )
-            await _error(scope, send, Unauthorized(message), [(b"www-authenticate", b"Bearer")])
+            challenge = console.CHALLENGE if roles is console.ROLES else b"Bearer"
+            await _error(scope, send, Unauthorized(message), [(b"www-authenticate", challenge)])
             return
         if key.role not in roles:
             needed = " or ".join(roles)

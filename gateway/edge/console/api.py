@@ -1,0 +1,109 @@
+"""The console's routes: the page, its static files, the chart library and the panel JSON.
+
+Every route sits under ``/console``, which the access guard opens to admin and console keys
+only (a browser sends the key as the password of HTTP Basic auth; the guard's 401 asks for it).
+The handlers are thin: what the panels show is `gateway.edge.console.panels`'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from importlib import resources
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from gateway.edge import api as openai_api
+from gateway.edge.console import panels
+from gateway.errors import GatewayError
+
+router = APIRouter(prefix="/console", include_in_schema=False)
+JSON = "application/json"
+# The page's own files, shipped in the wheel beside this module.
+ASSETS = {
+    "console.js": "text/javascript; charset=utf-8",
+    "console.css": "text/css; charset=utf-8",
+}
+# The page never runs code from elsewhere, and nothing may frame it.
+SECURITY = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; font-src 'self' data:; "
+        "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+class NotAnAsset(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+
+
+def _static(name: str) -> bytes:
+    return resources.files("gateway.edge.console").joinpath("static", name).read_bytes()
+
+
+def _json(data: Any) -> Response:
+    return Response(orjson.dumps(data), media_type=JSON, headers={"cache-control": "no-store"})
+
+
+@router.get("")
+async def page(request: Request) -> Response:
+    return Response(
+        _static("console.html"), media_type="text/html; charset=utf-8", headers=SECURITY
+    )
+
+
+@router.get("/assets/plotly.min.js")
+async def chart_library(request: Request) -> Response:
+    """plotly.js as the installed `plotly` package ships it (no copy in this repository)."""
+    body = await asyncio.to_thread(
+        resources.files("plotly").joinpath("package_data", "plotly.min.js").read_bytes
+    )
+    return Response(
+        body,
+        media_type="text/javascript; charset=utf-8",
+        headers={"cache-control": "private, max-age=86400", "x-content-type-options": "nosniff"},
+    )
+
+
+@router.get("/assets/{name}")
+async def asset(name: str) -> Response:
+    if name not in ASSETS:
+        raise NotAnAsset(f"Unknown console asset: {name}")
+    return Response(_static(name), media_type=ASSETS[name], headers=SECURITY)
+
+
+@router.get("/api/upstreams")
+async def upstreams(request: Request, window: str = "24h") -> Response:
+    gw = request.app.state.gateway
+    window = panels.window_of(window)
+    health = orjson.loads((await openai_api.health(request)).body)
+    doc = await asyncio.to_thread(panels.upstreams, gw, health, window, time.time())
+    return _json(doc)
+
+
+@router.get("/api/cost")
+async def cost(request: Request, window: str = "24h") -> Response:
+    window = panels.window_of(window)
+    gw = request.app.state.gateway
+    return _json(await asyncio.to_thread(panels.cost, gw, window, time.time()))
+
+
+@router.get("/api/traffic")
+async def traffic(request: Request, window: str = "24h") -> Response:
+    window = panels.window_of(window)
+    gw = request.app.state.gateway
+    return _json(await asyncio.to_thread(panels.traffic, gw, window, time.time()))
+
+
+@router.get("/api/quality")
+async def quality(request: Request) -> Response:
+    gw = request.app.state.gateway
+    return _json(await asyncio.to_thread(panels.quality, gw))
