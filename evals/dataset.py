@@ -37,28 +37,37 @@ class DatasetError(ValueError):
     """A dataset file or one of its lines does not fit the declared scorer."""
 
 
-def _answer(scorer: str, line: dict[str, Any], where: str) -> Any:
+def _integer(line: dict[str, Any], where: str) -> Any:
     answer = line.get("answer")
-    if scorer == "math_integer":
-        if isinstance(answer, bool) or not isinstance(answer, int | str):
-            raise DatasetError(f"{where}: math_integer needs an integer answer")
-        try:
-            return int(answer)
-        except ValueError:
-            raise DatasetError(f"{where}: {answer!r} is not an integer") from None
-    if scorer == "math_symbolic":
-        if not isinstance(answer, str) or not answer.strip():
-            raise DatasetError(f"{where}: math_symbolic needs the answer as a sympy string")
-        return answer
-    if scorer == "knowledge_short":
-        aliases = [answer] if isinstance(answer, str) else answer
-        if (
-            not isinstance(aliases, list)
-            or not aliases
-            or not all(isinstance(a, str) and a.strip() for a in aliases)
-        ):
-            raise DatasetError(f"{where}: knowledge_short needs a string or a list of strings")
-        return {"aliases": aliases}
+    if isinstance(answer, bool) or not isinstance(answer, int | str):
+        raise DatasetError(f"{where}: math_integer needs an integer answer")
+    try:
+        return int(answer)
+    except ValueError:
+        raise DatasetError(f"{where}: {answer!r} is not an integer") from None
+
+
+def _symbolic(line: dict[str, Any], where: str) -> Any:
+    answer = line.get("answer")
+    if not isinstance(answer, str) or not answer.strip():
+        raise DatasetError(f"{where}: math_symbolic needs the answer as a sympy string")
+    return answer
+
+
+def _short(line: dict[str, Any], where: str) -> Any:
+    answer = line.get("answer")
+    aliases = [answer] if isinstance(answer, str) else answer
+    if (
+        not isinstance(aliases, list)
+        or not aliases
+        or not all(isinstance(a, str) and a.strip() for a in aliases)
+    ):
+        raise DatasetError(f"{where}: knowledge_short needs a string or a list of strings")
+    return {"aliases": aliases}
+
+
+def _mcq(line: dict[str, Any], where: str) -> Any:
+    answer = line.get("answer")
     options = line.get("options")
     if not isinstance(options, list) or not 2 <= len(options) <= len(LETTERS):
         raise DatasetError(f"{where}: knowledge_mcq needs 2 to {len(LETTERS)} options")
@@ -71,6 +80,15 @@ def _answer(scorer: str, line: dict[str, Any], where: str) -> Any:
     return {"options": [str(o) for o in options], "letter": letter}
 
 
+# How each scorer's answer is read from a line (and refused when it does not fit).
+_ANSWERS = {
+    "math_integer": _integer,
+    "math_symbolic": _symbolic,
+    "knowledge_short": _short,
+    "knowledge_mcq": _mcq,
+}
+
+
 def _prompt(scorer: str, question: str, answer: Any) -> str:
     if scorer in FORMS:
         return MATH_PROMPT.format(form=FORMS[scorer], question=question)
@@ -78,6 +96,25 @@ def _prompt(scorer: str, question: str, answer: Any) -> str:
         return SHORT_PROMPT.format(question=question)
     listing = "\n".join(f"{LETTERS[i]}) {o}" for i, o in enumerate(answer["options"]))
     return MCQ_PROMPT.format(question=question, options=listing)
+
+
+def _line(text: bytes, where: str) -> dict[str, Any]:
+    try:
+        line = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise DatasetError(f"{where}: not JSON ({e})") from None
+    if not isinstance(line, dict) or not isinstance(line.get("id"), str | int):
+        raise DatasetError(f"{where}: each line needs an object with an `id`")
+    return line
+
+
+def _messages(scorer: str, line: dict[str, Any], answer: Any, where: str) -> tuple[Any, ...]:
+    """The line's own `messages`, else its `question` in the scorer's prompt."""
+    if isinstance(line.get("messages"), list) and line["messages"]:
+        return tuple(line["messages"])
+    if isinstance(line.get("question"), str) and line["question"].strip():
+        return ({"role": "user", "content": _prompt(scorer, line["question"], answer)},)
+    raise DatasetError(f"{where}: give a `question` or `messages`")
 
 
 def load(path: Path, scorer: str, limit: int | None = None) -> list[Item]:
@@ -93,28 +130,17 @@ def load(path: Path, scorer: str, limit: int | None = None) -> list[Item]:
         if not text.strip():
             continue
         where = f"{path.name}:{number}"
-        try:
-            line = orjson.loads(text)
-        except orjson.JSONDecodeError as e:
-            raise DatasetError(f"{where}: not JSON ({e})") from None
-        if not isinstance(line, dict) or not isinstance(line.get("id"), str | int):
-            raise DatasetError(f"{where}: each line needs an object with an `id`")
+        line = _line(text, where)
         item_id = f"{family}:{line['id']}"
         if item_id in seen:
             raise DatasetError(f"{where}: duplicate id {line['id']!r}")
         seen.add(item_id)
-        answer = _answer(scorer, line, where)
-        if isinstance(line.get("messages"), list) and line["messages"]:
-            messages = tuple(line["messages"])
-        elif isinstance(line.get("question"), str) and line["question"].strip():
-            messages = ({"role": "user", "content": _prompt(scorer, line["question"], answer)},)
-        else:
-            raise DatasetError(f"{where}: give a `question` or `messages`")
+        answer = _ANSWERS[scorer](line, where)
         items.append(
             Item(
                 id=item_id,
                 family=family,
-                messages=messages,
+                messages=_messages(scorer, line, answer, where),
                 answer=answer,
                 scorer=scorer,
                 meta={"file_sha256": digest, "line": number},

@@ -78,6 +78,23 @@ def _path_before(lines: Sequence[str], head: int) -> str | None:
     return path if path and " " not in path else None
 
 
+def _section_end(
+    lines: Sequence[str],
+    start: int,
+    end: re.Pattern[str],
+    stray: Sequence[re.Pattern[str]],
+    what: str,
+) -> int:
+    """The index of the first line from `start` that matches `end`; a line matching one of
+    `stray` first is an `EditFormatError` ("expected {what}")."""
+    j = start
+    while j < len(lines) and not end.match(lines[j]):
+        if any(p.match(lines[j]) for p in stray):
+            raise EditFormatError(f"line {j + 1}: expected {what}")
+        j += 1
+    return j
+
+
 def parse(text: str) -> list[EditBlock]:
     """Every SEARCH/REPLACE block in `text`, in order; raises `EditFormatError` if malformed."""
     lines = text.splitlines()
@@ -101,11 +118,7 @@ def parse(text: str) -> list[EditBlock]:
             j += 1
         if j == len(lines):
             raise EditFormatError(f"line {i + 1}: SEARCH block has no ======= divider")
-        k = j + 1
-        while k < len(lines) and not _UPDATED.match(lines[k]):
-            if _HEAD.match(lines[k]) or _DIVIDER.match(lines[k]):
-                raise EditFormatError(f"line {k + 1}: expected >>>>>>> REPLACE")
-            k += 1
+        k = _section_end(lines, j + 1, _UPDATED, (_HEAD, _DIVIDER), ">>>>>>> REPLACE")
         if k == len(lines):
             raise EditFormatError(f"line {i + 1}: SEARCH block has no >>>>>>> REPLACE")
         blocks.append(EditBlock(path, "\n".join(lines[i + 1 : j]), "\n".join(lines[j + 1 : k])))

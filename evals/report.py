@@ -220,25 +220,11 @@ def _try_pair(arms: dict[str, list[ItemResult]], a: str, b: str) -> Paired | str
         return str(exc)
 
 
-def build_report(
-    results: Sequence[ItemResult],
-    *,
-    baseline: str | None = None,
-    controls: Sequence[tuple[str, str]] | None = None,
-) -> Report:
-    """Compute every section of the report from per-item results (pure)."""
-    arms = arms_from_results(results)
-    if not arms:
-        raise ValueError("no results to report")
-    labels = list(arms)
-    base = baseline or labels[0]
-    control_pairs = default_controls(arms) if controls is None else list(controls)
-    sections = [_arms_section(arms), _family_section(arms)]
-    parts = parts_section(arms)
-    if parts:
-        sections.append(parts)
-    sections.append(errors_section(arms))
-
+def _floor_section(
+    arms: dict[str, list[ItemResult]], control_pairs: Sequence[tuple[str, str]]
+) -> tuple[Section, NoiseFloor | None]:
+    """The noise floor the control pairs set (each the same configuration twice), and its
+    section; a pair served by different engines is refused."""
     floor_rows, floor_notes, computed = [], [], []
     for a, b in control_pairs:
         if engines(arms[a]) != engines(arms[b]):
@@ -265,18 +251,25 @@ def build_report(
             "no same-configuration-twice control: the noise floor is unknown, so no difference "
             "below can be called real beyond its McNemar p-value"
         )
-    sections.append(
-        Section(
-            "Noise floor (same configuration twice)",
-            PAIR_HEADERS,
-            tuple(floor_rows),
-            tuple(floor_notes),
-        )
+    section = Section(
+        "Noise floor (same configuration twice)",
+        PAIR_HEADERS,
+        tuple(floor_rows),
+        tuple(floor_notes),
     )
+    return section, floor
 
+
+def _paired_section(
+    arms: dict[str, list[ItemResult]],
+    base: str,
+    control_pairs: Sequence[tuple[str, str]],
+    floor: NoiseFloor | None,
+) -> Section:
+    """Every other arm paired against the baseline (controls aside), judged against the floor."""
     control_set = {frozenset(c) for c in control_pairs}
     pair_rows, pair_notes = [], []
-    for other in labels:
+    for other in arms:
         if other == base or frozenset((base, other)) in control_set:
             continue
         got = _try_pair(arms, base, other)
@@ -289,14 +282,35 @@ def build_report(
         else:
             said = "floor unknown"
         pair_rows.append((*_pair_row(got), said))
-    sections.append(
-        Section(
-            f"Paired against {base}",
-            (*PAIR_HEADERS, "vs noise floor"),
-            tuple(pair_rows),
-            tuple(pair_notes),
-        )
+    return Section(
+        f"Paired against {base}",
+        (*PAIR_HEADERS, "vs noise floor"),
+        tuple(pair_rows),
+        tuple(pair_notes),
     )
+
+
+def build_report(
+    results: Sequence[ItemResult],
+    *,
+    baseline: str | None = None,
+    controls: Sequence[tuple[str, str]] | None = None,
+) -> Report:
+    """Compute every section of the report from per-item results (pure)."""
+    arms = arms_from_results(results)
+    if not arms:
+        raise ValueError("no results to report")
+    base = baseline or next(iter(arms))
+    control_pairs = default_controls(arms) if controls is None else list(controls)
+    sections = [_arms_section(arms), _family_section(arms)]
+    parts = parts_section(arms)
+    if parts:
+        sections.append(parts)
+    sections.append(errors_section(arms))
+
+    floor_section, floor = _floor_section(arms, control_pairs)
+    sections.append(floor_section)
+    sections.append(_paired_section(arms, base, control_pairs, floor))
 
     costs = arm_costs(arms)
     sections.append(cost_section(costs))
