@@ -1,0 +1,66 @@
+"""Config of `[server]` (the HTTP edge's limits and timeouts, retries, cool-down, health
+probes, affinity) and `[store]` (the record store). Same rules as gateway/config/__init__.py
+(frozen, unknown keys are errors).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Frozen):
+    host: str = "127.0.0.1"
+    port: int = Field(8400, ge=0, le=65535)
+    # Largest request body accepted (bytes); larger bodies get a 413 before they are read whole.
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # Largest request head (all header names and values); larger gets a 431.
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    # Seconds to wait for an upstream's first byte before moving to the next candidate.
+    ttft_timeout_s: float = Field(120.0, gt=0)
+    # Whole-response budget for non-streamed requests (generous: the model's time is not capped).
+    request_timeout_s: float = Field(3600.0, gt=0)
+    # Non-streamed requests: no response headers within this -> next candidate (a hung replica
+    # is left long before `request_timeout_s`). vLLM and llama.cpp send a whole answer's headers
+    # only once it is complete, so this also bounds their longest whole answer.
+    first_byte_timeout_s: float = Field(600.0, gt=0)
+    # Longest silence tolerated between two bytes of a stream once it has started.
+    idle_timeout_s: float = Field(300.0, gt=0)
+    # A streamed /v1/responses answer sends `response.in_progress` after this long without an
+    # event (Codex gives a stream up after 300 s without one; SSE comments do not count).
+    heartbeat_s: float = Field(15.0, gt=0)
+    connect_timeout_s: float = Field(5.0, gt=0)
+    # Extra attempts on the same upstream (connection errors, 429, 5xx) before falling back.
+    retries: int = Field(1, ge=0, le=10)
+    retry_backoff_s: float = Field(0.25, ge=0)
+    # The longest `Retry-After` (seconds or an HTTP date) honoured before a retry; longer waits
+    # are cut to this.
+    retry_after_max_s: float = Field(10.0, ge=0)
+    # An upstream that fails `cooldown_after` times in a row is skipped for `cooldown_s`.
+    cooldown_after: int = Field(3, ge=1)
+    cooldown_s: float = Field(15.0, ge=0)
+    # Seconds between health probes of every upstream (0 disables probing).
+    health_interval_s: float = Field(10.0, ge=0)
+    # Header that pins a conversation to one replica (explicit session affinity).
+    session_header: str = "x-session-id"
+    # Characters of the prompt that make up the prefix-affinity key, and how many keys to keep.
+    prefix_chars: int = Field(2048, ge=64)
+    prefix_index_size: int = Field(10_000, ge=16)
+    # A replica with this many more requests in flight than the least-loaded one is "overloaded".
+    overload_margin: int = Field(8, ge=1)
+    # Requests in flight above which a replica counts as saturated (0 = no limit).
+    max_inflight_per_upstream: int = Field(0, ge=0)
+
+
+class StoreConfig(_Frozen):
+    # Keep a record of every request in the store (metrics are kept either way).
+    enabled: bool = True
+    # SQLAlchemy URL; relative sqlite paths are resolved against the config file's folder.
+    url: str = "sqlite:///var/plumbline.db"
+    retention_days: int = Field(30, ge=1)
+    # Keep prompts and responses (in a separate table with its own retention). Off by default.
+    store_content: bool = False
+    content_retention_days: int = Field(7, ge=1)
