@@ -13,10 +13,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import sqlalchemy as sa
 
 from evals.result import ItemResult
 from evals.runner import RunSpec
 from gateway.fakes.upstream import FakeHandle, running_fake
+from gateway.ledger.store import Store
 from gateway.trust.schedule import EvalScheduler
 from tests.harness import ListSink, config_from, running_gateway, serving
 
@@ -76,7 +78,7 @@ def test_each_shape_lands_on_its_sub_route(fakes: dict[str, FakeHandle]) -> None
         "structured": {"messages": HI, "response_format": {"type": "json_object"}},
     }
     landed = {}
-    with running_gateway(cfg, sinks=[sink]) as url:
+    with serving(cfg, sinks=[sink], record=True) as (url, _app):
         c = client(url)
         for shape, ask in asks.items():
             raw = c.chat.completions.with_raw_response.create(model="smart", **ask)
@@ -90,6 +92,13 @@ def test_each_shape_lands_on_its_sub_route(fakes: dict[str, FakeHandle]) -> None
         "structured": "general",  # no rule: the route's own
     }
     assert [r.shape for r in sink.records] == list(asks)
+    store = Store(cfg.store.url, root=cfg.root)  # the records' rows, as written at the stop
+    try:
+        with store.engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT shape FROM requests ORDER BY time")).scalars()
+            assert list(rows) == list(asks)
+    finally:
+        store.close()
     assert len(fakes["coder"].requests()) == 1 and len(fakes["deep"].requests()) == 1
     line = 'gateway_shape_requests_total{model="smart",shape="tools",upstream="coder"} 1.0'
     assert line in metrics

@@ -213,3 +213,52 @@ def test_a_control_that_changed_engine_mid_run_is_refused() -> None:
         control_pair("dear", first, second)
     same = control_pair("dear", first, first)
     assert same.n == N and same.discordant == 0 and same.a == "dear run 1"
+
+
+def test_each_shape_is_decided_on_its_own_family_among_its_own_upstreams(store: Store) -> None:
+    """`decide_shapes`: tools on the tools items, reasoning on the math items; a shape whose
+    family has no items decides nothing, one without a family (structured) is not decided; the
+    book keeps each under route#shape, and routing prefers it to the route's own decision."""
+    from gateway.trust.gate import decide_shapes
+
+    def family(results: list[ItemResult], name: str) -> list[ItemResult]:
+        return [replace(r, family=name, item_id=f"{name}{r.item_id}") for r in results]
+
+    def both(target: str, tools: list[bool], maths: list[bool]) -> list[ItemResult]:
+        return family(arm(target, tools), "tools") + family(arm(target, maths), "math")
+
+    worse = flips(N, set(range(0, 100)))  # 100 / 200: far beyond the floor
+    results = {
+        "node": both("node", BEST, BEST),
+        "api": both("api", BEST, worse),  # as good on tools, worse on maths
+        "other": both("other", BEST, BEST),  # routed to by no shape below
+    }
+    control = ("node", both("c1", BEST, BEST), both("c2", BEST, BEST))
+    prices = {"node": 1.0, "api": 0.1, "other": 0.01}
+    shapes = {
+        "tools": ["node", "api"],
+        "reasoning": ["node", "api"],
+        "edit": ["node", "api"],
+        "structured": ["node", "api"],
+    }
+    decided = {d.shape: d for d in decide_shapes("m", shapes, results, control, prices)}
+    assert set(decided) == {"tools", "reasoning", "edit"}
+    assert decided["tools"].chosen == "api"  # cheapest; "other" is not the shape's
+    assert decided["reasoning"].chosen == "node"
+    assert decided["edit"].chosen is None and decided["edit"].reason == "no eval results"
+    assert {a.n for a in decided["tools"].arms} == {N}  # the tools items alone
+    book = SharedGateBook(store)
+    book.record(decide("m", {"node": arm("node", BEST)}, None, {"node": 1.0}))
+    for d in decided.values():
+        book.record(d)
+    assert set(book.view()) == {"m", "m#tools", "m#reasoning", "m#edit"}
+    latest = {s: book.latest_for("m", s) for s in ("tools", "reasoning", "edit", "default")}
+    assert {s: d.chosen for s, d in latest.items() if d is not None} == {
+        "tools": "api",
+        "reasoning": "node",
+        "edit": "node",  # nothing measured for edit: the route's decision
+        "default": "node",
+    }
+    book.refresh()  # read back from the rows, as another gateway would
+    tools = book.latest("m", "tools")
+    assert tools is not None and tools.shape == "tools" and tools.key == "m#tools"
