@@ -171,46 +171,70 @@ class Config(_Frozen):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             problems.append(f"duplicate upstream names: {', '.join(dupes)}")
-        known = set(names)
         for u in self.upstreams:
-            if u.profile and u.profile not in self.profiles:
-                problems.append(f"upstreams.{u.name}.profile: unknown profile {u.profile!r}")
-            if u.node and u.node not in self.nodes:
-                problems.append(f"upstreams.{u.name}.node: unknown node {u.node!r}")
-            if u.launch and not u.is_local:
-                problems.append(f"upstreams.{u.name}.launch: only local kinds can be launched")
-            parsed = self.reasoning_parser(u) is not None
-            if u.thinking_budget == "thinking_token_budget" and u.kind == "vllm" and not parsed:
-                problems.append(
-                    f"upstreams.{u.name}.thinking_budget: vLLM refuses thinking_token_budget "
-                    "without a reasoning parser, and this upstream's profile names none"
-                )
-        for model, route in self.models.items():
-            for ref in [*route.upstreams, *route.fallback]:
-                if ref not in known:
-                    problems.append(f"models.{model}: unknown upstream {ref!r}")
-            if route.profile and route.profile not in self.profiles:
-                problems.append(f"models.{model}.profile: unknown profile {route.profile!r}")
+            problems += self._upstream_problems(u)
+        problems += self._route_problems(set(names))
         problems += self._index_names()
-        for target in self.evals.targets:
-            if target not in self.models:
-                problems.append(f"evals.targets: unknown model {target!r}")
-        for name in self.prices:
-            if name not in known:
-                problems.append(f"prices.{name}: unknown upstream {name!r}")
-        key_ids = [k.id for k in self.access.keys]
-        key_hashes = [k.sha256 for k in self.access.keys]
-        if len(set(key_ids)) != len(key_ids) or len(set(key_hashes)) != len(key_hashes):
-            problems.append("access.keys: ids and sha256 hashes must be unique")
-        for key in self.access.keys:
-            for m in key.models or []:
-                if m not in self.models:
-                    problems.append(f"access.keys.{key.id}.models: unknown model {m!r}")
+        problems += self._reference_problems(set(names))
+        problems += self._access_problems()
         problems += trust_cross_check(self)
         problems += routes_cross_check(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _upstream_problems(self, u: Upstream) -> list[str]:
+        problems: list[str] = []
+        if u.profile and u.profile not in self.profiles:
+            problems.append(f"upstreams.{u.name}.profile: unknown profile {u.profile!r}")
+        if u.node and u.node not in self.nodes:
+            problems.append(f"upstreams.{u.name}.node: unknown node {u.node!r}")
+        if u.launch and not u.is_local:
+            problems.append(f"upstreams.{u.name}.launch: only local kinds can be launched")
+        parsed = self.reasoning_parser(u) is not None
+        if u.thinking_budget == "thinking_token_budget" and u.kind == "vllm" and not parsed:
+            problems.append(
+                f"upstreams.{u.name}.thinking_budget: vLLM refuses thinking_token_budget "
+                "without a reasoning parser, and this upstream's profile names none"
+            )
+        return problems
+
+    def _route_problems(self, known: set[str]) -> list[str]:
+        """Routes that name an upstream or a profile not here."""
+        problems: list[str] = []
+        for model, route in self.models.items():
+            problems += [
+                f"models.{model}: unknown upstream {ref!r}"
+                for ref in [*route.upstreams, *route.fallback]
+                if ref not in known
+            ]
+            if route.profile and route.profile not in self.profiles:
+                problems.append(f"models.{model}.profile: unknown profile {route.profile!r}")
+        return problems
+
+    def _reference_problems(self, known: set[str]) -> list[str]:
+        """Eval targets and prices that name a model or an upstream not here."""
+        problems = [
+            f"evals.targets: unknown model {t!r}"
+            for t in self.evals.targets
+            if t not in self.models
+        ]
+        problems += [f"prices.{n}: unknown upstream {n!r}" for n in self.prices if n not in known]
+        return problems
+
+    def _access_problems(self) -> list[str]:
+        problems: list[str] = []
+        key_ids = [k.id for k in self.access.keys]
+        key_hashes = [k.sha256 for k in self.access.keys]
+        if len(set(key_ids)) != len(key_ids) or len(set(key_hashes)) != len(key_hashes):
+            problems.append("access.keys: ids and sha256 hashes must be unique")
+        for key in self.access.keys:
+            problems += [
+                f"access.keys.{key.id}.models: unknown model {m!r}"
+                for m in key.models or []
+                if m not in self.models
+            ]
+        return problems
 
     def _index_names(self) -> list[str]:
         """Fill the name index; an alias may be neither a route's name nor another alias."""
