@@ -2,8 +2,10 @@
 
 `create_app(config)` returns a FastAPI app whose lifespan builds the `Gateway`: the validated
 config, the upstream connection pools, upstream state, the bounded prefix index, the metrics
-registry, the record sinks and the health prober. Nothing happens at import time and nothing
-lives in module globals.
+registry, the record sinks, dispatch and the relay, and the background work (the health prober,
+the housekeeping: `gateway/edge/housekeeping.py`). The app itself, with the generation endpoints
+taken before Starlette's stack, is `gateway/edge/fastpath.py`'s `GatewayApp`. Nothing happens at
+import time and nothing lives in module globals.
 """
 
 from __future__ import annotations
@@ -16,27 +18,20 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config import Config, default_config_path, load_config, prometheus_multiproc_dir
 from gateway.edge import admin, api, doors
 from gateway.edge.access import Access
 from gateway.edge.console.api import router as console_router
-from gateway.edge.fastpath import Edge, error_response
+from gateway.edge.fastpath import HOT_PATHS, Edge, GatewayApp, install_error_handlers
 from gateway.edge.guard import AccessGuard
-from gateway.errors import GatewayError
+from gateway.edge.housekeeping import Demotions, Housekeeper, Prober
 from gateway.ledger.cost import price_record
 from gateway.ledger.metrics import Metrics
 from gateway.ledger.record import Record, RecordSink
-from gateway.ledger.report import window_economics
 from gateway.ledger.spool import RecordQueue
 from gateway.ledger.store import Store
 from gateway.serving.dispatch import Dispatcher
@@ -44,8 +39,8 @@ from gateway.serving.engine import Engines
 from gateway.serving.pool import Pool
 from gateway.serving.prefix import PrefixIndex
 from gateway.serving.processes import EngineProcesses, EngineView, ProcessHealth
+from gateway.serving.relay import Relay
 from gateway.serving.silence import Silence
-from gateway.serving.upstream import probe
 from gateway.serving.wire import Wire
 from gateway.trust.capture import TextSampler
 from gateway.trust.gate import GateBook, SharedGateBook
@@ -54,8 +49,6 @@ from gateway.trust.shadow import ShadowMirror
 from gateway.trust.watchdog import Watchdog, annotate
 
 log = logging.getLogger("plumbline")
-# A gateway's demotion holds for the others this long after its last refresh (each minute).
-DEMOTION_TTL_S = 180.0
 
 
 def _path(value: str | None) -> Path | None:
@@ -63,7 +56,9 @@ def _path(value: str | None) -> Path | None:
 
 
 class Gateway:
-    """Everything one gateway process holds. Built in the lifespan, reachable as app.state."""
+    """Everything one gateway process holds, built in the lifespan and reachable as app.state:
+    the composition root. Each part is given what it uses (dispatch, the relay, the background
+    work in `gateway/edge/housekeeping.py`), never the gateway."""
 
     def __init__(
         self,
@@ -89,16 +84,15 @@ class Gateway:
             self.metrics.read_inflight(self.pool.states)
         self.store = store
         self.queue = RecordQueue.from_config(config, store) if store is not None else None
+        self.demotions = Demotions(self.id, self.pool, store)
         self.watchdog = Watchdog(
-            config, config.watchdog, self.metrics.registry, on_demote=self._demoted_here
+            config, config.watchdog, self.metrics.registry, on_demote=self.demotions.changed
         )
-        # Demotions other gateways on the store hold (upstream -> {gateway: checks}).
-        self.demoted_elsewhere: dict[str, dict[str, list[str]]] = {}
-        self._sharing: set[asyncio.Task[None]] = set()
+        self.demotions.watchdog = self.watchdog
         self.sampler = TextSampler.from_config(config.watchdog)
         self.wire = Wire(s.connect_timeout_s)
         self.engines = Engines()
-        self.processes = ProcessHealth(processes, self._set_health)
+        self.processes = ProcessHealth(processes, self.set_health)
         self.shadow = ShadowMirror.from_config(
             config, self.wire, self.finish, registry=self.metrics.registry, store=store
         )
@@ -107,56 +101,51 @@ class Gateway:
             if store is not None
             else GateBook(config.root / "var" / "gate" / "decisions.json")
         )
-        self.sinks: list[RecordSink] = [self.metrics, self.watchdog, *(sinks or [])]
-        if self.queue is not None:
-            self.sinks.insert(0, self.queue)
-        if access is not None:
-            # First: the key id and the budget settlement must be on the record before the
-            # store turns it into a row.
-            self.sinks.insert(0, access)
-            if store is not None:
-                access.attach(store.engine)
-        self._housekeeper: asyncio.Task[None] | None = None
+        self.sinks = _sinks(self.metrics, self.watchdog, self.queue, access, store, sinks)
         self.silence = Silence(s.idle_timeout_s)
         self.dispatcher = Dispatcher(
             config, self.pool, self.wire, self.engines, self.prefix, self.gate_book.latest_for
         )
+        self.relay = Relay(
+            open=self.dispatcher.open,
+            profile_for=config.profile_for,
+            pool=self.pool,
+            silence=self.silence,
+            sampler=self.sampler,
+            shadow=self.shadow,
+            price=self.price,
+            finish=self.finish,
+        )
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
         self.scheduler = EvalScheduler(self, f"http://{host}:{s.port}/v1")
-        self._prober: asyncio.Task[None] | None = None
+        self.prober = Prober(
+            config, self.wire, self.engines, self.set_health, self.processes.serving
+        )
+        self.housekeeper = (
+            Housekeeper(config, store, self.gate_book, self.demotions, self.metrics)
+            if store is not None
+            else None
+        )
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.silence.start()
-        if self.config.server.health_interval_s > 0:
-            self._prober = asyncio.create_task(self._probe_forever())
+        self.prober.start()
         self.scheduler.start()
-        if self.store is not None:
-            self._housekeeper = asyncio.create_task(self._housekeeping())
+        if self.housekeeper is not None:
+            self.housekeeper.start()
         self.processes.start(self.loop)
-
-    def _set_health(self, upstream: str, ok: bool) -> None:
-        if upstream in self.pool.states:
-            self.pool.set_health(upstream, ok)
-            self.metrics.set_health(upstream, ok)
-
-    def engine_view(self, upstream: str) -> EngineView | None:
-        """The supervisor's view of `upstream`'s engine process (`gateway.serving.processes`)."""
-        return self.processes.view(upstream)
 
     async def stop(self) -> None:
         self.processes.stop()
         await self.scheduler.stop()
         await self.shadow.drain()
         await self.silence.stop()
-        for task in (self._prober, self._housekeeper):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await self.prober.stop()
+        if self.housekeeper is not None:
+            await self.housekeeper.stop()
         await self.wire.close()
-        if self._sharing:  # demotions on their way to the store get there before it closes
-            await asyncio.gather(*self._sharing, return_exceptions=True)
+        await self.demotions.drain()
         for sink in self.sinks:
             close = getattr(sink, "close", None)
             if close is not None:
@@ -164,93 +153,15 @@ class Gateway:
         if self.store is not None:
             self.store.close()
 
-    async def _housekeeping(self) -> None:
-        """Every minute: reload the gate decisions other gateways on the store recorded, publish
-        node-vs-API economics; every hour: apply retention."""
-        assert self.store is not None
-        store, cfg = self.store, self.config
-        ticks = 0
-        while True:
-            if isinstance(self.gate_book, SharedGateBook):
-                try:
-                    await asyncio.to_thread(self.gate_book.refresh)
-                except Exception:
-                    log.exception("gate decisions could not be read from the store")
-            await self.share_demotions()
-            try:
-                economics = await asyncio.to_thread(window_economics, cfg, store, 86400.0)
-                self.metrics.set_economics(economics[2])
-                if ticks % 60 == 0:
-                    await asyncio.to_thread(
-                        store.apply_retention,
-                        cfg.store.retention_days,
-                        cfg.store.content_retention_days,
-                    )
-            except Exception:
-                log.exception("store housekeeping failed")
-            ticks += 1
-            await asyncio.sleep(60)
+    def set_health(self, upstream: str, ok: bool) -> None:
+        """An upstream's health, as the prober or the engines' supervisor found it."""
+        if upstream in self.pool.states:
+            self.pool.set_health(upstream, ok)
+            self.metrics.set_health(upstream, ok)
 
-    def _demoted_here(self, upstream: str, demoted: bool) -> None:
-        """The watchdog demoted or restored `upstream`: routing follows it (or another
-        gateway's demotion), and the store hears of it now rather than at the next minute."""
-        self._route_demotion(upstream)
-        if self.store is None:
-            return
-        try:
-            task = asyncio.get_running_loop().create_task(self.share_demotions())
-        except RuntimeError:  # no loop here: housekeeping shares it within the minute
-            return
-        self._sharing.add(task)
-        task.add_done_callback(self._sharing.discard)
-
-    async def share_demotions(self, now: float | None = None) -> None:
-        """Publish this gateway's demotions and take up every other gateway's: an upstream any
-        gateway on the store demoted (within `DEMOTION_TTL_S`) is routed around here too."""
-        if self.store is None:
-            return
-        now = time.time() if now is None else now
-        mine = self.watchdog.demotions()
-        try:
-            await asyncio.to_thread(self.store.share_demotions, self.id, mine, now)
-            rows = await asyncio.to_thread(self.store.demotions, now - DEMOTION_TTL_S)
-        except Exception:
-            log.exception("watchdog demotions could not be shared through the store")
-            return
-        elsewhere = {u: {g: c for g, c in by.items() if g != self.id} for u, by in rows.items()}
-        self.demoted_elsewhere = {u: by for u, by in elsewhere.items() if by}
-        for name in self.pool.states:
-            self._route_demotion(name)
-
-    def _route_demotion(self, upstream: str) -> None:
-        """Routing demotes an upstream this gateway's watchdog or another one's demoted."""
-        here = upstream in self.watchdog.demoted
-        self.pool.set_demoted(upstream, here or upstream in self.demoted_elsewhere)
-
-    async def probe_all(self) -> None:
-        timeout = min(5.0, self.config.server.connect_timeout_s * 2)
-        results = await asyncio.gather(
-            *(probe(self.wire, u, timeout) for u in self.config.upstreams)
-        )
-        due = []
-        serving = self.processes.serving()
-        for upstream, ok in zip(self.config.upstreams, results, strict=True):
-            # An engine its supervisor is restarting may answer before it is ready.
-            ok = ok and serving(upstream.name)
-            self.pool.set_health(upstream.name, ok)
-            self.metrics.set_health(upstream.name, ok)
-            if self.engines.due(upstream, ok):
-                due.append(upstream)
-        if due:
-            await self.engines.learn(self.wire, due, timeout)
-
-    async def _probe_forever(self) -> None:
-        while True:
-            try:
-                await self.probe_all()
-            except Exception:  # a probe must never kill the prober
-                log.exception("health probe failed")
-            await asyncio.sleep(self.config.server.health_interval_s)
+    def engine_view(self, upstream: str) -> EngineView | None:
+        """The supervisor's view of `upstream`'s engine process (`gateway.serving.processes`)."""
+        return self.processes.view(upstream)
 
     def price(self, record: Record) -> None:
         price_record(record, self.config)
@@ -271,6 +182,27 @@ class Gateway:
                 sink.submit(record)
             except Exception:
                 log.exception("record sink %s failed", type(sink).__name__)
+
+
+def _sinks(
+    metrics: Metrics,
+    watchdog: Watchdog,
+    queue: RecordQueue | None,
+    access: Access | None,
+    store: Store | None,
+    extra: list[RecordSink] | None,
+) -> list[RecordSink]:
+    """Where every finished record goes, in order: access first (the key id and the budget
+    settlement must be on the record before the store turns it into a row), the store's
+    queue, the metrics, the watchdog, then any the caller gave."""
+    sinks: list[RecordSink] = [metrics, watchdog, *(extra or [])]
+    if queue is not None:
+        sinks.insert(0, queue)
+    if access is not None:
+        sinks.insert(0, access)
+        if store is not None:
+            access.attach(store.engine)
+    return sinks
 
 
 def settle_heap() -> None:
@@ -344,72 +276,8 @@ def create_app(
     app.hot = frozenset(hot)
     app.add_middleware(AccessGuard, access=access, **limits)
 
-    @app.exception_handler(GatewayError)
-    async def _gateway_error(request: Request, exc: GatewayError) -> Response:
-        return error_response(exc)
-
-    @app.exception_handler(HTTPException)
-    async def _http_error(request: Request, exc: HTTPException) -> Response:
-        kind = GatewayError(str(exc.detail))
-        kind.status = exc.status_code
-        kind.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        if exc.status_code == 404:
-            kind.message = f"Unknown path: {request.url.path}"
-        elif exc.status_code == 405:
-            kind.message = f"Method {request.method} is not allowed on {request.url.path}"
-        return error_response(kind)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-        first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        error = GatewayError(f"Invalid request: {where}: {first.get('msg', 'invalid')}")
-        error.status, error.type = 400, "invalid_request_error"
-        return error_response(error)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s", request.url.path)
-        error = GatewayError("The gateway failed to handle this request; it has been logged.")
-        return error_response(error)
-
+    install_error_handlers(app)
     return app
-
-
-class GatewayApp(FastAPI):
-    """The FastAPI app, with the generation endpoints taken before Starlette's stack.
-
-    Starlette wraps every request in its error middleware, whose `send` wrapper every streamed
-    block went through, and routes it; the generation endpoints need neither (the edge renders
-    their errors). `front` (the access guard around the edge) serves `POST` on `hot`; the rest
-    goes through the full application, with its own access guard."""
-
-    front: ASGIApp | None = None
-    hot: frozenset[str] = frozenset()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.front is not None
-            and scope["type"] == "http"
-            and scope["method"] == "POST"
-            and scope["path"] in self.hot
-        ):
-            scope["app"] = self
-            await self.front(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
-
-    async def rest(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await super().__call__(scope, receive, send)
-
-
-HOT_PATHS = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/messages",
-)
 
 
 def app_from_env() -> FastAPI:

@@ -5,16 +5,20 @@ middleware and the per-route wrappers of Starlette buy nothing on them, yet each
 `send` again, so every streamed block paid for all of them. `Edge` sits inside the access guard
 and serves `POST` on those paths itself: it calls the handler, renders a `GatewayError` (or an
 unexpected exception) as the OpenAI error envelope, and lets the response answer (a relayed
-stream writes straight to the server's `send`, `gateway/serving/relay.py: StreamRelay`). Everything
-else
-goes on to the full application.
+stream writes straight to the server's `send`, `gateway/serving/stream_relay.py`). Everything else
+goes on to the full application (`GatewayApp`), whose errors the handlers of
+`install_error_handlers` render the same way.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -54,3 +58,73 @@ class Edge:
                 GatewayError("The gateway failed to handle this request; it has been logged.")
             )
         await response(scope, receive, send)
+
+
+class GatewayApp(FastAPI):
+    """The FastAPI app, with the generation endpoints taken before Starlette's stack.
+
+    Starlette wraps every request in its error middleware, whose `send` wrapper every streamed
+    block went through, and routes it; the generation endpoints need neither (the edge renders
+    their errors). `front` (the access guard around the edge) serves `POST` on `hot`; the rest
+    goes through the full application, with its own access guard."""
+
+    front: ASGIApp | None = None
+    hot: frozenset[str] = frozenset()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self.front is not None
+            and scope["type"] == "http"
+            and scope["method"] == "POST"
+            and scope["path"] in self.hot
+        ):
+            scope["app"] = self
+            await self.front(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+    async def rest(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+
+
+HOT_PATHS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/messages",
+)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error of the full application as the OpenAI error envelope: the gateway's own,
+    Starlette's (404, 405), a body that fails validation, and anything unexpected (logged)."""
+
+    @app.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError) -> Response:
+        return error_response(exc)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        kind = GatewayError(str(exc.detail))
+        kind.status = exc.status_code
+        kind.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        if exc.status_code == 404:
+            kind.message = f"Unknown path: {request.url.path}"
+        elif exc.status_code == 405:
+            kind.message = f"Method {request.method} is not allowed on {request.url.path}"
+        return error_response(kind)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        error = GatewayError(f"Invalid request: {where}: {first.get('msg', 'invalid')}")
+        error.status, error.type = 400, "invalid_request_error"
+        return error_response(error)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s", request.url.path)
+        error = GatewayError("The gateway failed to handle this request; it has been logged.")
+        return error_response(error)

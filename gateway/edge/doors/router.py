@@ -1,7 +1,7 @@
 """HTTP handlers of the Responses and Messages front doors: read, translate, respond.
 
-Both doors turn their request into a chat-completions body and go through the same `_call`
-(profile, record) and `respond` (routing, dispatch, taps, record) as `/v1/chat/completions`; a
+Both doors turn their request into a chat-completions body and go through the same `call_of`
+(profile, record) and `Relay.respond` (routing, dispatch, taps, record) as `/v1/chat/completions`; a
 translator on the call renders the answer back in the door's API. The Messages door answers every
 error in Anthropic's shape.
 """
@@ -14,7 +14,6 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.edge.api import _call, headers_of, read_json, watch
 from gateway.edge.doors import (
     messages,
     messages_request,
@@ -26,8 +25,8 @@ from gateway.edge.doors import (
 from gateway.edge.doors.messages_stream import MessagesTranslator
 from gateway.edge.doors.policy import mark_dropped
 from gateway.edge.doors.responses_stream import ResponsesTranslator
+from gateway.edge.request import call_of, headers_of, read_json, watch
 from gateway.errors import BadRequest, GatewayError
-from gateway.serving.relay import respond
 
 log = logging.getLogger("plumbline")
 router = APIRouter()
@@ -39,7 +38,7 @@ async def create_response(request: Request) -> Response:
     body = await read_json(request, gw.config.server.max_body_bytes)
     protocol_responses.check(body)
     translation = responses.translate(body)
-    call = _call(request, "responses", "/chat/completions", translation.chat)
+    call = call_of(request, "responses", "/chat/completions", translation.chat)
     mark_dropped(call.record, *translation.dropped)
     if call.session is None and isinstance(body.get("prompt_cache_key"), str):
         call.session = body["prompt_cache_key"]  # Codex's session id: sticky routing
@@ -49,7 +48,7 @@ async def create_response(request: Request) -> Response:
     if translation.plain:
         call.native = responses.native_request(body, call.body)
     try:
-        return await respond(gw, call, watch(request))
+        return await gw.relay.respond(call, watch(request))
     except BadRequest as e:
         raise responses.context_error(e) from None
 
@@ -62,13 +61,13 @@ async def create_message(request: Request) -> Response:
         protocol_messages.check(body)
         served = messages_request.served_of(gw.config, body["model"])
         translation = messages.chat_request(body, served)
-        call = _call(request, "messages", "/chat/completions", translation.chat)
+        call = call_of(request, "messages", "/chat/completions", translation.chat)
         mark_dropped(call.record, *translation.dropped)
         if call.session is None:  # Claude Code's session id: sticky routing
             heads = headers_of(request)
             call.session = messages_request.session_of(body, heads.get("x-claude-code-session-id"))
         call.translator = MessagesTranslator(body, call.record, translation)
-        return await respond(gw, call, watch(request))
+        return await gw.relay.respond(call, watch(request))
     except GatewayError as e:
         return messages.error_response(e)
     except Exception:

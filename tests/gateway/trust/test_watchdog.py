@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -263,7 +262,8 @@ async def test_a_demotion_by_one_gateway_is_routed_around_by_the_others(tmp_path
     """Two gateways on one store: the one whose watchdog trips demotes the upstream at once and
     tells the store; the other routes around it from its next refresh (each minute), says who
     demoted it, and restores it when the first one does, or when the first stops refreshing."""
-    from gateway.edge.app import DEMOTION_TTL_S, Gateway
+    from gateway.edge.app import Gateway
+    from gateway.edge.housekeeping import DEMOTION_TTL_S
     from gateway.ledger.store import Store
 
     cfg = config_from(
@@ -282,26 +282,26 @@ async def test_a_demotion_by_one_gateway_is_routed_around_by_the_others(tmp_path
         for _ in range(10):
             here.watchdog.submit(record("a", truncated=True, finish_reason="length"))
         assert here.pool.states["a"].demoted and here.watchdog.demotions() == {"a": ["truncation"]}
-        await asyncio.gather(*here._sharing)  # told the store as it happened
+        await here.demotions.drain()  # told the store as it happened
         assert not there.pool.states["a"].demoted
-        await there.share_demotions()
+        await there.demotions.share()
         assert there.pool.states["a"].demoted and not there.pool.states["b"].demoted
-        assert there.demoted_elsewhere == {"a": {here.id: ["truncation"]}}
+        assert there.demotions.elsewhere == {"a": {here.id: ["truncation"]}}
         assert there.watchdog.demotions() == {}  # its own watchdog saw nothing
 
         for _ in range(10):
             here.watchdog.submit(record("a"))  # recovered
-        await asyncio.gather(*here._sharing)
-        await there.share_demotions()
+        await here.demotions.drain()
+        await there.demotions.share()
         assert not here.pool.states["a"].demoted and not there.pool.states["a"].demoted
 
         for _ in range(10):
             here.watchdog.submit(record("a", truncated=True, finish_reason="length"))
-        await asyncio.gather(*here._sharing)
-        await there.share_demotions()
+        await here.demotions.drain()
+        await there.demotions.share()
         assert there.pool.states["a"].demoted
         # `here` stops (or dies) without restoring it: its rows lapse after the window.
-        await there.share_demotions(now=time.time() + DEMOTION_TTL_S + 1)
+        await there.demotions.share(now=time.time() + DEMOTION_TTL_S + 1)
         assert not there.pool.states["a"].demoted
     finally:
         for s in stores:

@@ -1,0 +1,215 @@
+"""A gateway's background work: the health prober, the minute's housekeeping, shared demotions.
+
+`Prober` asks every upstream for its health each `server.health_interval_s` (and the engines
+it has not heard from what they serve); `Demotions` shares the watchdog's demotions between the
+gateways on one store, so each routes around an upstream any of them demoted; `Housekeeper` runs
+once a minute with a store: the gate decisions other gateways recorded, the demotions, the
+node-vs-API economics for the metrics, and once an hour the retention. Each is given what it
+uses, nothing of the app besides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from gateway.ledger.report import window_economics
+from gateway.serving.upstream import probe
+from gateway.trust.gate import GateBook, SharedGateBook
+
+if TYPE_CHECKING:
+    from gateway.config import Config
+    from gateway.ledger.metrics import Metrics
+    from gateway.ledger.store import Store
+    from gateway.serving.engine import Engines
+    from gateway.serving.pool import Pool
+    from gateway.serving.wire import Wire
+    from gateway.trust.watchdog import Watchdog
+
+log = logging.getLogger("plumbline")
+# A gateway's demotion holds for the others this long after its last refresh (each minute).
+DEMOTION_TTL_S = 180.0
+
+
+class Task:
+    """One background task, started once and cancelled (and awaited) at stop."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, work: Coroutine[Any, Any, None]) -> None:
+        self._task = asyncio.create_task(work)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class Prober:
+    """Health of every upstream, asked each interval, into routing and the metrics."""
+
+    def __init__(
+        self,
+        config: Config,
+        wire: Wire,
+        engines: Engines,
+        set_health: Callable[[str, bool], None],
+        serving: Callable[[], Callable[[str], bool]],
+    ) -> None:
+        self.config = config
+        self.wire = wire
+        self.engines = engines
+        self.set_health = set_health  # routing's and the metrics' view of an upstream
+        self.serving = serving  # which engines their supervisor says are serving
+        self._task = Task()
+
+    def start(self) -> None:
+        if self.config.server.health_interval_s > 0:
+            self._task.start(self._forever())
+
+    async def stop(self) -> None:
+        await self._task.stop()
+
+    async def probe_all(self) -> None:
+        timeout = min(5.0, self.config.server.connect_timeout_s * 2)
+        upstreams = self.config.upstreams
+        results = await asyncio.gather(*(probe(self.wire, u, timeout) for u in upstreams))
+        due = []
+        serving = self.serving()
+        for upstream, ok in zip(upstreams, results, strict=True):
+            # An engine its supervisor is restarting may answer before it is ready.
+            ok = ok and serving(upstream.name)
+            self.set_health(upstream.name, ok)
+            if self.engines.due(upstream, ok):
+                due.append(upstream)
+        if due:
+            await self.engines.learn(self.wire, due, timeout)
+
+    async def _forever(self) -> None:
+        while True:
+            try:
+                await self.probe_all()
+            except Exception:  # a probe must never kill the prober
+                log.exception("health probe failed")
+            await asyncio.sleep(self.config.server.health_interval_s)
+
+
+class Demotions:
+    """The watchdog's demotions, shared through the store: routing demotes an upstream this
+    gateway's watchdog or another gateway's on the same store demoted."""
+
+    def __init__(self, gateway_id: str, pool: Pool, store: Store | None) -> None:
+        self.gateway_id = gateway_id
+        self.pool = pool
+        self.store = store
+        # Set once the watchdog exists (it calls `changed` back).
+        self.watchdog: Watchdog | None = None
+        # Demotions other gateways on the store hold (upstream -> {gateway: checks}).
+        self.elsewhere: dict[str, dict[str, list[str]]] = {}
+        self.sharing: set[asyncio.Task[None]] = set()
+
+    def changed(self, upstream: str, demoted: bool) -> None:
+        """The watchdog demoted or restored `upstream`: routing follows it (or another
+        gateway's demotion), and the store hears of it now rather than at the next minute."""
+        self._route(upstream)
+        if self.store is None:
+            return
+        try:
+            task = asyncio.get_running_loop().create_task(self.share())
+        except RuntimeError:  # no loop here: housekeeping shares it within the minute
+            return
+        self.sharing.add(task)
+        task.add_done_callback(self.sharing.discard)
+
+    async def share(self, now: float | None = None) -> None:
+        """Publish this gateway's demotions and take up every other gateway's: an upstream any
+        gateway on the store demoted (within `DEMOTION_TTL_S`) is routed around here too."""
+        if self.store is None or self.watchdog is None:
+            return
+        now = time.time() if now is None else now
+        mine = self.watchdog.demotions()
+        try:
+            await asyncio.to_thread(self.store.share_demotions, self.gateway_id, mine, now)
+            rows = await asyncio.to_thread(self.store.demotions, now - DEMOTION_TTL_S)
+        except Exception:
+            log.exception("watchdog demotions could not be shared through the store")
+            return
+        me = self.gateway_id
+        elsewhere = {u: {g: c for g, c in by.items() if g != me} for u, by in rows.items()}
+        self.elsewhere = {u: by for u, by in elsewhere.items() if by}
+        for name in self.pool.states:
+            self._route(name)
+
+    def by(self, upstream: str) -> list[str]:
+        """The gateways whose watchdogs demote `upstream`: this one first, then the others."""
+        here = [self.gateway_id] if self.watchdog and upstream in self.watchdog.demoted else []
+        return here + sorted(self.elsewhere.get(upstream, {}))
+
+    async def drain(self) -> None:
+        """Demotions on their way to the store get there (before it closes)."""
+        if self.sharing:
+            await asyncio.gather(*self.sharing, return_exceptions=True)
+
+    def _route(self, upstream: str) -> None:
+        here = self.watchdog is not None and upstream in self.watchdog.demoted
+        self.pool.set_demoted(upstream, here or upstream in self.elsewhere)
+
+
+class Housekeeper:
+    """Every minute: reload the gate decisions other gateways on the store recorded, share the
+    demotions, publish node-vs-API economics; every hour: apply retention."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        gate_book: GateBook | SharedGateBook,
+        demotions: Demotions,
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.gate_book = gate_book
+        self.demotions = demotions
+        self.metrics = metrics
+        self._task = Task()
+
+    def start(self) -> None:
+        self._task.start(self._forever())
+
+    async def stop(self) -> None:
+        await self._task.stop()
+
+    async def _forever(self) -> None:
+        ticks = 0
+        while True:
+            await self.tick(hourly=ticks % 60 == 0)
+            ticks += 1
+            await asyncio.sleep(60)
+
+    async def tick(self, *, hourly: bool) -> None:
+        if isinstance(self.gate_book, SharedGateBook):
+            try:
+                await asyncio.to_thread(self.gate_book.refresh)
+            except Exception:
+                log.exception("gate decisions could not be read from the store")
+        await self.demotions.share()
+        store, cfg = self.store, self.config
+        try:
+            economics = await asyncio.to_thread(window_economics, cfg, store, 86400.0)
+            self.metrics.set_economics(economics[2])
+            if hourly:
+                await asyncio.to_thread(
+                    store.apply_retention,
+                    cfg.store.retention_days,
+                    cfg.store.content_retention_days,
+                )
+        except Exception:
+            log.exception("store housekeeping failed")

@@ -1,0 +1,158 @@
+"""From an HTTP request to a `Call`: what every front door does before it relays.
+
+The body read with a size limit and parsed with orjson (`read_json`), the headers as a plain
+dict (`headers_of`), the client's model name resolved to its route (`route_of`), the route's
+profile applied and the record started (`call_of`), and a waiter for the client leaving
+(`watch`). Used by the OpenAI handlers (`gateway/edge/api.py`) and the doors
+(`gateway/edge/doors/router.py`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from gateway.config import Config
+from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
+from gateway.ledger.record import Record
+from gateway.serving.dispatch import Call
+from gateway.serving.profile import apply_profile, params_hash
+from gateway.trust.gate import pinned_upstream
+
+
+def headers_of(request: Request) -> dict[str, str]:
+    """The request's headers as a plain dict, built once per request and kept in its scope
+    (Starlette's `Headers.get` scans the header list on every lookup). ASGI servers give the
+    names in lower case; of a repeated header the last wins."""
+    scope = request.scope
+    heads = scope.get("plumbline.headers")
+    if heads is None:
+        heads = scope["plumbline.headers"] = {
+            k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+        }
+    return heads
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's body as parsed JSON: at most `limit` bytes (by its Content-Length and as
+    read), not empty, valid, and nested at most `MAX_DEPTH` levels deep; else a `BadRequest`."""
+    length = headers_of(request).get("content-length")
+    if length is not None:
+        _check_length(length, limit)
+    raw = await _body(request, limit)
+    if not raw.strip():
+        raise BadRequest("The request body is empty; expected a JSON object.")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise BadRequest(f"The request body is not valid JSON: {e}") from None
+    # Bodies are re-serialised for the upstream (orjson stops at 255 levels): refuse deeper
+    # nesting here. Counting brackets first keeps the walk off every ordinary request.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth(body) > MAX_DEPTH:
+        raise BadRequest(f"The request body is nested more than {MAX_DEPTH} levels deep.")
+    return body
+
+
+def _check_length(length: str, limit: int) -> None:
+    try:
+        declared = int(length)
+    except ValueError:
+        raise BadRequest("The Content-Length header is not a number.") from None
+    if declared > limit:
+        raise BodyTooLarge(f"The request body is {declared} bytes; the limit is {limit}.")
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The body's bytes, refused once they pass `limit`."""
+    chunks: list[bytes] = []
+    size = 0
+    receive = request.receive  # straight from the server: Starlette's stream() is a generator
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise BadRequest("The client closed the connection before the body was complete.")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"The request body exceeds the limit of {limit} bytes.")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+MAX_DEPTH = 64
+
+
+def depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+    return deepest
+
+
+def watch(request: Request) -> Callable[[], Awaitable[None]]:
+    """Waits until the client disconnects (the body has been read, so nothing else arrives)."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    return disconnected
+
+
+def route_of(config: Config, name: str) -> str:
+    """The route a client's model name (a route's or an alias) means; 404 for any other."""
+    model = config.resolve(name)
+    if model is None:
+        raise ModelNotFound(
+            f"The model {name!r} does not exist on this gateway; GET /v1/models lists them.",
+            param="model",
+        )
+    return model
+
+
+def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Call:
+    """The door-agnostic call for a validated request body: its route (an alias resolved), the
+    route's profile applied, its record, its session and its eval-lane pin."""
+    gw = request.app.state.gateway
+    model = route_of(gw.config, body["model"])  # an alias means its route from here on
+    heads = headers_of(request)
+    chat = path == "/chat/completions"
+    if path != "/embeddings":
+        apply_profile(body, gw.config.profile_for(model), chat=chat)
+    stream = bool(body.get("stream"))
+    options = body.get("stream_options")
+    options = options if isinstance(options, dict) else {}
+    record = Record(
+        # Unique, not secret: the PRNG (reseeded in forked workers) spares a syscall per request.
+        request_id=f"req-{random.getrandbits(96):024x}",
+        door=door,
+        model=model,
+        stream=stream,
+        lane="eval" if heads.get("x-plumbline-lane") == "eval" else "prod",
+        max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
+        params_hash=params_hash(body),
+    )
+    return Call(
+        door=door,
+        path=path,
+        model=model,
+        body=body,
+        stream=stream,
+        record=record,
+        client_wants_usage=bool(options.get("include_usage")),
+        session=heads.get(gw.config.server.session_header.lower()),
+        pin=pinned_upstream(heads, record.lane, gw.config.models[model].upstreams),
+    )

@@ -1,0 +1,205 @@
+"""A relayed stream: from the upstream connection's callbacks to the client's socket.
+
+Streams are relayed block by block, from the upstream connection's callback straight to the
+client's socket; the tap parses events for accounting and rewrites only what must change. If the
+upstream breaks after the first byte was sent, the stream ends with an OpenAI-style error event —
+the gateway never switches upstream mid-answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from time import perf_counter
+from typing import TYPE_CHECKING
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import AllUpstreamsFailed, sse_error_event
+from gateway.serving.accounting import MalformedStream, UpstreamStreamError
+from gateway.serving.outlet import Outlet
+from gateway.serving.upstream import Opened, sanitise
+
+if TYPE_CHECKING:
+    from gateway.serving.dispatch import Call
+    from gateway.serving.pool import Pool
+    from gateway.serving.responses_tap import ResponsesStreamTap
+    from gateway.serving.silence import Silence
+    from gateway.serving.tap import StreamTap
+
+log = logging.getLogger("plumbline")
+
+
+class StreamRelay(Response):
+    """A relayed stream, as an ASGI response.
+
+    Dispatch has read the first block; the rest arrive as callbacks from the upstream
+    connection (`Reply.pipe`), each one tapped, translated for the front door when it speaks
+    another API, and written to the client by the `Outlet` in the same callback. The task that
+    serves the request sleeps until the stream ends; a watcher task notices the client leaving.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        call: Call,
+        opened: Opened,
+        tap: StreamTap | ResponsesStreamTap,
+        headers: dict[str, str],
+        *,
+        pool: Pool,
+        silence: Silence,
+        done: Callable[[], None],
+    ):
+        """`done`: the answer has ended and the upstream is freed, called once: the record is
+        complete (the relay hands it on)."""
+        self.status_code = 200
+        self.background = None
+        self.init_headers({**headers, "cache-control": "no-cache"})
+        self.call = call
+        self.opened = opened
+        self.tap = tap
+        self.pool = pool
+        self.silence = silence
+        self.done = done
+        self.translator = None if opened.native else call.translator
+        self.outlet: Outlet | None = None
+        self.ended: asyncio.Future[None] | None = None
+        self.watched = silence.watch(opened.response)
+        self.gone = False
+        self.closed = False
+        call.record.status = 200
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        loop = asyncio.get_running_loop()
+        reply = self.opened.response
+        self.ended = loop.create_future()
+        self.outlet = Outlet(send, reply.pause, reply.resume)
+        watcher = loop.create_task(self._watch(receive))
+        beat = None
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            self._data(self.opened.first)
+            # A door that keeps a silent stream alive (the Responses door's heartbeats).
+            heartbeats = getattr(self.translator, "heartbeats", None)
+            if heartbeats is not None and not self.ended.done():
+                beat = loop.create_task(heartbeats(self._beat))
+            if not self.ended.done():
+                reply.pipe(self._data, self._end, self._broken)
+            await self.ended
+            await self.outlet.drained()
+        except asyncio.CancelledError:
+            self._left()  # the server is stopping, or the request was cancelled
+            raise
+        finally:
+            watcher.cancel()
+            if beat is not None:
+                beat.cancel()
+            self._close()
+
+    def _beat(self, data: bytes) -> None:
+        if not (self.gone or self.closed or (self.ended is not None and self.ended.done())):
+            self._write(data, True)
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._left()
+
+    # -- callbacks from the upstream connection --------------------------------------------
+    def _data(self, block: bytes) -> None:
+        self.watched.seen = perf_counter()
+        try:
+            out = self.tap.feed(block)
+            if out and self.translator is not None:
+                out = self.translator.feed(out)
+        except MalformedStream as e:
+            self._broken(e)
+            return
+        except Exception as e:  # a fault of ours: end this stream, keep the connection sane
+            log.exception("stream relay failed")
+            self._broken(e)
+            return
+        if out:
+            self._write(out, True)
+
+    def _end(self) -> None:
+        try:
+            out = self.tap.finish()
+            if self.translator is not None:
+                out = self.translator.feed(out)
+        except MalformedStream as e:
+            self._broken(e)
+            return
+        self._finish(out)
+
+    def _broken(self, error: BaseException) -> None:
+        """The upstream failed after the first byte: close the stream with an error event (the
+        gateway never switches upstream mid-answer)."""
+        if self.gone or self.ended is None or self.ended.done():
+            return
+        record = self.call.record
+        name = self.opened.upstream.name
+        record.error_class = type(error).__name__
+        record.status = error.status if isinstance(error, UpstreamStreamError) else 502
+        if isinstance(error, TimeoutError):
+            message = f"upstream {name} went silent mid-stream"
+        elif isinstance(error, UpstreamStreamError):
+            message = f"upstream {name}: {sanitise(str(error), self.opened.upstream)}"
+        elif isinstance(error, MalformedStream):
+            message = f"upstream {name}: {error}"
+        elif isinstance(error, OSError):
+            message = f"upstream {name} broke the stream ({type(error).__name__})"
+        else:
+            message = "the gateway failed while relaying this stream; it has been logged"
+        self.pool.failed(name)
+        self.opened.response.close()
+        partial = error.partial if isinstance(error, MalformedStream) else b""
+        out = partial + self.tap.abort() + sse_error_event(AllUpstreamsFailed(message))
+        if self.translator is not None:
+            out = self.translator.feed(out)
+        self._finish(out)
+
+    def _finish(self, last: bytes) -> None:
+        """The record is complete: hand it on before the client can see the stream's end."""
+        self._close()
+        self._write(last, False)
+        self._settle()
+
+    # -- the client's side -----------------------------------------------------------------
+    def _write(self, data: bytes, more: bool) -> None:
+        assert self.outlet is not None
+        self.outlet.write(data, more)
+        if self.outlet.error is not None:
+            self._left()
+
+    def _left(self) -> None:
+        """The client went away: stop the upstream (the engine stops generating for nobody)."""
+        if self.gone or self.closed or (self.ended is not None and self.ended.done()):
+            return
+        self.gone = True
+        record = self.call.record
+        record.status = 499
+        record.error_class = "ClientDisconnected"
+        self.tap.abort()
+        self.opened.response.close()
+        self._settle()
+
+    def _settle(self) -> None:
+        if self.ended is not None and not self.ended.done():
+            self.ended.set_result(None)
+
+    def _close(self) -> None:
+        """Exactly once, however the stream ended: free the upstream, finish the record."""
+        if self.closed:
+            return
+        self.closed = True
+        self.silence.forget(self.watched)
+        if not self.tap.done and self.call.record.e2e_s is None:
+            self.tap.abort()
+        self.opened.response.release()
+        self.pool.end(self.opened.upstream.name)
+        self.done()
