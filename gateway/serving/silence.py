@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 
-from gateway.serving.wire import Reply, ReplyTimeout
+from gateway.serving.reply import Reply, ReplyTimeout
 
 
 class Watched:

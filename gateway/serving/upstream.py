@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 
 from gateway.config import Upstream
-from gateway.serving.wire import ConnectFailed, Origin, Reply, Wire, head_block
+from gateway.serving.reply import Reply
+from gateway.serving.wire import ConnectFailed, Origin, Wire, head_block
 
 log = logging.getLogger(__name__)
 
