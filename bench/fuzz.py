@@ -332,6 +332,46 @@ def send_raw(port: int, data: bytes, timeout: float = 10.0) -> tuple[int | None,
     return status, reply.partition(b"\r\n\r\n")[2]
 
 
+def _send_probe(client: httpx.Client, root: str, probe: Probe, counts: Counts) -> httpx.Client:
+    """One corpus probe, counted; the client to go on with (a fresh one if the server closed
+    the kept-alive connection, after a 500: the probe is sent once more on it)."""
+    for fresh in (False, True):
+        if fresh:
+            client.close()
+            client = httpx.Client(base_url=root, timeout=30)
+        try:
+            resp = client.request(
+                probe.method, probe.path, content=probe.body, headers=probe.headers
+            )
+        except (httpx.ReadError, httpx.RemoteProtocolError) as e:
+            if fresh:
+                counts.add(probe.name, None, f"no reply ({type(e).__name__})")
+            continue
+        except httpx.HTTPError as e:
+            counts.add(probe.name, None, f"no reply ({type(e).__name__})")
+        else:
+            counts.add(probe.name, resp.status_code, problem_with(resp.status_code, resp.content))
+        break
+    return client
+
+
+def _send_raw_case(port: int, name: str, data: bytes, counts: Counts) -> None:
+    """One raw HTTP request, counted; the HTTP server's own plain-text 400 is a protocol
+    rejection, not a problem."""
+    try:
+        status, body = send_raw(port, data)
+    except OSError as e:
+        status, body = None, str(e).encode()
+    if status is None:
+        counts.add(name, None, f"no HTTP reply: {body[:80]!r}")
+    elif status == 400 and not body.lstrip().startswith(b"{"):
+        counts.add(name, status, None)
+        counts.protocol_rejections += 1
+    else:
+        counts.add(name, status, problem_with(status, body))
+    counts.raw_cases += 1
+
+
 def run_corpus(
     root: str,
     port: int,
@@ -341,44 +381,13 @@ def run_corpus(
 ) -> None:
     client = httpx.Client(base_url=root, timeout=30)
     for probe in corpus(max_body_bytes):
-        if not only(probe.name):
-            continue
-        for fresh in (False, True):
-            if fresh:  # the server closed the kept-alive connection (after a 500): reconnect once
-                client.close()
-                client = httpx.Client(base_url=root, timeout=30)
-            try:
-                resp = client.request(
-                    probe.method, probe.path, content=probe.body, headers=probe.headers
-                )
-            except (httpx.ReadError, httpx.RemoteProtocolError) as e:
-                if fresh:
-                    counts.add(probe.name, None, f"no reply ({type(e).__name__})")
-                continue
-            except httpx.HTTPError as e:
-                counts.add(probe.name, None, f"no reply ({type(e).__name__})")
-            else:
-                counts.add(
-                    probe.name, resp.status_code, problem_with(resp.status_code, resp.content)
-                )
-            break
-        counts.corpus_cases += 1
+        if only(probe.name):
+            client = _send_probe(client, root, probe, counts)
+            counts.corpus_cases += 1
     client.close()
     for name, data in raw_requests(port):
-        if not only(name):
-            continue
-        try:
-            status, body = send_raw(port, data)
-        except OSError as e:
-            status, body = None, str(e).encode()
-        if status is None:
-            counts.add(name, None, f"no HTTP reply: {body[:80]!r}")
-        elif status == 400 and not body.lstrip().startswith(b"{"):
-            counts.add(name, status, None)  # the HTTP server's own plain-text rejection
-            counts.protocol_rejections += 1
-        else:
-            counts.add(name, status, problem_with(status, body))
-        counts.raw_cases += 1
+        if only(name):
+            _send_raw_case(port, name, data, counts)
 
 
 # ---- schemathesis -----------------------------------------------------------------------------
