@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,49 +41,16 @@ from prometheus_client import (
 from gateway.config import Config
 from gateway.config.routes import SHAPES
 from gateway.ledger.cost import ModelEconomics, drifted
+from gateway.ledger.labels import OTHER, Bounded, configured_providers, outcome
 from gateway.ledger.record import Record
 from gateway.ledger.truncation import cause as truncation_cause
 
 log = logging.getLogger(__name__)
 
-OTHER = "other"
-NONE = "none"
 TOKEN_KINDS = ("prompt", "cached", "completion", "reasoning")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 QUEUE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 5)
-_CLEAN = re.compile(r"[^a-z0-9_.:/-]+")
-
-
-class Bounded:
-    """A label value set: the known names, then the first `extra` new ones, then "other"."""
-
-    def __init__(self, known: Iterable[str], extra: int = 0) -> None:
-        self._allowed = set(known)
-        self._extra = extra
-
-    def __call__(self, value: str | None) -> str:
-        if value is None:
-            return NONE
-        if value in self._allowed:
-            return value
-        clean = _CLEAN.sub("_", value.strip().lower())[:64]
-        if clean in self._allowed:
-            return clean
-        if self._extra > 0 and clean:
-            self._extra -= 1
-            self._allowed.add(clean)
-            return clean
-        return OTHER
-
-
-def outcome(record: Record) -> str:
-    """ok | client_error (4xx) | error (anything else that failed)."""
-    if record.error_class is None and 0 < record.status < 400:
-        return "ok"
-    if 400 <= record.status < 500:
-        return "client_error"
-    return "error"
 
 
 class Metrics:
@@ -101,7 +67,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.model = Bounded(config.models)
         self.upstream = Bounded(u.name for u in config.upstreams)
-        self.provider = Bounded(_configured_providers(config), extra=max_providers)
+        self.provider = Bounded(configured_providers(config), extra=max_providers)
         self.error_class = Bounded((), extra=50)
         self.dropped_field = Bounded((), extra=50)
         self.shape = Bounded(SHAPES)
@@ -292,12 +258,7 @@ class Metrics:
         for kind, n in zip(TOKEN_KINDS, counts, strict=True):
             if n > 0:
                 self._child(self.tokens, *mu, kind).inc(n)
-        if record.cost_usd:
-            self._child(self.cost, *mu).inc(record.cost_usd)
-        if record.charged_cost_usd is not None:
-            self._child(self.charged, *mu).inc(record.charged_cost_usd)
-            if drifted(record, self.config.prices.get(record.upstream or "")):
-                self._child(self.drift, *mu).inc()
+        self._observe_money(record, mu)
         cut = truncation_cause(record)
         if cut is not None:
             self._child(self.truncations, *mu, cut).inc()
@@ -311,14 +272,27 @@ class Metrics:
             self._child(
                 self.errors, *mu, self.error_class(record.error_class or f"http_{record.status}")
             ).inc()
-        if record.dropped:
-            for name in record.dropped.split(","):
-                self._child(self.dropped, model, record.door, self.dropped_field(name)).inc()
-        if record.clamped:
-            for mark in record.clamped.split(","):
-                field = "max_tokens" if mark.startswith("max_tokens") else "max_completion_tokens"
-                self._child(self.clamped, *mu, field).inc()
+        self._observe_edits(record, mu)
         self._observe_attempts(record, model)
+        self._observe_latency(record, mu)
+
+    def _observe_money(self, record: Record, mu: tuple[str, str]) -> None:
+        if record.cost_usd:
+            self._child(self.cost, *mu).inc(record.cost_usd)
+        if record.charged_cost_usd is not None:
+            self._child(self.charged, *mu).inc(record.charged_cost_usd)
+            if drifted(record, self.config.prices.get(record.upstream or "")):
+                self._child(self.drift, *mu).inc()
+
+    def _observe_edits(self, record: Record, mu: tuple[str, str]) -> None:
+        """The fields the gateway dropped before the upstream, and the caps it clamped."""
+        for name in record.dropped.split(",") if record.dropped else ():
+            self._child(self.dropped, mu[0], record.door, self.dropped_field(name)).inc()
+        for mark in record.clamped.split(",") if record.clamped else ():
+            field = "max_tokens" if mark.startswith("max_tokens") else "max_completion_tokens"
+            self._child(self.clamped, *mu, field).inc()
+
+    def _observe_latency(self, record: Record, mu: tuple[str, str]) -> None:
         # A whole answer's first token is its last: counted as time to first token, it would
         # pass its end-to-end time off as one (a 30 s answer as a 30 s TTFT).
         streamed = record.stream
@@ -384,15 +358,6 @@ class Metrics:
         """Drop a dead worker's live gauges (call from the server's child-exit hook)."""
         if self.multiproc_dir is not None:
             multiprocess.mark_process_dead(pid, str(self.multiproc_dir))
-
-
-def _configured_providers(config: Config) -> set[str]:
-    names: set[str] = set()
-    for u in config.upstreams:
-        if u.provider is not None:
-            for group in (u.provider.order, u.provider.only):
-                names.update(_CLEAN.sub("_", p.lower()) for p in group or ())
-    return names
 
 
 def _check_multiprocess(folder: Path) -> None:
