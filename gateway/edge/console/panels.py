@@ -6,7 +6,7 @@ upstream health is ``/health`` plus `plumbline report health`, shadow agreement 
 rounds are the scheduler's rows in the store (`eval_results`) summarised by `evals.stats` and
 priced by `evals.cost` (the frontier the eval report draws). Only the traffic panel reads rows
 of its own: request rate and TTFT/TPOT percentiles, which no report has, and the truncation
-split by cause with `gateway.ledger.truncation`'s clauses.
+split by cause with `gateway.ledger.truncation`'s clause.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ WINDOWS = {"1h": 3600.0, "24h": 86_400.0, "7d": 604_800.0}
 PERCENTILES = (50, 90, 99)
 ROUNDS = 6  # eval runs shown, newest first
 BUCKETS = 30  # points of the request-rate series
+# Latency percentiles read at most this many of the window's newest client rows (counts and
+# rates read every row).
+LATENCY_ROWS = 50_000
 
 
 def window_of(text: str) -> str:
@@ -99,57 +102,96 @@ def _tpot(e2e: float | None, ttft: float | None, tokens: int) -> float | None:
     return max(0.0, e2e - ttft) / (tokens - 1)
 
 
+def _count_if(cond: Any) -> Any:
+    return sa.func.sum(sa.case((cond, sa.literal(1)), else_=0))
+
+
+def _client_rows(start: float, now: float) -> Any:
+    t = REQUESTS
+    return sa.and_(t.c.time >= start, t.c.time < now, t.c.lane == "prod")
+
+
+def _counts(conn: Any, start: float, now: float) -> dict[str, tuple[int, int, int, int]]:
+    """Per model: (requests, truncated, stopped at the client's cap, leaked), every row."""
+    t = REQUESTS
+    query = (
+        sa.select(
+            t.c.model,
+            sa.func.count(),
+            _count_if(t.c.truncated == sa.true()),
+            _count_if(capped_clause(t)),
+            _count_if(t.c.reasoning_leak == sa.true()),
+        )
+        .where(_client_rows(start, now))
+        .group_by(t.c.model)
+    )
+    return {
+        m: (int(n), int(cut or 0), int(cap or 0), int(leak or 0))
+        for m, n, cut, cap, leak in conn.execute(query)
+    }
+
+
+def _latencies(conn: Any, start: float, now: float) -> dict[str, list[Any]]:
+    """Per model, (TTFT, E2E, completion tokens) of the newest `LATENCY_ROWS` client rows."""
+    t = REQUESTS
+    query = (
+        sa.select(t.c.model, t.c.ttft_s, t.c.e2e_s, t.c.completion_tokens)
+        .where(_client_rows(start, now))
+        .order_by(t.c.time.desc())
+        .limit(LATENCY_ROWS)
+    )
+    out: dict[str, list[Any]] = {}
+    for model, *row in conn.execute(query):
+        out.setdefault(model, []).append(row)
+    return out
+
+
+def _series(conn: Any, start: float, now: float) -> list[dict[str, float]]:
+    """Client requests per minute in `BUCKETS` equal slices of the window (one pass)."""
+    t = REQUESTS
+    width = (now - start) / BUCKETS
+    edges = [start + i * width for i in range(BUCKETS + 1)]
+    query = sa.select(
+        *(
+            _count_if(sa.and_(t.c.time >= a, t.c.time < b))
+            for a, b in zip(edges, edges[1:], strict=False)
+        )
+    ).where(_client_rows(start, now))
+    counts = conn.execute(query).one()
+    return [
+        {"t": edges[i + 1], "per_minute": int(c or 0) / (width / 60)} for i, c in enumerate(counts)
+    ]
+
+
 def traffic(gw: Gateway, window: str, now: float) -> dict[str, Any]:
-    """Per model, client traffic (the prod lane) over `window`: request rate, TTFT and TPOT
-    percentiles, truncation by cause and the reasoning-leak rate; a rate series for the chart;
-    shadow agreement (`plumbline report shadow`)."""
+    """Per model, client traffic (the prod lane) over `window`: request rate, truncation by
+    cause and the reasoning-leak rate (over every row), TTFT and TPOT percentiles (over the
+    newest `LATENCY_ROWS`), a rate series for the chart; shadow agreement (`report shadow`)."""
     span = WINDOWS[window]
     start = now - span
     if gw.store is None:
         return {"window": window, "store": False, "models": [], "series": [], "shadow": []}
-    t = REQUESTS
-    capped = capped_clause(t)
-    query = sa.select(
-        t.c.model,
-        t.c.time,
-        t.c.ttft_s,
-        t.c.e2e_s,
-        t.c.completion_tokens,
-        t.c.truncated,
-        capped.label("capped"),
-        t.c.reasoning_leak,
-    ).where(t.c.time >= start, t.c.time < now, t.c.lane == "prod")
     with gw.store.engine.connect() as conn:
-        raw = list(conn.execute(query))
-    by_model: dict[str, list[Any]] = {}
-    for r in raw:
-        by_model.setdefault(r[0], []).append(r)
+        counts = _counts(conn, start, now)
+        latencies = _latencies(conn, start, now)
+        series = _series(conn, start, now)
     models = []
-    for model, rs in sorted(by_model.items()):
-        n = len(rs)
-        ttfts = [r[2] for r in rs if r[2] is not None]
-        tpots = [v for r in rs if (v := _tpot(r[3], r[2], int(r[4] or 0))) is not None]
-        capped_n = sum(1 for r in rs if r[6])
-        cut_n = sum(1 for r in rs if r[5]) - capped_n
+    for model, (n, truncated, capped, leaked) in sorted(counts.items()):
+        rows = latencies.get(model, [])
+        tpots = [v for ttft, e2e, k in rows if (v := _tpot(e2e, ttft, int(k or 0))) is not None]
         models.append(
             {
                 "model": model,
                 "requests": n,
                 "per_minute": n / (span / 60),
-                "ttft_s": _percentiles(ttfts),
+                "latency_rows": len(rows),
+                "ttft_s": _percentiles([r[0] for r in rows if r[0] is not None]),
                 "tpot_s": _percentiles(tpots),
-                "upstream_cut_rate": cut_n / n,
-                "client_capped_rate": capped_n / n,
-                "leak_rate": sum(1 for r in rs if r[7]) / n,
+                "upstream_cut_rate": (truncated - capped) / n,
+                "client_capped_rate": capped / n,
+                "leak_rate": leaked / n,
             }
         )
-    width = span / BUCKETS
-    counts = [0] * BUCKETS
-    for r in raw:
-        counts[min(BUCKETS - 1, int((r[1] - start) // width))] += 1
-    series = [
-        {"t": start + (i + 1) * width, "per_minute": c / (width / 60)} for i, c in enumerate(counts)
-    ]
     shadow = json.loads(report_shadow(gw.config, window, "json", store=gw.store, now=now))
     return {
         "window": window,

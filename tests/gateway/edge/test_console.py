@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import sqlalchemy as sa
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
@@ -28,6 +29,7 @@ from gateway.edge.access import hash_key
 from gateway.edge.console.credentials import basic_password
 from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.ledger.report import report_cost
+from gateway.ledger.rows import REQUESTS
 from gateway.trust.gate import control_pair, decide
 from tests.harness import config_from, serving, wait_for
 
@@ -159,6 +161,13 @@ def browser() -> Iterator[Browser]:
         b.close()
 
 
+def _client_rows(gw: Any, model: str) -> list[Any]:
+    t = REQUESTS
+    query = sa.select(t.c.ttft_s).where(t.c.model == model, t.c.lane == "prod")
+    with gw.store.engine.connect() as conn:
+        return list(conn.execute(query))
+
+
 def _save(page: Page, tmp: Path, name: str) -> Path:
     path = tmp / name
     page.screenshot(path=str(path), full_page=True)
@@ -240,6 +249,8 @@ def test_the_console_shows_the_stored_numbers(
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
+    fetched: list[str] = []
+    page.on("request", lambda r: fetched.append(r.url))
     try:
         page.goto(root + "/console?every=5")
         # Locator waits: the page's CSP refuses eval, which wait_for_function would need.
@@ -296,7 +307,9 @@ def test_the_console_shows_the_stored_numbers(
         assert traffic[1] == "8"
         assert traffic[2] == f"{8 / (86400 / 60):.2f}"
         assert traffic[5:8] == [_pct(1 / 8), _pct(1 / 8), _pct(1 / 8)]
-        assert all(math.isfinite(float(v)) for v in traffic[3].split(" / "))
+        ttft = sorted(r.ttft_s for r in _client_rows(gw, "qwen-api") if r.ttft_s is not None)
+        nearest = [ttft[max(0, math.ceil(p / 100 * len(ttft)) - 1)] for p in (50, 90, 99)]
+        assert traffic[3] == " / ".join(f"{1000 * v:.1f}" for v in nearest)
         shadow = _row(_cells(page, "shadow-table"), "qwen", "local → api")
         assert shadow[2] == "4"
 
@@ -318,8 +331,41 @@ def test_the_console_shows_the_stored_numbers(
         assert shot.stat().st_size > 10_000
         assert errors == []
 
-        # Accessibility: axe-core (shipped in the axe-playwright-python wheel) finds nothing.
+        # Nothing from elsewhere: every request the page made went to the gateway.
+        assert fetched and all(
+            u.startswith(root + "/") for u in fetched if not u.startswith("data:")
+        )
+        assert f"{root}/console/assets/plotly.min.js" in fetched
+
+        # Accessibility: every table has a caption, every control a label, the panels headings;
+        # then axe-core (shipped in the axe-playwright-python wheel) finds nothing.
+        uncaptioned = page.eval_on_selector_all(
+            "table", "ts => ts.filter(t => !(t.caption && t.caption.textContent.trim())).length"
+        )
+        assert uncaptioned == 0
+        expect(page.get_by_label("Window", exact=True)).to_have_attribute("id", "window")
+        expect(page.get_by_label("Refresh", exact=True)).to_have_attribute("id", "every")
+        assert page.get_by_role("heading", level=2).all_inner_texts() == [
+            "Upstreams",
+            "Cost",
+            "Quality",
+            "Traffic",
+        ]
         results = Axe().run(page)
         assert results.violations_count == 0, results.generate_report()
     finally:
         context.close()
+
+
+def test_a_gateway_without_a_store_says_so(fake: FakeHandle) -> None:
+    cfg = _config(fake)
+    with serving(cfg, record=False) as (url, _app):
+        root, auth = url.removesuffix("/v1"), ("console", CONSOLE)
+        for panel in ("cost", "traffic", "quality"):
+            doc = httpx.get(f"{root}/console/api/{panel}", auth=auth).json()
+            assert doc["store"] is False, panel
+        quality = httpx.get(f"{root}/console/api/quality", auth=auth).json()
+        assert quality["rounds"] == [] and quality["decisions"] == {}
+        ups = httpx.get(f"{root}/console/api/upstreams?window=1h", auth=auth).json()
+        assert [u["name"] for u in ups["upstreams"]] == ["local", "api"]
+        assert all(u["report"] is None for u in ups["upstreams"])
