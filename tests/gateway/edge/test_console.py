@@ -302,6 +302,11 @@ def test_the_console_shows_the_stored_numbers(
         assert decision.reason in page.locator("#decisions").inner_text()
         assert page.locator("#frontier-chart .point").count() >= 2
 
+        # At a glance: sums of the same figures.
+        assert page.locator("#glance-requests").inner_text() == "12"  # 4 qwen + 8 qwen-api
+        assert page.locator("#glance-gate").inner_text() == f"qwen → {decision.chosen}"
+        assert page.locator("#glance-ratio").inner_text() == f"{ratio:#.3g}×"
+
         # Traffic: rate, truncation by cause and leaks of the 8 qwen-api requests.
         traffic = _row(_cells(page, "traffic-table"), "qwen-api")
         assert traffic[1] == "8"
@@ -346,6 +351,7 @@ def test_the_console_shows_the_stored_numbers(
         expect(page.get_by_label("Window", exact=True)).to_have_attribute("id", "window")
         expect(page.get_by_label("Refresh", exact=True)).to_have_attribute("id", "every")
         assert page.get_by_role("heading", level=2).all_inner_texts() == [
+            "At a glance",
             "Upstreams",
             "Cost",
             "Quality",

@@ -233,6 +233,18 @@ function renderTraffic(doc) {
   fill("shadow-table", shadow, "No shadowed requests in this window.");
 }
 
+function renderGlance(up, cost, quality, traffic) {
+  const healthy = up.upstreams.filter((u) => u.healthy && !u.demoted).length;
+  $("glance-healthy").textContent = `${healthy} / ${up.upstreams.length}`;
+  $("glance-requests").textContent = fmt.n(traffic.models.reduce((n, m) => n + m.requests, 0));
+  const spend = cost.rows.reduce((usd, r) => usd + (r.cost_usd || 0), 0);
+  $("glance-spend").textContent = cost.store ? "$" + fmt.spent(spend) : dash;
+  const ratios = Object.values(cost.models).map((e) => e.api_node_ratio).filter((v) => v != null);
+  $("glance-ratio").textContent = ratios.length ? fmt.ratio(Math.max(...ratios)) : dash;
+  const gates = Object.entries(quality.decisions).map(([m, d]) => `${m} → ${d.chosen || dash}`);
+  $("glance-gate").textContent = gates.length ? gates.join(", ") : "no decision";
+}
+
 async function getJSON(path) {
   const response = await fetch(path, { headers: { accept: "application/json" }, credentials: "same-origin" });
   if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
@@ -254,6 +266,7 @@ async function refresh() {
     renderCost(cost);
     renderQuality(quality);
     renderTraffic(traffic);
+    renderGlance(up, cost, quality, traffic);
     status.classList.remove("error");
     status.textContent = `Updated ${new Date().toLocaleTimeString("en-GB")}`;
     document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
