@@ -44,11 +44,12 @@ def _config(fake: FakeHandle) -> Any:
             "server": {"health_interval_s": 0.5, "retry_backoff_s": 0},
             "store": {"url": "sqlite:///var/records.db"},
             "access": {
+                "store_keys": True,
                 "keys": [
                     {"id": "ops", "sha256": hash_key(ADMIN), "role": "admin"},
                     {"id": "wall", "sha256": hash_key(CONSOLE), "role": "console"},
                     {"id": "app", "sha256": hash_key(CLIENT), "role": "client"},
-                ]
+                ],
             },
             "upstreams": [
                 {
@@ -203,6 +204,18 @@ def test_a_key_is_required(console: dict[str, Any], browser: Browser) -> None:
         assert httpx.get(root + "/console/api/cost", auth=("x", key)).status_code == 200
         bearer = httpx.get(root + "/console/api/cost", headers={"authorization": f"Bearer {key}"})
         assert bearer.status_code == 200
+    # A console key made through the admin API works the same.
+    basic = httpx.post(
+        root + "/admin/keys", auth=("x", ADMIN), json={"id": "wall-2", "role": "console"}
+    )
+    assert basic.status_code == 401  # Basic auth is read on the console's paths only
+    made = httpx.post(
+        root + "/admin/keys",
+        headers={"authorization": f"Bearer {ADMIN}"},
+        json={"id": "wall-2", "role": "console"},
+    )
+    assert made.status_code == 201, made.text
+    assert httpx.get(root + "/console/api/cost", auth=("x", made.json()["key"])).status_code == 200
     # A console key opens the console only.
     assert httpx.get(root + "/admin/keys", auth=("x", CONSOLE)).status_code == 401
     assert httpx.get(root + "/admin/keys", headers={"x-api-key": CONSOLE}).status_code == 403
