@@ -86,15 +86,13 @@ def _thinking(block: Any) -> bool:
     return isinstance(block, dict) and block.get("type") in ("thinking", "redacted_thinking")
 
 
-def clear_tool_uses(body: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any] | None:
-    trigger = _value(edit.get("trigger"), 100_000)
-    prompt = tokens([body.get("system"), body["messages"], body.get("tools")])
-    if prompt < trigger:
-        return None
-    excluded = set(edit.get("exclude_tools") or ())
+def _tool_results(
+    messages: list[dict[str, Any]],
+) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Every tool_result block in order, with the tool_use block it answers (if any)."""
     uses: dict[str, dict[str, Any]] = {}  # tool_use id -> its block
-    results: list[tuple[dict[str, Any], dict[str, Any] | None]] = []  # (result, its use)
-    for message in body["messages"]:
+    results: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+    for message in messages:
         content = message.get("content")
         for block in content if isinstance(content, list) else ():
             if not isinstance(block, dict):
@@ -103,6 +101,16 @@ def clear_tool_uses(body: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any
                 uses[str(block.get("id"))] = block
             elif block.get("type") == "tool_result":
                 results.append((block, uses.get(str(block.get("tool_use_id")))))
+    return results
+
+
+def clear_tool_uses(body: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any] | None:
+    trigger = _value(edit.get("trigger"), 100_000)
+    prompt = tokens([body.get("system"), body["messages"], body.get("tools")])
+    if prompt < trigger:
+        return None
+    excluded = set(edit.get("exclude_tools") or ())
+    results = _tool_results(body["messages"])
     kept = _value(edit.get("keep"), 3)
     older = results[: max(0, len(results) - kept)]
     chosen = [

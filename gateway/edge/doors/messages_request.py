@@ -110,23 +110,7 @@ def chat_request(body: dict[str, Any], served: Served | None = None) -> Translat
     out.dropped += unknown
     out.dropped += [f for f in body if f not in KNOWN] + [f for f in DROPPED if f in body]
     tools = body.get("tools") or []
-    described = {t.get("name"): t for t in tools if isinstance(t, dict)}
-    systems = [_system(body["system"])] if body.get("system") else []
-    messages: list[dict[str, Any]] = []
-    for i, message in enumerate(body["messages"]):
-        where = f"messages.{i}.content"
-        if message["role"] == "system":
-            systems.append(_system(message["content"], out.dropped))
-        elif message["role"] == "user":
-            messages += _user(message["content"], where, described, out.dropped)
-        else:
-            messages.append(_assistant(message["content"], where, out.dropped))
-    if not messages:
-        raise BadRequest("messages: there is no user or assistant turn.", param="messages")
-    system = "\n\n".join(s for s in systems if s)
-    if system:
-        messages.insert(0, {"role": "system", "content": system})
-    chat: dict[str, Any] = {"model": body["model"], "messages": messages}
+    chat: dict[str, Any] = {"model": body["model"], "messages": _messages(body, out.dropped)}
     if body.get("stream"):
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
@@ -135,22 +119,51 @@ def chat_request(body: dict[str, Any], served: Served | None = None) -> Translat
             chat[name] = body[name]
     if body.get("stop_sequences"):
         chat["stop"] = body["stop_sequences"]
-    referenced = _referenced(body["messages"])
-    functions = [
-        f for i, t in enumerate(tools) if (f := _tool(t, i, referenced, out.dropped)) is not None
-    ]
-    if functions:
-        chat["tools"] = functions
-        if body.get("tool_choice"):
-            _tool_choice(body["tool_choice"], chat)
-    elif body.get("tool_choice"):
-        out.dropped.append("tool_choice")  # no tool left to choose
+    _tools(body, tools, chat, out.dropped)
     _thinking(body, chat, out)
     _output_config(body, chat, served, out.dropped)
     # Clamped to each upstream's window at dispatch (gateway/serving/adapt.py: x-plumbline-clamped).
     chat["max_tokens"] = body["max_tokens"]
     out.chat = chat
     return out
+
+
+def _messages(body: dict[str, Any], dropped: list[str]) -> list[dict[str, Any]]:
+    """The chat turns: every system text (top-level and in turns) as one leading system
+    message, then the user and assistant turns."""
+    tools = body.get("tools") or []
+    described = {t.get("name"): t for t in tools if isinstance(t, dict)}
+    systems = [_system(body["system"])] if body.get("system") else []
+    messages: list[dict[str, Any]] = []
+    for i, message in enumerate(body["messages"]):
+        where = f"messages.{i}.content"
+        if message["role"] == "system":
+            systems.append(_system(message["content"], dropped))
+        elif message["role"] == "user":
+            messages += _user(message["content"], where, described, dropped)
+        else:
+            messages.append(_assistant(message["content"], where, dropped))
+    if not messages:
+        raise BadRequest("messages: there is no user or assistant turn.", param="messages")
+    system = "\n\n".join(s for s in systems if s)
+    if system:
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
+
+
+def _tools(
+    body: dict[str, Any], tools: list[Any], chat: dict[str, Any], dropped: list[str]
+) -> None:
+    referenced = _referenced(body["messages"])
+    functions = [
+        f for i, t in enumerate(tools) if (f := _tool(t, i, referenced, dropped)) is not None
+    ]
+    if functions:
+        chat["tools"] = functions
+        if body.get("tool_choice"):
+            _tool_choice(body["tool_choice"], chat)
+    elif body.get("tool_choice"):
+        dropped.append("tool_choice")  # no tool left to choose
 
 
 def _thinking(body: dict[str, Any], chat: dict[str, Any], out: Translation) -> None:

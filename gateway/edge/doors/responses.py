@@ -97,12 +97,20 @@ def translate(body: dict[str, Any]) -> Translation:
         ("max_output_tokens", "max_tokens"),
         ("temperature", "temperature"),
         ("top_p", "top_p"),
+        *((name, name) for name in EXTENSIONS),
     ):
         if body.get(ours) is not None:
             chat[theirs] = body[ours]
-    for name in EXTENSIONS:
-        if body.get(name) is not None:
-            chat[name] = body[name]
+    _tools_into(chat, body, tools)
+    _text_into(chat, body, dropped)
+    _reasoning_into(chat, body)
+    if "message.output_text.logprobs" in (body.get("include") or ()) or body.get("top_logprobs"):
+        chat["logprobs"] = True
+        chat["top_logprobs"] = body.get("top_logprobs") or 0
+    return Translation(chat, tools, list(dict.fromkeys(dropped)))
+
+
+def _tools_into(chat: dict[str, Any], body: dict[str, Any], tools: Tools) -> None:
     if tools.functions:  # an empty list (Codex's compaction turn) is not forwarded
         chat["tools"] = tools.functions
         if body.get("parallel_tool_calls") is not None:
@@ -110,15 +118,21 @@ def translate(body: dict[str, Any]) -> Translation:
     choice = tool_choice(body.get("tool_choice"), tools) if "tool_choice" in body else None
     if choice is not None:
         chat["tool_choice"] = choice
+
+
+def _text_into(chat: dict[str, Any], body: dict[str, Any], dropped: list[str]) -> None:
+    """`text.format` as chat's response_format; what chat has no field for, marked dropped."""
     text = body.get("text") or {}
-    if text.get("format"):
-        response_format = _response_format(text["format"])
-        if response_format:
-            chat["response_format"] = response_format
+    response_format = _response_format(text["format"]) if text.get("format") else None
+    if response_format:
+        chat["response_format"] = response_format
     if text.get("verbosity") is not None:
         dropped.append("text.verbosity")
     if body.get("context_management") is not None:
         dropped.append("context_management")
+
+
+def _reasoning_into(chat: dict[str, Any], body: dict[str, Any]) -> None:
     effort = (body.get("reasoning") or {}).get("effort")
     if effort == "none":
         chat["chat_template_kwargs"] = {
@@ -127,10 +141,6 @@ def translate(body: dict[str, Any]) -> Translation:
         }
     elif effort:
         chat["reasoning_effort"] = effort
-    if "message.output_text.logprobs" in (body.get("include") or ()) or body.get("top_logprobs"):
-        chat["logprobs"] = True
-        chat["top_logprobs"] = body.get("top_logprobs") or 0
-    return Translation(chat, tools, list(dict.fromkeys(dropped)))
 
 
 def messages_of(
@@ -157,17 +167,7 @@ def messages_of(
         if kind == "message":
             out.append(_message(item, where, reasoning, dropped))
         elif kind in ("function_call", "custom_tool_call"):
-            _need(item, where, "call_id", "name")
-            call = history_call(item, tools)
-            last = out[-1] if out else None
-            if last is not None and last["role"] == "assistant" and not reasoning:
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                out.append(
-                    _assistant(
-                        {"role": "assistant", "content": None, "tool_calls": [call]}, reasoning
-                    )
-                )
+            _add_call(out, item, where, tools, reasoning)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             _need(item, where, "call_id", "output")
             text, pictures = _tool_output(item["output"], f"{where}.output", dropped)
@@ -176,18 +176,39 @@ def messages_of(
         elif kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
             reasoning.append("".join(p.get("text", "") for p in parts if isinstance(p, dict)))
-        elif kind == "item_reference":
-            raise BadRequest(
-                f"'{where}': items of type 'item_reference' need stored responses, which this "
-                "gateway does not keep; send the item itself.",
-                param=where,
-            )
         else:
-            known = kind in ("tool_search_call", "tool_search_output")
-            dropped.append(f"input[type={kind}]" if known else "input[type=*]")
+            dropped.append(_unsupported(kind, where))
     if images:
         out.append({"role": "user", "content": images})
     return _merged_system(out)
+
+
+def _add_call(
+    out: list[dict[str, Any]], item: dict[str, Any], where: str, tools: Tools, reasoning: list[str]
+) -> None:
+    """A function call of the history: onto the assistant turn before it, or a turn of its own
+    (one that carries the reasoning before it)."""
+    _need(item, where, "call_id", "name")
+    call = history_call(item, tools)
+    last = out[-1] if out else None
+    if last is not None and last["role"] == "assistant" and not reasoning:
+        last.setdefault("tool_calls", []).append(call)
+    else:
+        out.append(
+            _assistant({"role": "assistant", "content": None, "tool_calls": [call]}, reasoning)
+        )
+
+
+def _unsupported(kind: Any, where: str) -> str:
+    """The dropped mark of an input item chat has no turn for; an item reference is refused."""
+    if kind == "item_reference":
+        raise BadRequest(
+            f"'{where}': items of type 'item_reference' need stored responses, which this "
+            "gateway does not keep; send the item itself.",
+            param=where,
+        )
+    known = kind in ("tool_search_call", "tool_search_output")
+    return f"input[type={kind}]" if known else "input[type=*]"
 
 
 def _merged_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
