@@ -1,0 +1,74 @@
+"""deploy.launch's gateway recipe: the uvicorn command line the benchmarks start the gateway
+with serves like `plumbline serve` does; and the one vLLM argv builder behind CPU and GPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from deploy.engine import LaunchSpec, vllm_args
+from deploy.launch import SERVE_OPTIONS, gateway_command
+from deploy.vllm import gpu_args
+from gateway.fakes.upstream import running_fake
+from tests.harness import free_port, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_gateway_command_serves_a_chat_through_uvicorn(tmp_path: Path) -> None:
+    argv = gateway_command(port := free_port())
+    assert "--no-access-log" in argv and "--no-proxy-headers" in argv
+    assert argv[argv.index("--timeout-graceful-shutdown") + 1] == "30"
+    with running_fake() as fake:
+        config = tmp_path / "plumbline.toml"
+        config.write_text(
+            "[server]\nhealth_interval_s = 0\n\n[store]\nenabled = false\n\n"
+            f'[[upstreams]]\nname = "a"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
+            'model = "fake-model"\n\n[models.smol]\nupstreams = ["a"]\n'
+        )
+        env = {**os.environ, "PLUMBLINE_CONFIG": str(config)}
+        log = (tmp_path / "gateway.log").open("wb")
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(
+                lambda: proc.poll() is not None or _healthy(f"http://127.0.0.1:{port}/health"), 60
+            )
+            assert proc.poll() is None, (tmp_path / "gateway.log").read_text()
+            resp = httpx.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json={"model": "smol", "messages": [{"role": "user", "content": "hi"}]},
+                timeout=30,
+            )
+            assert resp.status_code == 200, resp.text
+            assert resp.json()["choices"][0]["message"]["content"]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+            log.close()
+    assert SERVE_OPTIONS["proxy_headers"] is False
+
+
+def test_gpu_args_are_the_cpu_recipe_without_eager_mode_and_kv_cache() -> None:
+    spec = LaunchSpec(
+        engine="vllm",
+        model="/models/smol",
+        served_model_name="smol",
+        port=8101,
+        max_model_len=4096,
+        reasoning_parser="qwen3",
+        extra_args=("--seed", "1"),
+    )
+    cpu, gpu = vllm_args(spec), gpu_args(spec)
+    kv = cpu.index("--kv-cache-memory-bytes")
+    assert [a for i, a in enumerate(cpu) if a != "--enforce-eager" and i not in (kv, kv + 1)] == gpu
+    assert "--enable-prompt-tokens-details" in gpu and gpu[-2:] == ["--seed", "1"]
