@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import GatewayError
+from gateway.errors import BadRequest, GatewayError, describe
 
 log = logging.getLogger("plumbline")
 
@@ -117,11 +116,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-        first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        error = GatewayError(f"Invalid request: {where}: {first.get('msg', 'invalid')}")
-        error.status, error.type = 400, "invalid_request_error"
-        return error_response(error)
+        message, param = describe(exc.errors())
+        return error_response(BadRequest(f"Invalid request: {message}", param=param))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
