@@ -19,6 +19,7 @@ from gateway.ledger.database import create_engine, migrate, resolve_url
 from gateway.ledger.record import Attempt, Record
 from gateway.ledger.rows import REQUESTS, metadata
 from gateway.ledger.store import DAY, Content, Store, record_row
+from tests.gateway import pg
 
 VERSIONS = Path(__file__).resolve().parents[3] / "gateway" / "ledger" / "migrations" / "versions"
 
@@ -198,11 +199,17 @@ def _old_access_tables() -> sa.MetaData:
     return old
 
 
-def test_a_store_whose_guard_made_the_key_tables_migrates_keeping_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_store_whose_guard_made_the_key_tables_migrates_keeping_them(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """A store from before 0009: alembic at 0008, the key tables made by the guard's own
     create_all, with a stored key and a budget window. Migrating keeps both, and the key
     still authenticates."""
-    url = f"sqlite:///{tmp_path / 'old.db'}"
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'old.db'}"
+    else:
+        url = pg.fresh_database(request.getfixturevalue("pg_admin"))
     engine = create_engine(resolve_url(url))
     migrate(engine, revision="0008")
     _old_access_tables().create_all(engine)
