@@ -5,7 +5,8 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ConfigError, load_config, parse_config
+from gateway.config import load_config, parse_config
+from gateway.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -197,7 +197,7 @@ def test_metrics_can_require_a_key(fake: FakeHandle) -> None:
 
 
 def test_config_rejects_unknown_models_and_duplicate_keys(fake: FakeHandle) -> None:
-    from gateway.config import ConfigError
+    from gateway.errors import ConfigError
 
     with pytest.raises(ConfigError, match="unknown model 'nope'"):
         config_with(fake.base_url, [key("alice", CLIENT, models=["nope"])])

@@ -9,7 +9,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from gateway.ledger.record import Record
-from gateway.ledger.store import REQUESTS, Store, record_row
+from gateway.ledger.rows import REQUESTS
+from gateway.ledger.store import Store, record_row
 from gateway.ledger.truncation import capped_clause, cause, upstream_cut_clause
 
 
