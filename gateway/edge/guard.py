@@ -3,7 +3,7 @@
 Before a handler runs it bounds the request head, authenticates the presented key, checks the
 route's role, and for a generation request reads the body (bounded), checks the model and
 reserves the key's budget (`gateway.edge.access.Access`). Refusals are OpenAI-style errors. The hot
-generation paths get the same guard in front of the edge (`gateway.edge.app.GatewayApp`).
+generation paths get the same guard in front of the edge (`gateway.edge.fastpath.GatewayApp`).
 """
 
 from __future__ import annotations

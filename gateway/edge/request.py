@@ -19,7 +19,7 @@ from starlette.requests import Request
 from gateway.config import Config
 from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
 from gateway.ledger.record import Record
-from gateway.serving.dispatch import Call
+from gateway.serving.call import Call
 from gateway.serving.profile import apply_profile, params_hash
 from gateway.trust.gate import pinned_upstream
 

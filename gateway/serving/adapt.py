@@ -42,7 +42,7 @@ from gateway.ledger.record import Record
 from gateway.serving.profile import NEUTRAL, params_hash
 
 if TYPE_CHECKING:
-    from gateway.serving.dispatch import Call
+    from gateway.serving.call import Call
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from gateway.errors import AllUpstreamsFailed, GatewayError
 from gateway.ledger.record import Record
 from gateway.serving import responses_tap
 from gateway.serving.accounting import MalformedStream, prompt_estimate, tap_body, tap_embeddings
-from gateway.serving.dispatch import Call
+from gateway.serving.call import Call
 from gateway.serving.engine import HEADER as ENGINE_HEADER
 from gateway.serving.stream_relay import StreamRelay
 from gateway.serving.tap import StreamTap

@@ -23,7 +23,7 @@ from gateway.serving.outlet import Outlet
 from gateway.serving.upstream import Opened, sanitise
 
 if TYPE_CHECKING:
-    from gateway.serving.dispatch import Call
+    from gateway.serving.call import Call
     from gateway.serving.pool import Pool
     from gateway.serving.responses_tap import ResponsesStreamTap
     from gateway.serving.silence import Silence

@@ -17,8 +17,8 @@ trips a check when its flagged share reaches the threshold's `rate` over at leas
 it recovers below `rate * recover_factor`. A trip sets `gateway_watchdog_tripped{upstream,check}`
 to 1, counts `gateway_watchdog_trips_total`, and (with `[watchdog].demote`) demotes the upstream:
 routing puts it behind every healthy, non-demoted one until all its checks recover. Gateways on
-one store share their demotions (`demotions`, `Gateway.share_demotions`): each routes around
-what any of them demoted.
+one store share their demotions (`demotions`, `gateway/edge/housekeeping.py: Demotions`): each
+routes around what any of them demoted.
 
 Two checks come from the config, not from traffic, and are tripped from the start (never
 demoting): `sampling_parity` (a provider upstream with `provider` routing but without

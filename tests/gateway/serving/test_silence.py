@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gateway.serving.reply import ReplyTimeout
 from gateway.serving.silence import Silence
-from gateway.serving.wire import ReplyTimeout
 
 
 class FakeResponse:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import trustme
 
-from gateway.serving.wire import Origin, Reply, ReplyTimeout, Wire, WireError, head_block
+from gateway.serving.reply import Reply, ReplyTimeout, WireError
+from gateway.serving.wire import Origin, Wire, head_block
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 HEAD = head_block({"Content-Type": "application/json", "Authorization": "Bearer k"})
