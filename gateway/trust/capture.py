@@ -14,10 +14,6 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from jsonschema import SchemaError
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
-
 from gateway.config.trust import WatchdogConfig
 from gateway.ledger.record import Record
 from gateway.trust.degeneration import reply_degeneration
@@ -44,6 +40,12 @@ def check_tool_calls(
 ) -> list[str]:
     """Problems with the calls a model made, each "kind: detail" with kind one of
     invalid_json | unknown_tool | schema. Empty when every call is valid."""
+    # jsonschema loads with the first schema checked (once: the first answer with tool calls
+    # pays its import, ~50 ms), not with every gateway that may never see a tool call.
+    from jsonschema import SchemaError
+    from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
+
     schemas = _tool_schemas(request_tools)
     problems: list[str] = []
     for call in calls:
