@@ -130,7 +130,7 @@ def report_shadow_cmd(
     json: JsonFlag = False,
 ) -> None:
     """Shadow traffic: agreement with the primary, tokens, latency and cost of the shadow."""
-    from gateway.trust.shadow import report_shadow
+    from gateway.trust.shadow_report import report_shadow
 
     _report(report_shadow, config, since, output_format(format, csv, json))
 

@@ -357,13 +357,3 @@ class ShadowMirror:
         """Wait for shadow requests still running (shutdown, tests)."""
         if self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
-
-
-def __getattr__(name: str) -> Any:
-    """`report_shadow` moved to `gateway.trust.shadow_report` (loaded on first use here: the
-    report's table rendering stays out of the gateway's start)."""
-    if name == "report_shadow":
-        from gateway.trust.shadow_report import report_shadow
-
-        return report_shadow
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
