@@ -11,12 +11,33 @@
     ├── RateLimited           429 rate_limit_error        (a key's budget; carries Retry-After)
     ├── ModelNotFound         404 invalid_request_error   (code model_not_found)
     ├── UpstreamUnavailable   503 service_unavailable     (no candidate could be tried)
-    └── AllUpstreamsFailed    502 upstream_error          (every attempt failed; keeps each cause)
-        └── UpstreamTimeout   504 timeout_error
+    ├── AllUpstreamsFailed    502 upstream_error          (every attempt failed; keeps each cause)
+    │   └── UpstreamTimeout   504 timeout_error
+    └── NotAnAsset            404 invalid_request_error   (the console: no such static file)
 
 One handler renders them all as `{"error": {"message", "type", "param", "code"}}`. Messages say
 what was wrong and never carry secrets, upstream bodies or tracebacks. `describe` is the one
 place a pydantic validation failure (a request body, a config file) becomes such a message.
+
+Internal errors: raised on the serving path (the upstream client, the wire, the taps, adapt)
+and caught there, never rendered as they are; where one ends a request, the client gets:
+
+    BadRequest
+    └── Unfit                 400 unsupported_parameter   (this upstream cannot serve it as asked:
+        │                                                  dispatch tries the next; the client's
+        │                                                  400 when no candidate could)
+        └── ContextExceeded   400 context_length_exceeded
+    AttemptError              one attempt failed before a byte reached the client: retried or
+                              the next candidate tried; a 502/504 AllUpstreamsFailed naming each
+                              cause when none is left, a 400 upstream_<status> when the
+                              upstream's 4xx was the request's fault (`client_error`)
+    WireError (OSError)       the connection failed: an AttemptError before the answer began,
+    └── ConnectFailed         a 502 error event after it (the stream relay)
+    ReplyTimeout (TimeoutError)  the silence sweep gave up: a 502 error event, "went silent"
+    MalformedStream           the upstream sent what is not JSON: a 502 AllUpstreamsFailed (an
+    └── UpstreamStreamError   error event mid-stream); it reported an error inside the
+                              stream: an error event, recorded with its status (400-599, else
+                              502)
 """
 
 from __future__ import annotations
@@ -133,9 +154,82 @@ class UpstreamTimeout(AllUpstreamsFailed):
     code = "upstream_timeout"
 
 
+class NotAnAsset(GatewayError):
+    """The console has no static file of that name."""
+
+    status = 404
+    type = "invalid_request_error"
+
+
 def sse_error_event(error: GatewayError) -> bytes:
     """The event that ends a stream that broke after its first byte reached the client."""
     return b"data: " + error.json() + b"\n\ndata: [DONE]\n\n"
+
+
+# ---- internal errors: the serving path's own, caught there (a client's answer: the docstring)
+
+
+class Unfit(BadRequest):
+    """This upstream cannot serve the request as asked (dispatch tries the next candidate)."""
+
+    code = "unsupported_parameter"
+
+
+class ContextExceeded(Unfit):
+    code = "context_length_exceeded"
+
+
+class AttemptError(Exception):
+    """One attempt failed before anything reached the client."""
+
+    def __init__(
+        self,
+        outcome: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = True,
+        retry_after: float | None = None,
+        client_error: bool = False,
+    ):
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+        # A 4xx that is the request's fault: return it to the client instead of falling back.
+        self.client_error = client_error
+
+
+class WireError(OSError):
+    """The connection failed: refused, reset, closed early, or the answer was not HTTP."""
+
+
+class ConnectFailed(WireError):
+    """No connection could be made (refused, unreachable, timed out): nothing was sent."""
+
+
+class ReplyTimeout(TimeoutError):
+    """The silence sweep gave up on a reply: a `TimeoutError`, which the relay reports as an
+    upstream gone silent mid-stream."""
+
+
+class MalformedStream(Exception):
+    """The upstream sent an event that is not valid JSON. `partial` holds the output of the
+    events before it in the same block, which the client must still get."""
+
+    partial = b""
+
+
+class UpstreamStreamError(MalformedStream):
+    """The upstream reported an error inside the stream (OpenRouter: an `error` object on a
+    chunk, its choice's `finish_reason` "error"): the answer ended in failure, not success.
+    `status`: the error's HTTP-like code when it gave one in 400-599, else 502."""
+
+    def __init__(self, message: str, status: int = 502):
+        super().__init__(message)
+        self.status = status
 
 
 # ---- validation failures as messages ---------------------------------------------------------

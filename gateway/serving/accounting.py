@@ -13,26 +13,10 @@ from typing import Any
 
 import orjson
 
+from gateway.errors import MalformedStream, UpstreamStreamError
 from gateway.ledger.record import Record
 from gateway.serving.reasoning import split_text
 from gateway.trust.capture import Capture
-
-
-class MalformedStream(Exception):
-    """The upstream sent an event that is not valid JSON. `partial` holds the output of the
-    events before it in the same block, which the client must still get."""
-
-    partial = b""
-
-
-class UpstreamStreamError(MalformedStream):
-    """The upstream reported an error inside the stream (OpenRouter: an `error` object on a
-    chunk, its choice's `finish_reason` "error"): the answer ended in failure, not success.
-    `status`: the error's HTTP-like code when it gave one in 400-599, else 502."""
-
-    def __init__(self, message: str, status: int = 502):
-        super().__init__(message)
-        self.status = status
 
 
 def stream_error(obj: dict[str, Any]) -> UpstreamStreamError | None:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.config import Config, Upstream
-from gateway.errors import BadRequest
+from gateway.errors import ContextExceeded, Unfit
 from gateway.ledger.record import Record
 from gateway.serving.profile import NEUTRAL, params_hash
 
@@ -122,16 +122,6 @@ TAKES: dict[str, frozenset[str]] = {
 ONE_CHOICE = frozenset({"llamacpp"})
 
 _WARNED: set[tuple[str, str]] = set()  # (upstream, field) already logged as stripped
-
-
-class Unfit(BadRequest):
-    """This upstream cannot serve the request as asked (dispatch tries the next candidate)."""
-
-    code = "unsupported_parameter"
-
-
-class ContextExceeded(Unfit):
-    code = "context_length_exceeded"
 
 
 def table_of(upstream: Upstream) -> str:

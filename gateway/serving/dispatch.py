@@ -32,18 +32,19 @@ from tenacity import (
 )
 
 from gateway.config import Config, RouteConfig, Upstream
-from gateway.errors import BadRequest
+from gateway.errors import AttemptError, BadRequest, Unfit
 from gateway.ledger.record import Attempt
-from gateway.serving.adapt import Adapted, Unfit, adapt_call, prompt_bounds
+from gateway.serving.adapt import Adapted, adapt_call, prompt_bounds
 from gateway.serving.call import Call as Call
 from gateway.serving.call import Translator as Translator
 from gateway.serving.engine import Engines
 from gateway.serving.pool import Pool
 from gateway.serving.prefix import PrefixIndex
+from gateway.serving.reply import Reply
 from gateway.serving.routing import Ask, Features, Tried, give_up, plan, shaped, wants_affinity
 from gateway.serving.shape import classify
-from gateway.serving.upstream import THINKING_BUDGET, AttemptError, Opened, Targets, body_for, post
-from gateway.serving.wire import Reply, Wire
+from gateway.serving.upstream import THINKING_BUDGET, Opened, Targets, body_for, post
+from gateway.serving.wire import Wire
 
 if TYPE_CHECKING:
     from gateway.trust.gate import GateDecision

@@ -18,10 +18,10 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.errors import AllUpstreamsFailed, GatewayError
+from gateway.errors import AllUpstreamsFailed, GatewayError, MalformedStream
 from gateway.ledger.record import Record
 from gateway.serving import responses_tap
-from gateway.serving.accounting import MalformedStream, prompt_estimate, tap_body, tap_embeddings
+from gateway.serving.accounting import prompt_estimate, tap_body, tap_embeddings
 from gateway.serving.call import Call
 from gateway.serving.engine import HEADER as ENGINE_HEADER
 from gateway.serving.stream_relay import StreamRelay

@@ -2,8 +2,9 @@
 
 Its body is buffered for `read` / `read_some` (what dispatch does under its first-byte
 timeout) until `pipe` hands each block to callbacks as it arrives (a relayed stream, from the
-upstream socket to the client's in one callback). The errors a reply ends with: `WireError` (the
-connection failed), `ReplyTimeout` (the silence sweep gave up on it).
+upstream socket to the client's in one callback). The errors a reply ends with
+(`gateway/errors.py`): `WireError` (the connection failed), `ReplyTimeout` (the silence sweep
+gave up on it).
 """
 
 from __future__ import annotations
@@ -13,17 +14,10 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gateway.errors import WireError
+
 if TYPE_CHECKING:
     from gateway.serving.wire import Connection
-
-
-class WireError(OSError):
-    """The connection failed: refused, reset, closed early, or the answer was not HTTP."""
-
-
-class ReplyTimeout(TimeoutError):
-    """The silence sweep gave up on a reply: a `TimeoutError`, which the relay reports as an
-    upstream gone silent mid-stream."""
 
 
 class Reply:

@@ -24,8 +24,9 @@ from typing import Any
 
 import orjson
 
+from gateway.errors import MalformedStream
 from gateway.ledger.record import Record
-from gateway.serving.tap import MalformedStream, cut_events
+from gateway.serving.tap import cut_events
 
 TOKEN_EVENTS = {
     "response.output_text.delta": "answer",

@@ -24,8 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.config import Config, RouteConfig
-from gateway.errors import AllUpstreamsFailed, GatewayError, UpstreamTimeout, UpstreamUnavailable
-from gateway.serving.adapt import ContextExceeded, Unfit
+from gateway.errors import (
+    AllUpstreamsFailed,
+    ContextExceeded,
+    GatewayError,
+    Unfit,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 
 
 @dataclass(frozen=True, slots=True)

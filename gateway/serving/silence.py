@@ -14,7 +14,8 @@ import contextlib
 import logging
 import time
 
-from gateway.serving.reply import Reply, ReplyTimeout
+from gateway.errors import ReplyTimeout
+from gateway.serving.reply import Reply
 
 
 class Watched:

@@ -17,8 +17,12 @@ from typing import TYPE_CHECKING
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.errors import AllUpstreamsFailed, sse_error_event
-from gateway.serving.accounting import MalformedStream, UpstreamStreamError
+from gateway.errors import (
+    AllUpstreamsFailed,
+    MalformedStream,
+    UpstreamStreamError,
+    sse_error_event,
+)
 from gateway.serving.outlet import Outlet
 from gateway.serving.upstream import Opened, sanitise
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import orjson
 
+from gateway.errors import MalformedStream
 from gateway.ledger.record import Record
 from gateway.serving.accounting import (
-    MalformedStream,
     apply_usage,
     note_finish,
     stream_error,

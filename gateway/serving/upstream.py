@@ -21,35 +21,13 @@ from typing import Any
 import orjson
 
 from gateway.config import Upstream
+from gateway.errors import AttemptError, ConnectFailed
 from gateway.serving.reply import Reply
-from gateway.serving.wire import ConnectFailed, Origin, Wire, head_block
+from gateway.serving.wire import Origin, Wire, head_block
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
-
-
-class AttemptError(Exception):
-    """One attempt failed before anything reached the client."""
-
-    def __init__(
-        self,
-        outcome: str,
-        message: str,
-        *,
-        status: int | None = None,
-        retryable: bool = True,
-        retry_after: float | None = None,
-        client_error: bool = False,
-    ):
-        super().__init__(message)
-        self.outcome = outcome
-        self.message = message
-        self.status = status
-        self.retryable = retryable
-        self.retry_after = retry_after
-        # A 4xx that is the request's fault: return it to the client instead of falling back.
-        self.client_error = client_error
 
 
 @dataclass(frozen=True, slots=True)

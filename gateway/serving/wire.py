@@ -26,23 +26,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from gateway.serving.reply import Reply, ReplyTimeout, WireError
-
-# Reply and its errors are `gateway/serving/reply.py`'s, named here too for the wire's users.
-__all__ = [
-    "ConnectFailed",
-    "Connection",
-    "Origin",
-    "Reply",
-    "ReplyTimeout",
-    "Wire",
-    "WireError",
-    "head_block",
-]
-
-
-class ConnectFailed(WireError):
-    """No connection could be made (refused, unreachable, timed out): nothing was sent."""
+from gateway.errors import ConnectFailed, WireError
+from gateway.serving.reply import Reply
 
 
 @dataclass(frozen=True, slots=True)

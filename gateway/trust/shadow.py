@@ -30,11 +30,12 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gateway.config import Config, Price, Upstream
 from gateway.config.trust import ShadowConfig
+from gateway.errors import AttemptError, MalformedStream, Unfit
 from gateway.ledger.cost import request_cost
 from gateway.ledger.record import Attempt, Record
-from gateway.serving.accounting import MalformedStream, tap_body
-from gateway.serving.adapt import Unfit, adapt
-from gateway.serving.upstream import AttemptError, body_for, post
+from gateway.serving.accounting import tap_body
+from gateway.serving.adapt import adapt
+from gateway.serving.upstream import body_for, post
 from gateway.serving.wire import Wire
 from gateway.trust.agreement import Answer, agreement
 from gateway.trust.capture import Capture

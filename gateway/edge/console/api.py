@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from gateway.edge import api as openai_api
 from gateway.edge.console import panels
-from gateway.errors import GatewayError
+from gateway.errors import NotAnAsset
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 JSON = "application/json"
@@ -38,11 +38,6 @@ SECURITY = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
 }
-
-
-class NotAnAsset(GatewayError):
-    status = 404
-    type = "invalid_request_error"
 
 
 def _static(name: str) -> bytes:

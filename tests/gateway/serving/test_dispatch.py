@@ -19,9 +19,10 @@ import orjson
 import pytest
 
 from gateway.edge.app import create_app
+from gateway.errors import AttemptError
 from gateway.fakes.upstream import FakeHandle
 from gateway.serving.dispatch import _first_block
-from gateway.serving.upstream import AttemptError, _retry_after
+from gateway.serving.upstream import _retry_after
 from tests.harness import ListSink, config_from, serving_server
 
 BODY = {"model": "smol", "messages": [{"role": "user", "content": "hello there"}]}

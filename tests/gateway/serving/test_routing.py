@@ -178,7 +178,7 @@ def test_plan_puts_the_gate_choice_first_and_a_pin_overrides_everything() -> Non
 def test_plan_skips_upstreams_the_prompt_certainly_does_not_fit() -> None:
     import pytest
 
-    from gateway.serving.adapt import ContextExceeded
+    from gateway.errors import ContextExceeded
     from gateway.serving.routing import Ask, fitting, plan
 
     windows = {"a": 2048, "b": None, "c": 8192}
@@ -224,8 +224,7 @@ def test_a_shape_rule_replaces_the_primaries_and_keeps_the_fallbacks() -> None:
 
 
 def test_give_up_says_400_only_when_nothing_failed() -> None:
-    from gateway.errors import AllUpstreamsFailed, UpstreamTimeout
-    from gateway.serving.adapt import Unfit
+    from gateway.errors import AllUpstreamsFailed, Unfit, UpstreamTimeout
     from gateway.serving.routing import Tried, give_up
 
     unfit = Tried()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.serving.reply import ReplyTimeout
+from gateway.errors import ReplyTimeout
 from gateway.serving.silence import Silence
 
 

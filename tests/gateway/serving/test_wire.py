@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import trustme
 
-from gateway.serving.reply import Reply, ReplyTimeout, WireError
+from gateway.errors import ReplyTimeout, WireError
+from gateway.serving.reply import Reply
 from gateway.serving.wire import Origin, Wire, head_block
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
