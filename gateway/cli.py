@@ -36,16 +36,14 @@ class _EvalGroup(TyperGroup):
     extra its commands are a usage error that says what to install."""
 
     def _suite(self) -> Any:
-        try:
-            from evals.cli import app as suite
-        except ModuleNotFoundError as e:
-            typer.secho(
-                f"plumbline eval needs the eval suite ({e.name} is not installed): "
-                "install plumbline[evals], e.g. pip install 'plumbline[evals]'",
-                fg=typer.colors.RED,
-                err=True,
-            )
-            raise typer.Exit(2) from None
+        from gateway.extras import evals_missing
+
+        why = evals_missing("plumbline eval")
+        if why is not None:
+            typer.secho(why, fg=typer.colors.RED, err=True)
+            raise typer.Exit(2)
+        from evals.cli import app as suite
+
         return typer.main.get_group(suite)
 
     def list_commands(self, ctx: Any) -> list[str]:

