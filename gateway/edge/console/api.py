@@ -80,7 +80,9 @@ async def upstreams(request: Request, window: str = "24h") -> Response:
     gw = request.app.state.gateway
     window = panels.window_of(window)
     health = orjson.loads((await openai_api.health(request)).body)
-    doc = await asyncio.to_thread(panels.upstreams, gw, health, window, time.time())
+    doc = await asyncio.to_thread(
+        panels.upstreams, gw.config, gw.store, health, window, time.time()
+    )
     return _json(doc)
 
 
@@ -88,17 +90,18 @@ async def upstreams(request: Request, window: str = "24h") -> Response:
 async def cost(request: Request, window: str = "24h") -> Response:
     window = panels.window_of(window)
     gw = request.app.state.gateway
-    return _json(await asyncio.to_thread(panels.cost, gw, window, time.time()))
+    return _json(await asyncio.to_thread(panels.cost, gw.config, gw.store, window, time.time()))
 
 
 @router.get("/api/traffic")
 async def traffic(request: Request, window: str = "24h") -> Response:
     window = panels.window_of(window)
     gw = request.app.state.gateway
-    return _json(await asyncio.to_thread(panels.traffic, gw, window, time.time()))
+    return _json(await asyncio.to_thread(panels.traffic, gw.config, gw.store, window, time.time()))
 
 
 @router.get("/api/quality")
 async def quality(request: Request) -> Response:
     gw = request.app.state.gateway
-    return _json(await asyncio.to_thread(panels.quality, gw))
+    doc = await asyncio.to_thread(panels.quality, gw.config, gw.store, gw.gate_book.view)
+    return _json(doc)

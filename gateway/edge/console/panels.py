@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -26,7 +26,8 @@ from gateway.ledger.truncation import capped_clause
 from gateway.trust.shadow_report import report_shadow
 
 if TYPE_CHECKING:
-    from gateway.edge.app import Gateway
+    from gateway.config import Config
+    from gateway.ledger.store import Store
 
 # The windows the page offers (its selector), in seconds.
 WINDOWS = {"1h": 3600.0, "24h": 86_400.0, "7d": 604_800.0}
@@ -47,14 +48,16 @@ def window_of(text: str) -> str:
     return text
 
 
-def upstreams(gw: Gateway, health: dict[str, Any], window: str, now: float) -> dict[str, Any]:
+def upstreams(
+    config: Config, store: Store | None, health: dict[str, Any], window: str, now: float
+) -> dict[str, Any]:
     """Per configured upstream: ``/health``'s live view (health, engine fingerprint, in-flight,
     cooling, demotion, the engine process) beside the watchdog's window and the store's
     `report health` row over `window` (requests, errors, rates, tripped checks)."""
     rows: dict[str, Any] = {}
     findings: list[Any] = []
-    if gw.store is not None:
-        doc = json.loads(report_health(gw.config, window, "json", store=gw.store, now=now))
+    if store is not None:
+        doc = json.loads(report_health(config, window, "json", store=store, now=now))
         rows = {r["upstream"]: r for r in doc["rows"]}
         findings = doc["findings"]
     watch = health.get("watchdog", {})
@@ -73,13 +76,11 @@ def upstreams(gw: Gateway, health: dict[str, Any], window: str, now: float) -> d
     return {"window": window, "now": now, "upstreams": out, "findings": findings}
 
 
-def cost(gw: Gateway, window: str, now: float) -> dict[str, Any]:
+def cost(config: Config, store: Store | None, window: str, now: float) -> dict[str, Any]:
     """`plumbline report cost --since WINDOW --format json`, as the store has it."""
-    if gw.store is None:
+    if store is None:
         return {"window": window, "store": False, "rows": [], "models": {}, "nodes": {}}
-    doc: dict[str, Any] = json.loads(
-        report_cost(gw.config, window, "json", store=gw.store, now=now)
-    )
+    doc: dict[str, Any] = json.loads(report_cost(config, window, "json", store=store, now=now))
     return {"window": window, "store": True, **doc}
 
 
@@ -163,15 +164,15 @@ def _series(conn: Any, start: float, now: float) -> list[dict[str, float]]:
     ]
 
 
-def traffic(gw: Gateway, window: str, now: float) -> dict[str, Any]:
+def traffic(config: Config, store: Store | None, window: str, now: float) -> dict[str, Any]:
     """Per model, client traffic (the prod lane) over `window`: request rate, truncation by
     cause and the reasoning-leak rate (over every row), TTFT and TPOT percentiles (over the
     newest `LATENCY_ROWS`), a rate series for the chart; shadow agreement (`report shadow`)."""
     span = WINDOWS[window]
     start = now - span
-    if gw.store is None:
+    if store is None:
         return {"window": window, "store": False, "models": [], "series": [], "shadow": []}
-    with gw.store.engine.connect() as conn:
+    with store.engine.connect() as conn:
         counts = _counts(conn, start, now)
         latencies = _latencies(conn, start, now)
         series = _series(conn, start, now)
@@ -192,7 +193,7 @@ def traffic(gw: Gateway, window: str, now: float) -> dict[str, Any]:
                 "leak_rate": leaked / n,
             }
         )
-    shadow = json.loads(report_shadow(gw.config, window, "json", store=gw.store, now=now))
+    shadow = json.loads(report_shadow(config, window, "json", store=store, now=now))
     return {
         "window": window,
         "store": True,
@@ -202,8 +203,7 @@ def traffic(gw: Gateway, window: str, now: float) -> dict[str, Any]:
     }
 
 
-def _latest_runs(gw: Gateway, limit: int) -> list[tuple[str, float]]:
-    assert gw.store is not None
+def _latest_runs(store: Store, limit: int) -> list[tuple[str, float]]:
     t = EVAL_RESULTS
     query = (
         sa.select(t.c.run, sa.func.max(t.c.time).label("kept"))
@@ -211,7 +211,7 @@ def _latest_runs(gw: Gateway, limit: int) -> list[tuple[str, float]]:
         .order_by(sa.desc("kept"))
         .limit(limit)
     )
-    with gw.store.engine.connect() as conn:
+    with store.engine.connect() as conn:
         return [(str(run), float(kept)) for run, kept in conn.execute(query)]
 
 
@@ -223,16 +223,15 @@ def _route_and_upstream(target: str) -> tuple[str, str | None, bool]:
     return route, upstream or None, tag == "control"
 
 
-def eval_round(gw: Gateway, run: str, kept: float) -> dict[str, Any]:
+def eval_round(config: Config, store: Store, run: str, kept: float) -> dict[str, Any]:
     """One stored run: per arm, accuracy with its Wilson interval, $/M output (node-hours for
     a node's items, as the eval report prices them) and whether it is on the frontier."""
     # Loaded here, not at gateway start: the eval suite stays off the serving path.
     from evals.cost import arm_costs, frontier, node_map, price_nodes
     from evals.result import ItemResult
 
-    assert gw.store is not None
-    results = [ItemResult.from_dict(d) for d in gw.store.eval_results([run])]
-    results = price_nodes(results, *node_map(gw.config))
+    results = [ItemResult.from_dict(d) for d in store.eval_results([run])]
+    results = price_nodes(results, *node_map(config))
     arms: dict[str, list[Any]] = {}
     for r in results:
         arms.setdefault(r.target, []).append(r)
@@ -260,12 +259,13 @@ def eval_round(gw: Gateway, run: str, kept: float) -> dict[str, Any]:
     return {"run": run, "kept": kept, "arms": out}
 
 
-def quality(gw: Gateway) -> dict[str, Any]:
-    """The latest eval rounds in the store and the gate's latest decision per gated route,
-    with its evidence (per arm: score, interval, paired McNemar against the best, the noise
-    floor of the control pair, the verdict)."""
+def quality(
+    config: Config, store: Store | None, decisions: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """The latest eval rounds in the store and the gate's latest decision per gated route
+    (`decisions`: the gate book's view), with its evidence (per arm: score, interval, paired
+    McNemar against the best, the noise floor of the control pair, the verdict)."""
     rounds = []
-    if gw.store is not None:
-        rounds = [eval_round(gw, run, kept) for run, kept in _latest_runs(gw, ROUNDS)]
-    decisions = gw.gate_book.view()
-    return {"store": gw.store is not None, "rounds": rounds, "decisions": decisions}
+    if store is not None:
+        rounds = [eval_round(config, store, run, kept) for run, kept in _latest_runs(store, ROUNDS)]
+    return {"store": store is not None, "rounds": rounds, "decisions": decisions()}

@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 from starlette.responses import Response
 
+from gateway.config import Config, Upstream
 from gateway.edge.doors import protocol_messages
 from gateway.edge.doors.messages_request import chat_request
 from gateway.errors import ModelNotFound
+from gateway.serving.pool import UpstreamState
 from gateway.serving.profile import apply_profile
 from gateway.serving.upstream import Target, root_url
-from gateway.serving.wire import Origin
-
-if TYPE_CHECKING:
-    from gateway.edge.app import Gateway
+from gateway.serving.wire import Origin, Wire
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,19 @@ TIMEOUT_S = 10.0
 BYTES_PER_TOKEN = 4
 
 
-async def count(gw: Gateway, body: Any) -> Response:
+async def count(
+    config: Config,
+    upstreams: Mapping[str, Upstream],
+    states: Mapping[str, UpstreamState],
+    wire: Wire,
+    body: Any,
+) -> Response:
+    """The answer to a count_tokens `body`: `upstreams` by name, their live `states` (the
+    pool's), and the `wire` the tokenize request goes out on."""
     if isinstance(body, dict) and "max_tokens" not in body:
         body = {**body, "max_tokens": 2**31}  # count_tokens takes none
     protocol_messages.check(body)
-    model = gw.config.resolve(body["model"])
+    model = config.resolve(body["model"])
     if model is None:
         raise ModelNotFound(
             f"The model {body['model']!r} does not exist on this gateway; GET /v1/models lists "
@@ -46,8 +54,9 @@ async def count(gw: Gateway, body: Any) -> Response:
             param="model",
         )
     chat = chat_request(body).chat
-    apply_profile(chat, gw.config.profile_for(model), chat=True)
-    n, how = await _tokenized(gw, model, chat)
+    apply_profile(chat, config.profile_for(model), chat=True)
+    names = config.models[model].names
+    n, how = await _tokenized([upstreams[name] for name in names], states, wire, chat)
     if n is None:
         n = len(orjson.dumps([chat["messages"], chat.get("tools")])) // BYTES_PER_TOKEN
         how = "estimate"
@@ -56,10 +65,12 @@ async def count(gw: Gateway, body: Any) -> Response:
     )
 
 
-async def _tokenized(gw: Gateway, model: str, chat: dict[str, Any]) -> tuple[int | None, str]:
-    for name in gw.config.models[model].names:
-        upstream = gw.upstreams[name]
-        state = gw.pool.states.get(name)
+async def _tokenized(
+    route: list[Upstream], states: Mapping[str, UpstreamState], wire: Wire, chat: dict[str, Any]
+) -> tuple[int | None, str]:
+    for upstream in route:
+        name = upstream.name
+        state = states.get(name)
         if upstream.kind != "vllm" or (state is not None and not state.healthy):
             continue
         payload = {
@@ -72,7 +83,7 @@ async def _tokenized(gw: Gateway, model: str, chat: dict[str, Any]) -> tuple[int
                 payload[key] = chat[key]
         try:
             async with asyncio.timeout(TIMEOUT_S):
-                reply = await gw.wire.post(
+                reply = await wire.post(
                     Origin.parse(root_url(upstream)),
                     "/tokenize",
                     Target.of(upstream).head,
