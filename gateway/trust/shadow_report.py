@@ -37,7 +37,7 @@ class ShadowRow:
 
 
 def _shadow_query(since: float, until: float) -> Any:
-    from gateway.ledger.store import REQUESTS
+    from gateway.ledger.rows import REQUESTS
 
     s, p = REQUESTS.alias("s"), REQUESTS.alias("p")
     join = s.join(p, sa.and_(p.c.time == s.c.time, p.c.request_id == s.c.shadow_of))

@@ -16,7 +16,8 @@ from gateway.config import Price
 from gateway.config.trust import ShadowConfig
 from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.ledger.record import Record
-from gateway.ledger.store import SHADOW_USAGE, Store, record_row
+from gateway.ledger.rows import SHADOW_USAGE
+from gateway.ledger.store import Store, record_row
 from gateway.serving.profile import params_hash
 from gateway.serving.wire import Wire
 from gateway.trust.capture import Capture
