@@ -20,8 +20,7 @@ from gateway.edge.doors.policy import HEADER, markdown
 from gateway.errors import BadRequest, UpstreamUnavailable
 from gateway.fakes.upstream import FakeHandle
 from gateway.serving.adapt import CLAMPED_HEADER, prompt_bounds
-from tests.gateway.edge.test_api import gateway_config
-from tests.gateway.test_responses import (
+from tests.gateway.edge.doors.test_responses import (
     chats,
     essence,
     loose,
@@ -31,6 +30,7 @@ from tests.gateway.test_responses import (
     stream_of,
     typed,
 )
+from tests.gateway.edge.test_api import gateway_config
 from tests.harness import ListSink, config_from, running_gateway
 
 
@@ -326,7 +326,7 @@ def test_bad_input_gets_an_anthropic_error(
 
 # ---------------------------------------------------------------- Claude Code's requests
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 # Claude Code 2.1.328's first request as it reached a capture server (device and session ids,
 # and the temporary paths in its environment text, replaced).
 CAPTURED = orjson.loads((Path(__file__).parent / "claude_code_request.json").read_bytes())

@@ -8,7 +8,7 @@ import pytest
 from gateway.config import load_config, parse_config
 from gateway.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_repository_config_loads() -> None:

@@ -22,7 +22,7 @@ from gateway.ledger.record import Record
 from tests.gateway.edge.test_api import gateway_config
 from tests.harness import ListSink, running_gateway
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[4] / "README.md"
 EXEC = {
     "type": "function",
     "name": "exec_command",
