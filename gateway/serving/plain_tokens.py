@@ -7,6 +7,12 @@ whole block of them at once (`_block`: its texts cut out and checked, the rest c
 them with one regular expression (`_plain`), or one at a time (`_shaped`). `bench/tap_speed.py`
 measures them; a Hypothesis test (`tests/gateway/serving/test_tap.py`) holds all three to exactly
 what the event path does.
+
+Events that carry logprobs differ in one more place: the token's logprobs, after the text. For
+them the shape is learnt in two parts around that one JSON value (`_VALUE_HEADS`), and each
+event is checked by its bytes, its text and a parse of just the value (`_valued_event`). A shape
+that keeps missing anyway (another server's key order, say) is given up for the rest of the
+stream (`_missed`): every event then pays only for the event path, not for failed tries first.
 """
 
 from __future__ import annotations
@@ -53,6 +59,16 @@ _PLAIN_TEXT = re.compile(_TEXT)
 _ESCAPED_OR_NOT_TEXT = b'"\\' + bytes(range(0x20))
 _CANONICAL_PLAIN_TEXT = re.compile(_CANONICAL_TEXT)
 
+# What follows the text of a chat delta's and of a completion's plain token event when the
+# choice's next key is its logprobs (as vLLM writes them), and the key after those.
+_VALUE_HEADS = {True: b'"},"logprobs":', False: b'","logprobs":'}
+_VALUE_END = b',"finish_reason":'
+# A value with more brackets than this goes to the event path: the parse of the whole event
+# nests it deeper than a parse of the value alone, and orjson limits how deep it reads and writes.
+_MOST_BRACKETS = 200
+# Failed tries after which a shape that misses more often than it hits is given up.
+_MOST_MISSES = 8
+
 
 def _plain_bytes(data: bytes) -> bool:
     """No think tag, and valid UTF-8 (as orjson requires)."""
@@ -79,6 +95,7 @@ class PlainTokens:
     _token_events: int
     _gaps: list[float]
     _last_token_at: float | None
+    _model: str | None
 
     def __init__(self, fast: bool) -> None:
         # Shaped events (see `_learn`); off in tests that compare them with the event path.
@@ -94,6 +111,15 @@ class PlainTokens:
         self._run: re.Pattern[bytes] | None = None
         self._rewrite = False
         self._room_for_two = 0
+        # The learnt suffix with the event's end (the blank line) on it.
+        self._ends = b""
+        # For events that carry logprobs (see `_learn_valued`): the bytes after the value, as
+        # received (without and with the blank line) and as relayed; whether the value is
+        # relayed written anew by orjson.
+        self._valued: tuple[bytes, bytes, bytes, bool] | None = None
+        # Events the fast path took, and tries that failed (see `_missed`).
+        self._hits = 0
+        self._misses = 0
 
     def _learn(self, event: bytes, obj: dict[str, Any], rendered: bytes, encoded: bool) -> None:
         """Remember the bytes around the text of a plain token event (one choice, a delta of
@@ -131,13 +157,40 @@ class PlainTokens:
             rendered[p:],
         )
         self._room_for_two = 2 * (len(prefix) + len(suffix) + 3)
-        self._rewrite = (prefix, suffix + b"\n\n") != (out_prefix, out_suffix)
+        self._ends = suffix + b"\n\n"
+        self._rewrite = (prefix, self._ends) != (out_prefix, out_suffix)
         capture = self.capture
         self._capture_text = (
             capture is not None and capture.keep_text and choice.get("index", 0) == 0
         )
         self._text = _CANONICAL_PLAIN_TEXT if encoded else _PLAIN_TEXT
         self._run = _CANONICAL_RUN if encoded else _RUN
+        self._learn_valued(choice.get("logprobs"), suffix, out_suffix, encoded)
+
+    def _learn_valued(self, value: Any, suffix: bytes, out_suffix: bytes, encoded: bool) -> None:
+        """The learnt event carries logprobs right after its text: remember the bytes after
+        them (received and relayed), so that `_valued_event` takes the next such events. Only when
+        the bytes between are exactly that value, and relayed as received or as orjson writes
+        it. Runs of whole events (`_block`, `_plain`) never match such events, so are off."""
+        head = _VALUE_HEADS[self.chat]
+        if value is None or not (suffix.startswith(head) and out_suffix.startswith(head)):
+            return
+        cut, out_cut = suffix.rfind(_VALUE_END), out_suffix.rfind(_VALUE_END)
+        if cut <= len(head) or out_cut <= len(head):
+            return
+        if self._model is not None and b'"model":' in suffix[len(head) : cut]:
+            return  # whether the model id is swapped in the bytes would depend on the value
+        try:
+            if orjson.loads(suffix[len(head) : cut]) != value:
+                return
+        except orjson.JSONDecodeError:
+            return
+        relayed = out_suffix[len(head) : out_cut]
+        if relayed != (orjson.dumps(value) if encoded else suffix[len(head) : cut]):
+            return
+        tail = suffix[cut:]
+        self._valued = (tail, tail + b"\n\n", out_suffix[out_cut:], encoded)
+        self._run = None
 
     def _block(self, whole: bytes, pos: int, now: float) -> tuple[int, bytes] | None:
         """`_plain` for the common block: from `pos` to the last shaped event's end, nothing
@@ -148,7 +201,7 @@ class PlainTokens:
         anything else is there; `_plain` then finds the run."""
         assert self._shape is not None
         prefix, suffix, out_prefix, out_suffix = self._shape
-        ends = suffix + b"\n\n"
+        ends = self._ends
         stop = whole.rfind(ends) + len(ends)
         if stop <= pos or not whole.startswith(prefix, pos):
             return None
@@ -203,7 +256,7 @@ class PlainTokens:
             return stop, taken
         # Each event's only "\n\n" ends it, so these replace exactly each event's suffix and
         # (after the first) prefix.
-        out = taken.replace(suffix + b"\n\n", out_suffix)
+        out = taken.replace(self._ends, out_suffix)
         if prefix != out_prefix:
             out = out_prefix + out[len(prefix) :].replace(b"\n\n" + prefix, b"\n\n" + out_prefix)
         return stop, out
@@ -215,15 +268,22 @@ class PlainTokens:
         (and nothing else)."""
         if self._splitters:
             return None
+        taken = self._valued_event if self._valued is not None else self._one
+        relayed = taken(event, now, ended)
+        if relayed is None:
+            self._missed()
+        return relayed
+
+    def _one(self, event: bytes, now: float, ended: bool) -> bytes | None:
+        """`_shaped` for events that carry no logprobs: the learnt bytes around a text."""
         prefix, suffix, out_prefix, out_suffix = self._shape  # type: ignore[misc]
         if ended:
-            suffix += b"\n\n"
+            suffix = self._ends
         end = len(event) - len(suffix)
         if end <= len(prefix) or not (event.startswith(prefix) and event.endswith(suffix)):
             return None
         text = event[len(prefix) : end]
-        assert self._text is not None
-        if self._text.fullmatch(text) is None or not _plain_bytes(text):
+        if not self._plain_text(text):
             return None
         self._plain_tokens(1, now)
         if self._capture_text:
@@ -231,6 +291,66 @@ class PlainTokens:
         if ended and not self._rewrite:
             return event
         return out_prefix + text + out_suffix
+
+    def _valued_event(self, event: bytes, now: float, ended: bool) -> bytes | None:
+        """`_shaped` for events that carry logprobs: the learnt prefix, a plain text, the
+        value's key, one JSON value (parsed: one the event path would not read goes there, to
+        fail as it fails) and the learnt tail. The text holds no unescaped quote, so the first
+        key after it is the one that ends it."""
+        assert self._shape is not None and self._valued is not None
+        prefix, _, out_prefix, _ = self._shape
+        tail, ended_tail, out_tail, encoded = self._valued
+        if ended:
+            tail = ended_tail
+        end = len(event) - len(tail)
+        if not (event.startswith(prefix) and event.endswith(tail)):
+            return None
+        head = _VALUE_HEADS[self.chat]
+        cut = event.find(head, len(prefix), end)
+        if cut <= len(prefix):
+            return None
+        text, value = event[len(prefix) : cut], event[cut + len(head) : end]
+        if (
+            not self._plain_text(text)
+            # Too short to nest that deep, or counted (which costs as much as the rest).
+            or (
+                len(value) > 2 * _MOST_BRACKETS
+                and value.count(b"[") + value.count(b"{") > _MOST_BRACKETS
+            )
+            # The model id is swapped in the bytes only where it is there once.
+            or (self._model is not None and b'"model":' in value)
+        ):
+            return None
+        try:
+            parsed = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return None
+        self._plain_tokens(1, now)
+        if self._capture_text:
+            self._captured(text)
+        if encoded:
+            value = orjson.dumps(parsed)
+        elif not self._rewrite:
+            return event if ended else event + b"\n\n"
+        return out_prefix + text + head + value + out_tail
+
+    def _plain_text(self, text: bytes) -> bool:
+        """A plain text (`_TEXT`, `_plain_bytes`); the regular expression only for a text
+        that holds what `bytes.translate` finds (an escape, say)."""
+        if len(text.translate(None, _ESCAPED_OR_NOT_TEXT)) != len(text):
+            assert self._text is not None
+            if self._text.fullmatch(text) is None:
+                return False
+        return _plain_bytes(text)
+
+    def _missed(self) -> None:
+        """A failed try: once there have been more than `_MOST_MISSES` of them, and more than
+        events taken, the shape is given up for the rest of the stream."""
+        self._misses += 1
+        if self._misses > _MOST_MISSES and self._misses > self._hits:
+            self.fast = False
+            self._shape = self._valued = None
+            self._run = self._text = None
 
     def _captured(self, text: bytes) -> None:
         """Shaped events' text (as escaped in JSON, checked plain) for a sampled answer."""
@@ -241,6 +361,7 @@ class PlainTokens:
         """`n` plain token events arrived at `now`: one chunk and one token each, as the event
         path counts them (the first gap since the last token, then none between them)."""
         self.record.chunks += n
+        self._hits += n
         self._token_events += n
         if self._last_token_at is not None:
             self._gaps.append(now - self._last_token_at)

@@ -11,8 +11,9 @@ original bytes through untouched unless something must change:
 Most events of a stream are the same bytes around a different bit of text: once the event path
 has handled one such plain token event, the tap accounts for the next ones by comparing bytes
 instead of parsing JSON (`gateway/serving/plain_tokens.py`, its base class; `bench/tap_speed.py`:
-1.5 µs per event one to a block, 0.49 with 16, 0.30 with 256). A Hypothesis test holds the fast
-path to exactly what the event path does.
+1.2 µs per event one to a block, 0.45 with 16, 0.27 with 256; with logprobs, whose value alone
+is parsed, 2.9 and 3.5). A Hypothesis test holds the fast path to exactly what the event path
+does.
 
 `gateway/serving/accounting.py` reads usage, finish reasons and errors, for streams and
 (`tap_body`) whole answers.
@@ -231,7 +232,12 @@ class StreamTap(PlainTokens):
                 changed = True
             else:
                 payload = swapped
-        rendered = b"data: " + (orjson.dumps(obj) if changed else payload) + b"\n\n"
+        if changed:
+            try:
+                payload = orjson.dumps(obj)
+            except orjson.JSONEncodeError:  # nested deeper than orjson writes
+                raise MalformedStream("upstream sent an event nested too deep") from None
+        rendered = b"data: " + payload + b"\n\n"
         if self.fast and self._shape is None and not self._splitters:
             self._learn(event, obj, rendered, changed)
         return rendered

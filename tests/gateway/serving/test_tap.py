@@ -1,10 +1,12 @@
 """Shaped events (bytes compared, not parsed) must leave exactly what the event path leaves.
 
-Streams are generated (content with quotes, backslashes, `<think>`, unicode, DEL; logprobs;
-tool calls; errors; the token key in other fields; `"usage": null` on every chunk or not; usage
-at the end or not), cut into blocks at random byte offsets and fed to two taps: one allowed
-shaped events, one not. The bytes relayed and every field of the record must be identical; a
-fake clock makes the timings equal.
+Streams are generated (content with quotes, backslashes, `<think>`, unicode, DEL; logprobs,
+chat's and completions', valid, malformed, nested deep, holding the model's key; texts that hold
+what follows a text when logprobs do, escaped; tool calls; errors; the token key in other
+fields; `"usage": null` on every chunk or not; usage at the end or not), cut into blocks at
+random byte offsets and fed to two taps: one allowed shaped events, one not. The bytes relayed,
+the error, every field of the record and the sampled answer must be identical; a fake clock
+makes the timings equal.
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ from gateway.serving.tap import StreamTap
 from gateway.trust.capture import Capture
 
 PIECES = [*'ab "\\\n<>/{}:,é漢\x7f', "@@", "think>", "<think>", "</think>", '"error"', "\\u003c"]
+# What follows a text when the choice's logprobs come next (chat's, completions'), inside one.
+PIECES += ['"},"logprobs":', '","logprobs":', '\\"},"logprobs":']
 TEXT = st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map("".join)
-PLAIN_TEXT = st.lists(st.sampled_from(PIECES[:17]), min_size=1, max_size=8).map("".join)
+PLAIN_TEXT = st.lists(st.sampled_from(PIECES[:17] + PIECES[-3:]), min_size=1, max_size=8).map(
+    "".join
+)
 # What other servers may write inside a JSON string where the text had "@@" (orjson writes none
 # of these): other escapes, escaped ASCII that hides a think tag, surrogates (paired and lone),
 # and bytes no JSON string may hold (a bad escape, a raw tab, invalid UTF-8).
@@ -45,6 +51,29 @@ RAW = [
     b"\xff",
     b"\\t",
 ]
+# Logprobs values: as vLLM writes them (chat's, completions'), others, and ones where "%%" is
+# replaced by bytes (`BROKEN`) that make the event no JSON, a value with spaces around, or one
+# nested deeper than orjson writes it again (after `"usage": null` is removed) or reads it.
+NESTED: list[Any] = []
+for _ in range(49):
+    NESTED = [NESTED]
+LOGPROB = st.sampled_from(
+    [
+        {"content": [{"token": "t", "logprob": -0.5, "bytes": [116], "top_logprobs": []}]},
+        {"content": [{"token": '"},"logprobs":', "logprob": -1e-9, "top_logprobs": []}]},
+        {"tokens": ["t"], "token_logprobs": [-0.5], "top_logprobs": [{"t": -0.5}]},
+        {"text_offset": [3], "finish_reason": None, "model": "m"},
+        [],
+        {},
+        0,
+        "@@",
+        "%%",
+        {"content": "%%"},
+        NESTED,
+    ]
+)
+BROKEN = [b'"%%"', b"1,", b"{", b"]", b'{"a":1},"b":{', b"nul", b"1e999", b" 7 ", b"\x00"]
+BROKEN += [b"[" * n + b"]" * n for n in (199, 252, 300, 1030)]  # deeper than orjson writes, reads
 
 
 @st.composite
@@ -61,18 +90,22 @@ def streams(draw: st.DrawFn) -> tuple[list[bytes], bool]:
         head["meta"] = {"content": "c", "text": "t"}
     # Logprobs on some chunks and not others, or on all or none (runs of one shape).
     mixed_logprobs, with_logprobs = draw(st.booleans()), draw(st.booleans())
+    # The same value on every chunk or each its own.
+    same_logprobs, logprob, vllm_order = draw(st.booleans()), draw(LOGPROB), draw(st.booleans())
     events: list[dict[str, Any]] = []
 
     def chunk(piece: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+        # vLLM's order (the text, its logprobs, the finish reason) or another.
+        choice: dict[str, Any] = {"index": 0} if vllm_order else {"index": 0, "finish_reason": 0}
         if chat:
             choice["delta"] = piece
         else:
             choice["text"] = piece.get("content", "")
         if draw(st.booleans()) if mixed_logprobs else with_logprobs:
-            choice["logprobs"] = {"content": [{"token": "t", "logprob": -0.5, "bytes": [116]}]}
+            choice["logprobs"] = logprob if same_logprobs else draw(LOGPROB)
         else:
             choice["logprobs"] = None
+        choice["finish_reason"] = finish
         event = {**head, "choices": [choice]}
         if usage_null:
             event["usage"] = None
@@ -100,6 +133,8 @@ def streams(draw: st.DrawFn) -> tuple[list[bytes], bool]:
     raw = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
     while b"@@" in raw:
         raw = raw.replace(b"@@", draw(st.sampled_from(RAW)), 1)
+    while b'"%%"' in raw:
+        raw = raw.replace(b'"%%"', draw(st.sampled_from(BROKEN)), 1)
     if draw(st.booleans()):
         raw += b": keep-alive\n\n"
     raw += b"data: [DONE]\n\n"
@@ -223,6 +258,36 @@ def test_shaped_events_carry_the_public_model_and_keep_their_escapes() -> None:
     out = tap.feed(events[0]) + tap.feed(events[1]) + tap.feed(b"".join(events[2:]))
     assert tap._shape is not None and record.chunks == 4
     assert out == b"".join(events).replace(b'"up/m"', b'"pub"')
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_logprob_events_are_shaped_and_a_shape_that_keeps_missing_is_given_up(chat: bool) -> None:
+    """Events that carry logprobs take the shaped path (their value parsed alone); where the
+    learnt shape keeps missing (logprobs in another place than the learnt one), the tap gives it
+    up and relays the rest through the event path alone, the bytes unchanged."""
+    key = b'"delta":{"content":"%d"}' if chat else b'"text":"%d"'
+    lp = b'"logprobs":{"content":[{"token":"%d","logprob":-0.5,"top_logprobs":[]}]}'
+    vllm = b'data: {"choices":[{"index":0,' + key + b"," + lp + b',"finish_reason":null}]}\n\n'
+    other = b'data: {"choices":[{"index":0,"finish_reason":null,' + key + b"," + lp + b"}]}\n\n"
+    for shape, taken in ((vllm, 20), (other, 0)):
+        record = Record(request_id="r", door="chat", model="m", stream=True)
+        tap = StreamTap(record, client_wants_usage=True, split_think=False, chat=chat)
+        events = [shape % (i, i) for i in range(21)]
+        out = b"".join(tap.feed(e) for e in events)
+        assert out == b"".join(events) and record.chunks == 21
+        assert tap._hits == taken
+        assert (tap._shape is None) == (taken == 0)  # given up
+
+
+def test_an_event_nested_too_deep_to_write_anew_is_a_malformed_stream() -> None:
+    """An event the tap must rewrite (its `"usage": null` removed) but orjson cannot write
+    (nested deeper than it writes) fails the stream as malformed, not with a TypeError."""
+    deep = b"[" * 300 + b"]" * 300
+    raw = b'data: {"choices":[{"index":0,"delta":{"content":"a"},"logprobs":%s}],"usage":null}'
+    record = Record(request_id="r", door="chat", model="m", stream=True)
+    tap = StreamTap(record, client_wants_usage=False, split_think=False)
+    with pytest.raises(MalformedStream, match="nested too deep"):
+        tap.feed(raw % deep + b"\n\n")
 
 
 def test_usage_chunk_written_when_the_upstream_sent_none() -> None:
