@@ -7,7 +7,7 @@ Each finished record is one observation per check that applies to it:
                                                                 before the request's own cap,
                                                                 or without one (truncation.py)
     reasoning_leak      completed, upstream has a parser        <think> text arrived in content
-    degenerate          answer text sampled (`capture.py`)      evals.tripwire.degeneration fires
+    degenerate          answer text sampled (`capture.py`)      gateway.trust.degeneration fires
     tool_call           responses with tool calls               invalid JSON, unknown tool, schema
     provider_mismatch   pinned provider route, provider known   another provider answered
     cost_drift          provider reported usage.cost            charged vs computed beyond threshold

@@ -86,7 +86,7 @@ async def count_message_tokens(request: Request) -> Response:
         return messages.error_response(e)
 
 
-@router.api_route("/api/hello", methods=["GET", "HEAD"])
+@router.api_route("/api/hello", methods=["GET", "HEAD"], include_in_schema=False)
 async def hello(request: Request) -> Response:
     """Claude Code's start-up preconnect: answered at once."""
     return Response(b"{}", media_type="application/json")
