@@ -65,7 +65,12 @@ def _config(fake: FakeHandle) -> Any:
                 "qwen": {
                     "upstreams": ["local"],
                     "fallback": ["api"],
-                    "shadow": {"upstream": "api", "fraction": 1.0, "budget_requests_per_day": 100},
+                    "shadow": {
+                        "upstream": "api",
+                        "fraction": 1.0,
+                        "budget_requests_per_day": 100,
+                        "max_concurrency": 8,  # every shadow mirrored, however they overlap
+                    },
                 },
                 "qwen-api": {"upstreams": ["api"]},
             },
