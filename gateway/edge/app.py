@@ -117,7 +117,7 @@ class Gateway:
             finish=self.finish,
         )
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
-        self.scheduler = EvalScheduler(self, f"http://{host}:{s.port}/v1")
+        self.scheduler = EvalScheduler(config, store, self.gate_book, f"http://{host}:{s.port}/v1")
         self.prober = Prober(
             config, self.wire, self.engines, self.set_health, self.processes.serving
         )

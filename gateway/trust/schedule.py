@@ -49,7 +49,9 @@ from gateway.trust.gate import (
 if TYPE_CHECKING:
     from evals.result import ItemResult
     from evals.runner import RunSpec
-    from gateway.edge.app import Gateway
+    from gateway.config import Config
+    from gateway.ledger.store import Store
+    from gateway.trust.gate import GateBook, SharedGateBook
 
 log = logging.getLogger("plumbline.schedule")
 
@@ -59,8 +61,19 @@ GATEWAY_ID = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class EvalScheduler:
-    def __init__(self, gw: Gateway, base_url: str):
-        self.gw = gw
+    """Runs the scheduled rounds through the gateway at `base_url` and records the gate's
+    decisions; it sees the config, the store (if any) and the gate book, nothing else."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store | None,
+        gate_book: GateBook | SharedGateBook,
+        base_url: str,
+    ):
+        self.config = config
+        self.store = store
+        self.gate_book = gate_book
         self.base_url = base_url
         self.last_run: Path | None = None
         self.first_round = 0.0  # no round before this time (`_forever` sets it an interval on)
@@ -69,11 +82,11 @@ class EvalScheduler:
 
     @property
     def enabled(self) -> bool:
-        schedule = self.gw.config.evals
+        schedule = self.config.evals
         return schedule.every_hours > 0 and (bool(schedule.targets) or bool(self.gated_models()))
 
     def gated_models(self) -> list[str]:
-        return [m for m, r in self.gw.config.models.items() if r.policy == "cheapest_within_floor"]
+        return [m for m, r in self.config.models.items() if r.policy == "cheapest_within_floor"]
 
     def start(self) -> None:
         if not self.enabled:
@@ -93,10 +106,10 @@ class EvalScheduler:
     def _spec(self, targets: list[str], **kw: Any) -> RunSpec:
         from evals.runner import RunSpec
 
-        schedule = self.gw.config.evals
+        schedule = self.config.evals
         runs_dir = Path(schedule.runs_dir)
         if not runs_dir.is_absolute():
-            runs_dir = self.gw.config.root / runs_dir
+            runs_dir = self.config.root / runs_dir
         return RunSpec(
             base_url=self.base_url,
             targets=targets,
@@ -113,7 +126,7 @@ class EvalScheduler:
         """One scheduled round: the configured targets, then every quality-gated route."""
         from evals.runner import Runner, load_run
 
-        targets = list(self.gw.config.evals.targets)
+        targets = list(self.config.evals.targets)
         if targets:
             self.last_run = await Runner(self._spec(targets)).run()
             log.info("scheduled eval finished: %s", self.last_run)
@@ -126,10 +139,10 @@ class EvalScheduler:
         """Evaluate each upstream of a gated route (the control twice) and re-decide the route."""
         from evals.stats import PairingError
 
-        route = self.gw.config.models[model]
+        route = self.config.models[model]
         gate_cfg = route.gate or GateConfig()
         control = gate_cfg.control or route.upstreams[0]
-        everyone = [*route.upstreams, *shape_upstreams(self.gw.config, model)]
+        everyone = [*route.upstreams, *shape_upstreams(self.config, model)]
         arms = gate_arms(model, everyone, control)
         spec = self._spec(
             [label for label, _ in arms],
@@ -163,18 +176,18 @@ class EvalScheduler:
             alpha=gate_cfg.alpha,
             min_items=gate_cfg.min_items,
         )
-        self.gw.gate_book.record(decision)
+        self.gate_book.record(decision)
         log.info("gate %s: %s", model, decision.reason)
         for shaped in decide_shapes(
             model,
-            shape_candidates(self.gw.config, model, SHAPE_FAMILIES),
+            shape_candidates(self.config, model, SHAPE_FAMILIES),
             primary,
             (control, primary.get(control, []), by_label.get(control_label, [])),
             self.prices(model),
             alpha=gate_cfg.alpha,
             min_items=gate_cfg.min_items,
         ):
-            self.gw.gate_book.record(shaped)
+            self.gate_book.record(shaped)
             log.info("gate %s, shape %s: %s", model, shaped.shape, shaped.reason)
         return decision
 
@@ -188,12 +201,12 @@ class EvalScheduler:
     def prices(self, model: str) -> dict[str, float | None]:
         """USD per million tokens per upstream: the gate's own figures, else the price table
         (input and output averaged), else the node's measured cost for this model."""
-        cfg = self.gw.config
+        cfg = self.config
         route = cfg.models[model]
         overrides = route.gate.prices if route.gate else {}
         economics: dict[str, Any] = {}
-        if self.gw.store is not None:
-            economics = window_economics(cfg, self.gw.store, 86400.0)[2]
+        if self.store is not None:
+            economics = window_economics(cfg, self.store, 86400.0)[2]
         out: dict[str, float | None] = {}
         for name in [*route.upstreams, *shape_upstreams(cfg, model)]:
             upstream = cfg.upstream(name)
@@ -211,7 +224,7 @@ class EvalScheduler:
     async def _keep(self, results: list[ItemResult]) -> None:
         """A run's results into the store too (when there is one): the runs folder is this
         gateway's disk, which on a cluster does not outlive the pod."""
-        store = self.gw.store
+        store = self.store
         if store is None or not results:
             return
         rows = [r.to_dict() for r in results]
@@ -224,8 +237,8 @@ class EvalScheduler:
         """A round every `every_hours`, the first one interval after start. With a store, one
         round per interval across every gateway on it: each looks every minute (or each
         interval, if shorter) and the first to claim a due round (`Store.claim_round`) runs it."""
-        interval = self.gw.config.evals.every_hours * 3600
-        look = interval if self.gw.store is None else min(interval, LOOK_S)
+        interval = self.config.evals.every_hours * 3600
+        look = interval if self.store is None else min(interval, LOOK_S)
         self.first_round = time.time() + interval
         while True:
             await asyncio.sleep(look)
@@ -240,9 +253,9 @@ class EvalScheduler:
         when it ran."""
         if now < self.first_round:
             return False
-        store = self.gw.store
+        store = self.store
         if store is not None:
-            interval = self.gw.config.evals.every_hours * 3600
+            interval = self.config.evals.every_hours * 3600
             if not await asyncio.to_thread(store.claim_round, now, interval, GATEWAY_ID):
                 return False
         await self.run_once()

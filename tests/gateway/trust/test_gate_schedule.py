@@ -108,8 +108,8 @@ def test_gateways_on_one_store_run_one_round_per_interval(tmp_path: Path) -> Non
             ran.append(self.base_url)
 
     evals = SimpleNamespace(every_hours=interval / 3600)
-    gw = SimpleNamespace(config=SimpleNamespace(evals=evals), store=store)
-    one, two = (Counting(gw, name) for name in ("one", "two"))  # type: ignore[arg-type]
+    config = SimpleNamespace(evals=evals)  # the scheduler reads only [evals] here
+    one, two = (Counting(config, store, None, name) for name in ("one", "two"))  # type: ignore[arg-type]
     one.first_round = two.first_round = 1.0
 
     async def look(now: float) -> list[bool]:
