@@ -192,7 +192,7 @@ def test_a_round_changes_one_shapes_route_and_not_anothers() -> None:
         )
         with serving(cfg) as (url, app):
             gw = app.state.gateway
-            rounds = Rounds(gw, url)
+            rounds = Rounds(gw.config, gw.store, gw.gate_book, url)
             c = client(url)
 
             def where() -> dict[str, set[str]]:
