@@ -19,8 +19,11 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
+
+import uvicorn
 
 from deploy.engine import LaunchSpec
 from deploy.localmodel import ensure_hf_model, gguf_path
@@ -36,6 +39,24 @@ SERVE_OPTIONS: dict[str, Any] = {
     "proxy_headers": False,
     "timeout_graceful_shutdown": 30,
 }
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, that ends on SIGINT or SIGTERM once shut down gracefully, with status 0.
+
+    uvicorn raises a caught signal again after its shutdown (so a parent sees it); under
+    asyncio's runner that turned Ctrl-C on `plumbline up` into a cancelled lifespan task and two
+    tracebacks, and SIGTERM on `plumbline serve` into exit status -15 after a clean shutdown.
+    """
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        getattr(self, "_captured_signals", []).clear()
+
+
+def serve(app: Any, host: str, port: int) -> None:
+    """Serve `app` as `plumbline serve` and `plumbline up` do (`SERVE_OPTIONS`)."""
+    _Server(uvicorn.Config(app, host=host, port=port, **SERVE_OPTIONS)).run()
 
 
 def gateway_command(

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import uvicorn
 from typer.core import TyperGroup
 
 from gateway.config import Config, ConfigError, default_config_path, load_config
@@ -167,14 +166,13 @@ def _serve(
     path: Path | None = None,
     processes: Any = None,
 ) -> None:
-    from deploy.launch import SERVE_OPTIONS
+    from deploy.launch import serve
     from gateway.edge.app import create_app
 
-    uvicorn.run(
+    serve(
         create_app(config, config_path=path, tune_gc=True, processes=processes),
-        host=host or config.server.host,
-        port=port or config.server.port,
-        **SERVE_OPTIONS,
+        host or config.server.host,
+        port or config.server.port,
     )
 
 

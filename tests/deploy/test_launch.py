@@ -4,10 +4,13 @@ with serves like `plumbline serve` does; and the one vLLM argv builder behind CP
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from deploy.engine import LaunchSpec, vllm_args
 from deploy.launch import SERVE_OPTIONS, gateway_command
@@ -72,3 +75,37 @@ def test_gpu_args_are_the_cpu_recipe_without_eager_mode_and_kv_cache() -> None:
     kv = cpu.index("--kv-cache-memory-bytes")
     assert [a for i, a in enumerate(cpu) if a != "--enforce-eager" and i not in (kv, kv + 1)] == gpu
     assert "--enable-prompt-tokens-details" in gpu and gpu[-2:] == ["--seed", "1"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_plumbline_serve_stops_quietly_on_ctrl_c_and_sigterm(tmp_path: Path, sig: int) -> None:
+    """Ctrl-C (SIGINT) or SIGTERM ends `plumbline serve` with status 0 and no traceback: uvicorn
+    raised the signal again after its shutdown, which cancelled the lifespan task under asyncio's
+    runner and printed two tracebacks at a user who had only pressed Ctrl-C."""
+    port = free_port()
+    with running_fake() as fake:
+        config = tmp_path / "plumbline.toml"
+        config.write_text(
+            "[server]\nhealth_interval_s = 0\n\n[store]\nenabled = false\n\n"
+            f'[[upstreams]]\nname = "a"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
+            'model = "fake-model"\n\n[models.smol]\nupstreams = ["a"]\n'
+        )
+        plumbline = Path(sys.executable).parent / "plumbline"
+        argv = [str(plumbline), "serve", "--config", str(config), "--port", str(port)]
+        proc = subprocess.Popen(
+            argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        try:
+            wait_for(
+                lambda: proc.poll() is not None or _healthy(f"http://127.0.0.1:{port}/health"), 60
+            )
+            assert proc.poll() is None
+            proc.send_signal(sig)
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    said = out.decode()
+    assert proc.returncode == 0, said
+    assert "Traceback" not in said and "ERROR" not in said, said
