@@ -32,7 +32,7 @@ class ListSink:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def config_from(data: dict[str, Any]) -> Config:

@@ -6,7 +6,6 @@ it is done and two engines never compete for the cores at once.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,17 +13,11 @@ import pytest
 
 from deploy.engine import LaunchSpec
 from deploy.supervisor import Replica, Supervisor
+from tests.harness import free_port
 
 SERVED_NAME = "smol"
 CONTEXT = 2048
 STARTUP_TIMEOUT_S = 600.0  # vLLM needs ~50 s alone on 2 cores; far more when they are shared
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -28,17 +28,23 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def write_config(folder: Path, upstream: str) -> Path:
+    """A gateway config with one model, `smol`, served by the fake upstream at `upstream`."""
+    config = folder / "plumbline.toml"
+    config.write_text(
+        "[server]\nhealth_interval_s = 0\n\n[store]\nenabled = false\n\n"
+        f'[[upstreams]]\nname = "a"\nkind = "vllm"\nbase_url = "{upstream}"\n'
+        'model = "fake-model"\n\n[models.smol]\nupstreams = ["a"]\n'
+    )
+    return config
+
+
 def test_gateway_command_serves_a_chat_through_uvicorn(tmp_path: Path) -> None:
     argv = gateway_command(port := free_port())
     assert "--no-access-log" in argv and "--no-proxy-headers" in argv
     assert argv[argv.index("--timeout-graceful-shutdown") + 1] == "30"
     with running_fake() as fake:
-        config = tmp_path / "plumbline.toml"
-        config.write_text(
-            "[server]\nhealth_interval_s = 0\n\n[store]\nenabled = false\n\n"
-            f'[[upstreams]]\nname = "a"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
-            'model = "fake-model"\n\n[models.smol]\nupstreams = ["a"]\n'
-        )
+        config = write_config(tmp_path, fake.base_url)
         env = {**os.environ, "PLUMBLINE_CONFIG": str(config)}
         log = (tmp_path / "gateway.log").open("wb")
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -84,12 +90,7 @@ def test_plumbline_serve_stops_quietly_on_ctrl_c_and_sigterm(tmp_path: Path, sig
     runner and printed two tracebacks at a user who had only pressed Ctrl-C."""
     port = free_port()
     with running_fake() as fake:
-        config = tmp_path / "plumbline.toml"
-        config.write_text(
-            "[server]\nhealth_interval_s = 0\n\n[store]\nenabled = false\n\n"
-            f'[[upstreams]]\nname = "a"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
-            'model = "fake-model"\n\n[models.smol]\nupstreams = ["a"]\n'
-        )
+        config = write_config(tmp_path, fake.base_url)
         plumbline = Path(sys.executable).parent / "plumbline"
         argv = [str(plumbline), "serve", "--config", str(config), "--port", str(port)]
         proc = subprocess.Popen(

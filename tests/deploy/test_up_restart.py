@@ -21,7 +21,7 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 from openai import OpenAI
 
-from tests.deploy.conftest import free_port
+from tests.harness import free_port
 
 pytestmark = pytest.mark.slow
 PLUMBLINE = Path(sys.executable).with_name("plumbline")
