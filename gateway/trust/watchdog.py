@@ -27,8 +27,7 @@ demoting): `sampling_parity` (a provider upstream with `provider` routing but wi
 route's upstreams — whose profiles differ in enable_thinking or reasoning_effort).
 
 `gateway.ledger.health_report.report_health` reads the same flags back from the store (`plumbline
-report
-health`).
+report health`).
 """
 
 from __future__ import annotations
@@ -36,9 +35,9 @@ from __future__ import annotations
 import logging
 import re
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -49,7 +48,6 @@ from gateway.ledger.record import Record
 from gateway.ledger.truncation import cause
 
 log = logging.getLogger("plumbline.watchdog")
-Format = Literal["table", "csv", "json"]
 _SLUG = re.compile(r"[^a-z0-9]+")
 
 
@@ -204,7 +202,6 @@ class Window:
 class CheckState:
     window: Window
     tripped: bool = False
-    trips: int = 0
     last_max_tokens: list[int | None] = field(default_factory=list)
     rate: Any = None  # the (upstream, check) child of the rate gauge
 
@@ -286,7 +283,6 @@ class Watchdog:
         state.rate.set(w.rate)
         if not state.tripped and w.n >= th.min_samples and w.rate >= th.rate:
             state.tripped = True
-            state.trips += 1
             self.trips.labels(upstream, check).inc()
             self.tripped_gauge.labels(upstream, check).set(1)
             log.warning(
@@ -340,8 +336,3 @@ class Watchdog:
             )
             entry["checks"][f.check] = {"tripped": True, "detail": f.detail}
         return out
-
-
-def demote_order(names: Sequence[str], demoted: set[str] | frozenset[str]) -> list[str]:
-    """Routing's order with demoted upstreams moved behind the rest (stable)."""
-    return [n for n in names if n not in demoted] + [n for n in names if n in demoted]

@@ -18,7 +18,6 @@ from gateway.trust.watchdog import (
     Window,
     annotate,
     config_findings,
-    demote_order,
 )
 from tests.harness import config_from, running_gateway
 
@@ -186,11 +185,6 @@ def test_config_findings_parity_and_thinking() -> None:
     found = {(f.check, f.upstream) for f in config_findings(cfg)}
     assert found == {("sampling_parity", "p"), ("thinking_mismatch", "n")}
     assert config_findings(config()) == []  # require_parameters set, nothing compared
-
-
-def test_demote_order_is_stable() -> None:
-    assert demote_order(["a", "b", "c", "d"], {"b", "a"}) == ["c", "d", "a", "b"]
-    assert demote_order(["a"], set()) == ["a"]
 
 
 # ---- end to end: the sink on a running gateway (works before the tap wiring) ------------------
