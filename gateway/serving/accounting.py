@@ -8,6 +8,7 @@ same for a stream, event by event.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -15,8 +16,12 @@ import orjson
 
 from gateway.errors import MalformedStream, UpstreamStreamError
 from gateway.ledger.record import Record
+from gateway.serving.adapt import PER_MESSAGE, chat_size, token_ids
 from gateway.serving.reasoning import split_text
 from gateway.trust.capture import Capture
+
+# UTF-8 bytes a token for the estimate: between `adapt.prompt_bounds`' two divisors.
+ESTIMATE_DIVISOR = 4
 
 
 def stream_error(obj: dict[str, Any]) -> UpstreamStreamError | None:
@@ -52,39 +57,17 @@ def swap_model(raw: bytes, old: str, new: bytes) -> bytes | None:
 
 def prompt_estimate(body: dict[str, Any]) -> int:
     """Prompt tokens guessed from the request when the upstream reported none (a broken stream,
-    llama.cpp's streams): about four characters a token over the messages' (or prompt's) text,
-    and four tokens of framing a message. An estimate: the record says so (`usage_estimated`)."""
-    chars, messages = 0, body.get("messages")
-    if isinstance(messages, list):
-        for message in messages:
-            if isinstance(message, dict):
-                chars += _message_chars(message)
+    llama.cpp's streams): about four UTF-8 bytes a token over the text `prompt_bounds` counts
+    (`adapt.chat_size`, and a completions prompt's strings, a batch's summed), and
+    `adapt.PER_MESSAGE` tokens of framing a message. An estimate: the record says so
+    (`usage_estimated`)."""
     prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        chars += len(prompt)
-    elif isinstance(prompt, list):
-        if prompt and all(isinstance(t, int) for t in prompt):
-            return len(prompt)  # token ids: counted exactly
-        chars += sum(len(p) for p in prompt if isinstance(p, str))
-    if body.get("tools"):
-        chars += len(orjson.dumps(body["tools"]))
-    return max(1, -(-chars // 4)) if chars else 0
-
-
-def _message_chars(message: dict[str, Any]) -> int:
-    """A message's characters for `prompt_estimate`: its text, its tool calls, its framing."""
-    chars = 16  # role and framing
-    content = message.get("content")
-    if isinstance(content, str):
-        chars += len(content)
-    elif isinstance(content, list):
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                chars += len(part["text"])
-    for call in message.get("tool_calls") or ():
-        if isinstance(call, dict):
-            chars += len(orjson.dumps(call.get("function")))
-    return chars
+    if isinstance(prompt, list) and token_ids(prompt):
+        return len(prompt)  # token ids: counted exactly
+    size, messages = chat_size(body)
+    texts = [prompt] if isinstance(prompt, str) else prompt if isinstance(prompt, list) else []
+    size += sum(len(p.encode()) for p in texts if isinstance(p, str))
+    return math.ceil(size / ESTIMATE_DIVISOR) + PER_MESSAGE * messages
 
 
 def apply_usage(record: Record, usage: dict[str, Any]) -> None:

@@ -248,18 +248,14 @@ def prompt_bounds(body: dict[str, Any]) -> tuple[int, int]:
     """(fewest, likeliest most) prompt tokens of a request, without a tokenizer: token ids are
     counted exactly; text by its UTF-8 bytes; images are not counted."""
     if "messages" in body:
-        messages = body["messages"] if isinstance(body["messages"], list) else []
-        size = sum(_text_bytes(m) for m in messages)
-        tools = body.get("tools")
-        if tools:
-            size += len(orjson.dumps(tools))
-        extra = PER_MESSAGE * len(messages)
+        size, messages = chat_size(body)
+        extra = PER_MESSAGE * messages
         return size // LOW_DIVISOR + extra, math.ceil(size / HIGH_DIVISOR) + extra
     prompt = body.get("prompt")
-    prompts = prompt if isinstance(prompt, list) and not _ids(prompt) else [prompt]
+    prompts = prompt if isinstance(prompt, list) and not token_ids(prompt) else [prompt]
     low = high = 0
     for one in prompts:  # each prompt of a batch is its own sequence
-        if isinstance(one, list) and _ids(one):
+        if isinstance(one, list) and token_ids(one):
             low, high = max(low, len(one)), max(high, len(one))
         elif isinstance(one, str):
             size = len(one.encode())
@@ -267,7 +263,20 @@ def prompt_bounds(body: dict[str, Any]) -> tuple[int, int]:
     return low, high
 
 
-def _ids(value: list[Any]) -> bool:
+def chat_size(body: dict[str, Any]) -> tuple[int, int]:
+    """(UTF-8 bytes of a chat request's text and tools, its messages): what `prompt_bounds`
+    and accounting's `prompt_estimate` count tokens from."""
+    messages = body.get("messages")
+    messages = messages if isinstance(messages, list) else []
+    size = sum(_text_bytes(m) for m in messages)
+    tools = body.get("tools")
+    if tools:
+        size += len(orjson.dumps(tools))
+    return size, len(messages)
+
+
+def token_ids(value: list[Any]) -> bool:
+    """Whether a prompt is a list of token ids (counted exactly)."""
     return bool(value) and all(isinstance(t, int) for t in value)
 
 
