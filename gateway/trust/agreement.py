@@ -4,8 +4,8 @@ tools_same / tools_different    both, or either, made tool calls: same names and
                                 (arguments compared as parsed JSON; parallel calls in any order)
 exact / normalised / different  text answers: identical, identical after folding case,
                                 punctuation and whitespace, or neither
-verdict_same / verdict_different the request named an eval item (`x-plumbline-eval-item`)
-                                and a scorer was given: the two answers' verdicts
+verdict_same / verdict_different the mirror was given an eval item id and a scorer
+                                (`ShadowMirror`): the two answers' verdicts
 primary_failed / shadow_failed  one side has no answer to compare
 """
 
@@ -21,7 +21,6 @@ from gateway.trust.capture import ToolCall
 
 AGREE = ("exact", "normalised", "tools_same", "verdict_same")
 DIFFER = ("different", "tools_different", "verdict_different")
-FAILED = ("primary_failed", "shadow_failed")
 _PUNCT = re.compile(r"[^\w\s]")
 _SPACE = re.compile(r"\s+")
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from gateway.ledger.store import Store
 
 log = logging.getLogger("plumbline.shadow")
-ITEM_HEADER = "x-plumbline-eval-item"
+CAPTURE_CHARS = 65_536  # of a shadow's answer kept for the agreement
 
 
 # ---- budget ----------------------------------------------------------------------------------
@@ -98,7 +98,6 @@ class Pending:
     primary: Answer | None = None
     shadow: Answer | None = None
     done: bool = False
-    capture_chars: int = 65_536
     tools: list[dict[str, Any]] | None = field(default=None)
     # USD held against the daily budget until the shadow's own cost is known.
     hold_usd: float = 0.0
@@ -234,7 +233,7 @@ class ShadowMirror:
         if self._store is not None and not await self._reserve(pending, cfg, day):
             return
         upstream = self.config.upstream(cfg.upstream)
-        capture = Capture(record, pending.tools, keep_text=True, max_chars=pending.capture_chars)
+        capture = Capture(record, pending.tools, keep_text=True, max_chars=CAPTURE_CHARS)
         started = time.perf_counter()
         try:
             outcome = await self._ask(pending.model, upstream, cfg, path, body, capture)
