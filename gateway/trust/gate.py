@@ -13,9 +13,9 @@ price; with no usable evidence the best scorer keeps the traffic.
 The decision carries its evidence (scores, n, intervals, discordant counts, p-values, floor,
 prices, chosen, reason) and is kept so it is visible and survives restarts: by `GateBook` (a
 JSON file beside the config) for a gateway without a store, by `SharedGateBook` (rows) when
-there is one, so gateways sharing a store route alike. `gated_order` applies it to routing;
-`pinned_upstream` is the eval-lane pin the scheduler needs to evaluate each upstream of a route
-separately.
+there is one, so gateways sharing a store route alike. Routing puts its choice first
+(`gateway/serving/routing.py`'s `gate_first`); `pinned_upstream` is the eval-lane pin the
+scheduler needs to evaluate each upstream of a route separately.
 
 Per task shape (gateway/serving/shape.py): the eval families stand for shapes (`SHAPE_FAMILIES`:
 tools -> tools, long_context -> longctx, reasoning -> math, edit -> editformat), and
@@ -268,14 +268,6 @@ def decide_shapes(
         d = decide(model, own, floor, prices_of, alpha=alpha, min_items=min_items, now=now)
         out.append(replace(d, shape=shape))
     return out
-
-
-def gated_order(names: Sequence[str], decision: GateDecision | None) -> list[str]:
-    """Routing's candidates with the gate's choice first (unchanged without a decision)."""
-    chosen = None if decision is None else decision.chosen
-    if chosen is None or chosen not in names:
-        return list(names)
-    return [chosen, *(n for n in names if n != chosen)]
 
 
 def pinned_upstream(

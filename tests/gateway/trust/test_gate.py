@@ -11,13 +11,13 @@ import pytest
 from evals.result import ItemResult
 from evals.stats import NoiseFloor, PairingError, against_floor, pair, wilson
 from gateway.ledger.store import Store
+from gateway.serving.routing import gate_first
 from gateway.trust.gate import (
     GateBook,
     SharedGateBook,
     control_pair,
     decide,
     gate_arms,
-    gated_order,
     pinned_upstream,
 )
 
@@ -171,7 +171,7 @@ def test_gateways_on_one_store_route_by_the_same_decision(store: Store) -> None:
     assert latest.arms[0].ci == pytest.approx(wilson(160, 200))
     assert [d["decided_at"] for d in there._read()["history"]] == [2.0, 3.0]
     assert json.dumps(there.view()) == json.dumps(here.view())
-    assert gated_order(["x", "api"], latest) == ["api", "x"]
+    assert gate_first(["x", "api"], latest.chosen) == ["api", "x"]
 
 
 def test_order_pin_and_arms() -> None:
@@ -182,8 +182,8 @@ def test_order_pin_and_arms() -> None:
         {"api": 0.6, "node": 0.1},
         min_items=50,
     )
-    assert gated_order(["api", "node", "x"], d) == ["node", "api", "x"]
-    assert gated_order(["api"], None) == ["api"]
+    assert gate_first(["api", "node", "x"], d.chosen) == ["node", "api", "x"]
+    assert gate_first(["api"], None) == ["api"]
     assert pinned_upstream({"x-plumbline-upstream": "node"}, "eval", ["api", "node"]) == "node"
     assert pinned_upstream({"x-plumbline-upstream": "node"}, "prod", ["api", "node"]) is None
     assert pinned_upstream({"x-plumbline-upstream": "evil"}, "eval", ["api", "node"]) is None
