@@ -27,7 +27,7 @@ import uvicorn
 
 from deploy.engine import LaunchSpec
 from deploy.localmodel import ensure_hf_model, gguf_path
-from deploy.supervisor import Replica, Supervisor, backend_lines
+from deploy.supervisor import Replica, Supervisor, backend_lines, replica_name
 from gateway.config import Config, Upstream
 
 SERVE_OPTIONS: dict[str, Any] = {
@@ -150,11 +150,6 @@ class LocalEngines:
             self.supervisor.unsubscribe(renamed)
 
 
-def replica_name(spec: LaunchSpec) -> str:
-    """The supervisor's name of `spec`'s replica (`deploy.supervisor.Replica.name`)."""
-    return f"{spec.served_model_name}@{spec.port}"
-
-
 def launched(config: Config) -> list[Upstream]:
     return [u for u in config.upstreams if u.launch is not None]
 
@@ -186,10 +181,7 @@ def launch_local(
     if not upstreams:
         yield LocalEngines(supervisor, names)
         return
-    echo(
-        "plumbline: starting "
-        + ", ".join(f"{s.engine} {s.served_model_name}@{s.port}" for s in specs)
-    )
+    echo("plumbline: starting " + ", ".join(f"{s.engine} {replica_name(s)}" for s in specs))
     with supervisor as replicas:
         for replica in replicas:
             seconds = supervisor.startup_seconds.get(replica.name, 0.0)

@@ -57,6 +57,11 @@ class EngineStartError(RuntimeError):
         self.log_tail = log_tail
 
 
+def replica_name(spec: LaunchSpec) -> str:
+    """The name of `spec`'s replica in messages, states and logs: served model name and port."""
+    return f"{spec.served_model_name}@{spec.port}"
+
+
 @dataclass
 class Replica:
     """One running engine process and where its output goes."""
@@ -67,8 +72,7 @@ class Replica:
 
     @property
     def name(self) -> str:
-        """A label for messages: served model name and port."""
-        return f"{self.spec.served_model_name}@{self.spec.port}"
+        return replica_name(self.spec)
 
     @property
     def base_url(self) -> str:
