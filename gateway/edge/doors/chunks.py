@@ -3,11 +3,13 @@
 The relay hands a translator whole events (`data: {...}`, `data: [DONE]`, comments, or an OpenAI
 error event when the upstream broke mid-stream). `ChatEvents` keeps a buffer anyway, so a block
 boundary inside an event is harmless, and yields one `Event` per SSE event. `Piece` is what one
-chunk's first choice carried, in the shape every door needs.
+chunk's first choice carried, in the shape every door needs. `ChatStream` is the feed loop both
+doors' translators share.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +59,49 @@ class ChatEvents:
             return []
         self._buffer = data[cut + 2 :]
         return [e for raw in data[:cut].split(b"\n\n") if (e := _event(raw)) is not None]
+
+
+class ChatStream(ABC):
+    """A door's stream translator: SSE comments (keep-alives) pass through, also after the end;
+    the door's opening events come before its first other event; a chunk's `Piece`, the end
+    (`[DONE]`) and an error each go to the door; events after the door's last are dropped."""
+
+    def __init__(self) -> None:
+        self._events = ChatEvents()
+        self._started = self._ended = False
+
+    def feed(self, block: bytes) -> bytes:
+        out: list[bytes] = []
+        for event in self._events.feed(block):
+            if event.kind == "comment":
+                out.append(event.raw + b"\n\n")
+                continue
+            if self._ended:
+                continue
+            if not self._started:
+                out += self._start()
+            if event.kind == "chunk":
+                out += self._piece(piece_of(event.data))
+            elif event.kind == "done":
+                out += self._done()
+            else:
+                out += self._failed(event.data.get("error") or {})
+        return b"".join(out)
+
+    @abstractmethod
+    def _start(self) -> list[bytes]:
+        """The stream's opening events; sets `_started`."""
+
+    @abstractmethod
+    def _piece(self, piece: Piece) -> list[bytes]: ...
+
+    @abstractmethod
+    def _done(self) -> list[bytes]:
+        """The events of the stream's end; sets `_ended`."""
+
+    @abstractmethod
+    def _failed(self, error: dict[str, Any]) -> list[bytes]:
+        """The events of a failed stream, from an OpenAI error object; sets `_ended`."""
 
 
 def _event(raw: bytes) -> Event | None:

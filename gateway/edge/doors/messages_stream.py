@@ -17,22 +17,21 @@ from typing import Any
 
 import orjson
 
-from gateway.edge.doors.chunks import ChatEvents, Piece, piece_of, record_usage, sse
+from gateway.edge.doors.chunks import ChatStream, Piece, record_usage, sse
 from gateway.edge.doors.messages import render, stop_of, usage_of
 from gateway.edge.doors.messages_request import Translation, client_id
 from gateway.ledger.record import Record
 
 
-class MessagesTranslator:
+class MessagesTranslator(ChatStream):
     def __init__(
         self, request: dict[str, Any], record: Record, translation: Translation | None = None
     ):
+        super().__init__()
         self.request = request
         self.record = record
         self.translation = translation or Translation(chat={})
         self.mid = "msg_" + os.urandom(12).hex()
-        self._events = ChatEvents()
-        self._started = self._ended = False
         self._index = -1  # index of the last block opened
         self._open: str | None = None  # type of the open block
         self._tools: dict[int, int] = {}  # chat tool-call index -> block index
@@ -43,28 +42,6 @@ class MessagesTranslator:
     def whole(self, chat: dict[str, Any]) -> bytes:
         chat = {**chat, "usage": record_usage(self.record)}
         return orjson.dumps(render(chat, self.request, self.mid, self.translation))
-
-    def feed(self, block: bytes) -> bytes:
-        out: list[bytes] = []
-        for event in self._events.feed(block):
-            if event.kind == "comment":
-                out.append(event.raw + b"\n\n")
-                continue
-            if self._ended:
-                continue
-            if not self._started:
-                out += self._start()
-            if event.kind == "chunk":
-                out += self._piece(piece_of(event.data))
-            elif event.kind == "done" and self._finish is None:
-                # Ended without a finish reason: the answer is cut short, not complete.
-                out += self._failed({"message": "the upstream ended the stream mid-answer"})
-            elif event.kind == "done":
-                out += self._close()
-                out += self._finished()
-            else:
-                out += self._failed(event.data.get("error") or {})
-        return b"".join(out)
 
     # -- events ----------------------------------------------------------------------------
     def _start(self) -> list[bytes]:
@@ -137,7 +114,11 @@ class MessagesTranslator:
         self._open = None
         return [sse("content_block_stop", {"type": "content_block_stop", "index": self._index})]
 
-    def _finished(self) -> list[bytes]:
+    def _done(self) -> list[bytes]:
+        if self._finish is None:
+            # Ended without a finish reason: the answer is cut short, not complete.
+            return self._failed({"message": "the upstream ended the stream mid-answer"})
+        out = self._close()
         self._ended = True
         reason, sequence = stop_of(
             self._finish, self._stop_reason, self.request.get("stop_sequences") or []
@@ -150,6 +131,7 @@ class MessagesTranslator:
         if self.translation.applied_edits:
             delta["context_management"] = {"applied_edits": self.translation.applied_edits}
         return [
+            *out,
             sse("message_delta", delta),
             sse("message_stop", {"type": "message_stop"}),
         ]

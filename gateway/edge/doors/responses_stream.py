@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from gateway.edge.doors.chunks import ChatEvents, Piece, ToolDelta, piece_of, record_usage, sse
+from gateway.edge.doors.chunks import ChatStream, Piece, ToolDelta, record_usage, sse
 from gateway.edge.doors.response_object import (
     call_item,
     logprobs_of,
@@ -42,7 +42,7 @@ from gateway.ledger.record import Record
 HEARTBEAT_S = 15.0
 
 
-class ResponsesTranslator:
+class ResponsesTranslator(ChatStream):
     def __init__(
         self,
         request: dict[str, Any],
@@ -53,6 +53,7 @@ class ResponsesTranslator:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ):
+        super().__init__()
         self.request = request
         self.chat_body = chat_body
         self.record = record
@@ -63,9 +64,7 @@ class ResponsesTranslator:
         self._last = clock()
         self.rid = "resp_" + os.urandom(12).hex()
         self.created = int(time.time())
-        self._events = ChatEvents()
         self._seq = 0
-        self._started = self._ended = False
         self._output: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
         self._text = ""
@@ -93,26 +92,6 @@ class ResponsesTranslator:
                 write(b"".join(self._start()))
             else:
                 write(self._emit("response.in_progress", response=self._response("in_progress")))
-
-    def feed(self, block: bytes) -> bytes:
-        out: list[bytes] = []
-        for event in self._events.feed(block):
-            if event.kind == "comment":
-                out.append(event.raw + b"\n\n")
-                continue
-            if self._ended:
-                continue
-            if not self._started:
-                out += self._start()
-            if event.kind == "chunk":
-                out += self._piece(piece_of(event.data))
-            elif event.kind == "done":
-                out += self._close()
-                out.append(self._finished())
-            else:
-                out += self._close()
-                out += self._failed(event.data.get("error") or {})
-        return b"".join(out)
 
     # -- events ----------------------------------------------------------------------------
     def _emit(self, kind: str, **fields: Any) -> bytes:
@@ -291,12 +270,17 @@ class ResponsesTranslator:
         self._open = None
         return out
 
-    def _finished(self) -> bytes:
+    def _done(self) -> list[bytes]:
+        out = self._close()
         self._ended = True
         usage = usage_of(record_usage(self.record))
-        return self._emit("response.completed", response=self._response("completed", usage))
+        return [
+            *out,
+            self._emit("response.completed", response=self._response("completed", usage)),
+        ]
 
     def _failed(self, error: dict[str, Any]) -> list[bytes]:
+        out = self._close()
         self._ended = True
         message = error.get("message") or "the upstream failed mid-stream"
         code = error.get("code") or "upstream_failed"
@@ -304,6 +288,7 @@ class ResponsesTranslator:
             code = "context_length_exceeded"
         failure = {"code": code, "message": message}
         return [
+            *out,
             self._emit("error", code=code, message=message, param=None),
             self._emit("response.failed", response=self._response("failed", error=failure)),
         ]
