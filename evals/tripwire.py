@@ -26,39 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.trust.degeneration import (
-    MIN_DISTINCT_RATIO,
-    MIN_NGRAM_TOKENS,
-    NGRAM,
-    REPEAT_FRACTION,
-    WINDOW,
-    Degeneration,
-    degeneration,
-    min_distinct_ratio,
-    repeated_ngram_fraction,
-    reply_degeneration,
-    tokens,
-)
-
-__all__ = [
-    "MIN_DISTINCT_RATIO",
-    "MIN_NGRAM_TOKENS",
-    "NGRAM",
-    "REPEAT_FRACTION",
-    "WINDOW",
-    "Degeneration",
-    "Prompt",
-    "PromptResult",
-    "TripwireReport",
-    "contains",
-    "degeneration",
-    "judge",
-    "min_distinct_ratio",
-    "repeated_ngram_fraction",
-    "reply_degeneration",
-    "run_tripwire",
-    "tokens",
-]
+from gateway.trust.degeneration import degeneration
 
 Verdict = Literal["ok", "degenerate", "wrong"]
 

@@ -85,7 +85,7 @@ def score(item: Item, reply: Reply) -> Verdict:
 
     Collapse is checked first: a model looping until the cap is degenerate, not merely truncated.
     """
-    from evals.tripwire import reply_degeneration
+    from gateway.trust.degeneration import reply_degeneration
 
     collapse = reply_degeneration(reply.content, reply.reasoning)
     if collapse is not None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from evals.families.ifeval_instructions import KINDS, conflicts, describe
 from evals.item import Item, Reply, Verdict
-from evals.tripwire import reply_degeneration
+from gateway.trust.degeneration import reply_degeneration
 
 NAME = "ifeval"
 PARTS = ("strict", "loose")

@@ -1,7 +1,7 @@
 """The collapse detector: does a reply repeat itself instead of saying something?
 
 The watchdog reads it on sampled live answers (`gateway/trust/capture.py`), the eval suite on
-every scored reply and on the corruption tripwire (`evals/tripwire.py`, which re-exports it); it
+every scored reply and on the corruption tripwire (`evals/tripwire.py`); it
 lives here, in the gateway, because it is on the serving path and needs nothing but `re`.
 
 `degeneration` looks for collapse, not for bad answers. Text is split into

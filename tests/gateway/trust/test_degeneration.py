@@ -1,0 +1,54 @@
+"""The collapse detector (`gateway/trust/degeneration.py`): planted collapse is caught, healthy
+text of every shape passes."""
+
+import pytest
+
+from gateway.trust.degeneration import degeneration, tokens
+
+LOOP = "I think the answer is Paris, the capital of France. " * 8
+
+DEGENERATE = {
+    "bangs": "!" * 40,
+    "short bangs": "!!!!",
+    "number run": "111 222 333 444",
+    "long number run": "The result is "
+    + " ".join(str(d) * 3 for d in [1, 2, 3, 4, 5, 6, 7, 8, 9] * 3),
+    "counting": " ".join(str(n) for n in range(12, 60)),
+    "sentence loop": LOOP,
+    "word loop": "the " * 80,
+    "healthy start then loop": "Paris is the capital of France. " + "and and and so on " * 30,
+    "digits glued": "1" * 30,
+    "punctuation soup": ". , ; : ? ! ( ) . , ;",
+}
+
+HEALTHY = {
+    "paris": "The capital of France is Paris.",
+    "prose": (
+        "The ocean covers most of the surface of our planet and holds almost all of its water. "
+        "Its currents carry heat from the tropics towards the poles, shaping the weather on "
+        "every continent, while the tides follow the pull of the moon. Scientists still know "
+        "more about the surface of Mars than about the deepest trenches of the Pacific, where "
+        "strange animals live in complete darkness under enormous pressure."
+    ),
+    "code": "def double(x):\n    return x * 2\n\n\ndef triple(x):\n    return x * 3\n",
+    "table": "| planet | moons |\n|--------|-------|\n| Mars | 2 |\n| Earth | 1 |\n" + "=" * 16,
+    "numbered list": "1. Red\n2. Blue\n3. Yellow",
+    "years": "Apollo 11 landed in 1969, and the Berlin Wall fell in 1989.",
+    "number": "42",
+    "phone-like": "Call 555 0100 or 555 0199.",
+    "empty": "",
+}
+
+
+@pytest.mark.parametrize("name", DEGENERATE)
+def test_detector_catches_planted_collapse(name: str) -> None:
+    assert degeneration(DEGENERATE[name]) is not None, name
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_detector_passes_healthy_text(name: str) -> None:
+    assert degeneration(HEALTHY[name]) is None, degeneration(HEALTHY[name])
+
+
+def test_numbers_become_digit_patterns() -> None:
+    assert tokens("111 222 123!") == ["#aaa", "#aaa", "#abc", "!"]
