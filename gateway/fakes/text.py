@@ -33,13 +33,9 @@ _PIECE = re.compile(
 )
 
 
+@lru_cache(maxsize=1)
 def pieces() -> tuple[str, ...]:
     """The passage as token-like pieces; joined, they are the passage again."""
-    return _pieces()
-
-
-@lru_cache(maxsize=1)
-def _pieces() -> tuple[str, ...]:
     out = tuple(_PIECE.findall(PASSAGE))
     assert "".join(out) == PASSAGE, "the piece pattern must cover the whole passage"
     return out
@@ -48,5 +44,5 @@ def _pieces() -> tuple[str, ...]:
 @lru_cache(maxsize=64)
 def realistic_words(tokens: int) -> tuple[str, ...]:
     """`tokens` pieces of the passage, cycling through it."""
-    all_pieces = _pieces()
+    all_pieces = pieces()
     return tuple(all_pieces[i % len(all_pieces)] for i in range(tokens))
