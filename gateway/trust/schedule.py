@@ -13,8 +13,7 @@ concurrency cap, so production traffic never queues behind it. Runs are written 
 Several gateways on one store (several workers, or several nodes on PostgreSQL) run one round
 per interval between them, not one each: a round is claimed in the store first, and the decision
 it reaches is a row every gateway routes by (`gateway.trust.gate.SharedGateBook`). Each run's
-results
-are kept in the store as well (`eval_results`), for `plumbline eval report --from-store`.
+results are kept in the store as well (`eval_results`), for `plumbline eval report --from-store`.
 
 The eval suite is the `[evals]` extra and loads only when a round runs, never with the gateway. A
 gateway configured with rounds but without the extra says so at start (`missing`, logged as an
@@ -168,11 +167,13 @@ class EvalScheduler:
             )
         except PairingError as e:
             log.warning("gate %s: no usable control pair (%s)", model, e)
+        # Read once, off the event loop: with a store the node's cost is a query of its ledger.
+        prices = await asyncio.to_thread(self.prices, model)
         decision = decide(
             model,
             primary,
             controls or None,
-            self.prices(model),
+            prices,
             alpha=gate_cfg.alpha,
             min_items=gate_cfg.min_items,
         )
@@ -183,7 +184,7 @@ class EvalScheduler:
             shape_candidates(self.config, model, SHAPE_FAMILIES),
             primary,
             (control, primary.get(control, []), by_label.get(control_label, [])),
-            self.prices(model),
+            prices,
             alpha=gate_cfg.alpha,
             min_items=gate_cfg.min_items,
         ):
