@@ -16,9 +16,10 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from deploy.engine import LaunchSpec
+from deploy.engine import LaunchSpec, health_paths
 from deploy.supervisor import (
     EngineStartError,
     Replica,
@@ -66,6 +67,9 @@ def test_wait_healthy_returns_once_the_health_paths_answer(
 ) -> None:
     replicas.append(run(fake_spec(port), http_server(site, port), tmp_path / "a.log"))
     assert wait_healthy(replicas[0], timeout=30, interval=0.1) >= 0
+    root = replicas[0].base_url.removesuffix("/v1")  # it returned: each path answers now
+    for path in health_paths(replicas[0].spec):
+        assert httpx.get(root + path, timeout=5).status_code == 200
 
 
 def test_wait_healthy_needs_every_path(
