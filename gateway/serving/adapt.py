@@ -156,9 +156,17 @@ class Adapted:
         record.params_hash = self.params_hash
 
 
-def adapt(body: dict[str, Any], upstream: Upstream, window: int | None, complete: bool) -> Adapted:
+def adapt(
+    body: dict[str, Any],
+    upstream: Upstream,
+    window: int | None,
+    complete: bool,
+    bounds: tuple[int, int] | None = None,
+) -> Adapted:
     """`body` as `upstream` can serve it (a copy; `body` is not changed). `complete`: the route
-    has a profile, so a local engine gets every sampling parameter written out. Raises `Unfit`."""
+    has a profile, so a local engine gets every sampling parameter written out. `bounds`: the
+    body's `prompt_bounds` where the caller has them (adapting leaves the prompt as it is).
+    Raises `Unfit`."""
     out = dict(body)
     if "repeat_penalty" in out:  # llama.cpp's name, said by a client: one name from here on
         said = out.pop("repeat_penalty")
@@ -170,7 +178,9 @@ def adapt(body: dict[str, Any], upstream: Upstream, window: int | None, complete
         for key, value in NEUTRAL.items():
             if out.get(key) is None:
                 out[key] = value
-    clamped = _clamp(out, upstream, window) if window is not None else None
+    clamped = None
+    if window is not None:
+        clamped = _clamp(out, upstream, window, bounds or prompt_bounds(out))
     digest = params_hash(out, defaults=table_of(upstream))
     return Adapted(out, tuple(stripped), clamped, digest)
 
@@ -215,9 +225,12 @@ def _nothing(value: Any) -> bool:
     return value is None or value is False or (isinstance(value, list | dict | str) and not value)
 
 
-def _clamp(out: dict[str, Any], upstream: Upstream, window: int) -> str | None:
-    """Refuse a prompt certainly over `window`; clamp (in place) a cap that cannot fit."""
-    low, high = prompt_bounds(out)
+def _clamp(
+    out: dict[str, Any], upstream: Upstream, window: int, bounds: tuple[int, int]
+) -> str | None:
+    """Refuse a prompt certainly over `window` (`bounds`: its `prompt_bounds`); clamp (in place)
+    a cap that cannot fit."""
+    low, high = bounds
     if low >= window:
         raise ContextExceeded(
             f"prompt is too long: {low} tokens > {window} maximum (at least {low} tokens by the "
@@ -307,7 +320,8 @@ def adapt_call(
     if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
         return None
     complete = config.profile_for(call.model) is not None
-    return adapt(call.body, upstream, config.upstream_window(upstream, learned), complete)
+    window = config.upstream_window(upstream, learned)
+    return adapt(call.body, upstream, window, complete, call.bounds)
 
 
 def capability_markdown() -> str:

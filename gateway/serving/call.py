@@ -40,6 +40,9 @@ class Call:
     native: dict[str, Any] | None = None
     # Eval lane only: the upstream named by `x-plumbline-upstream` (gateway/trust/gate.py).
     pin: str | None = None
+    # The prompt's `adapt.prompt_bounds`, counted once by dispatch (routing, the shape and each
+    # attempt's window check read it; none of them changes the messages).
+    bounds: tuple[int, int] | None = None
 
     @property
     def chat(self) -> bool:

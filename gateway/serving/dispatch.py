@@ -142,6 +142,7 @@ class Dispatcher:
         base = self.config.models[call.model]
         embeddings = call.path == "/embeddings"
         estimate = (0, 0) if embeddings else prompt_bounds(call.body)
+        call.bounds = estimate
         own = [w for n in base.upstreams if (w := self.window(n)) is not None]
         shapes = base.shapes
         call.record.shape = classify(

@@ -132,6 +132,17 @@ def test_a_prompt_certainly_over_the_window_is_refused() -> None:
     assert prompt_bounds({"prompt": [[1, 2], [1, 2, 3]]}) == (3, 3)
 
 
+def test_the_window_check_reads_the_bounds_dispatch_counted() -> None:
+    """Dispatch counts a prompt once (`Call.bounds`); adapt's window check reads that count."""
+    body = {"model": "x", "messages": HI, "max_tokens": 500}
+    assert adapt(body, upstream("vllm"), 1024, True).clamped is None
+    counted = adapt(body, upstream("vllm"), 1024, True, prompt_bounds(body))
+    assert counted.body == adapt(body, upstream("vllm"), 1024, True).body
+    assert adapt(body, upstream("vllm"), 1024, True, (10, 900)).clamped == "max_tokens=500->124"
+    with pytest.raises(ContextExceeded, match="1024 tokens > 1024 maximum"):
+        adapt(body, upstream("vllm"), 1024, True, (1024, 2048))
+
+
 def test_each_strip_is_logged_once_per_upstream_and_field(caplog: pytest.LogCaptureFixture) -> None:
     body = {"model": "x", "messages": HI, "min_tokens": 3}
     quiet = upstream("openai", headers={"x-once": "1"})
