@@ -26,35 +26,25 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from evals.result import ItemResult
 from evals.stats import Summary, summarise
 
 if TYPE_CHECKING:
-    from gateway.config import Config
+    from gateway.config import Config, Node
 
 MILLION = 1_000_000
 
 
-class NodeLike(Protocol):
-    """What pricing reads of a node (`gateway.config.Node`'s figures)."""
-
-    @property
-    def cost_per_hour(self) -> float: ...
-
-    @property
-    def utilisation(self) -> float: ...
-
-
-def node_map(config: Config) -> tuple[dict[str, str], dict[str, NodeLike]]:
+def node_map(config: Config) -> tuple[dict[str, str], dict[str, Node]]:
     """(upstream -> node, node -> its [nodes.NAME] figures) from a gateway config."""
     node_of = {u.name: u.node for u in config.upstreams if u.node}
     return node_of, dict(config.nodes)
 
 
 def price_nodes(
-    results: Sequence[ItemResult], node_of: Mapping[str, str], nodes: Mapping[str, NodeLike]
+    results: Sequence[ItemResult], node_of: Mapping[str, str], nodes: Mapping[str, Node]
 ) -> list[ItemResult]:
     """`results` with a node-hours cost on every unpriced item a node's upstream answered
     (with its timing known); every other item unchanged (see the module doc)."""
@@ -72,7 +62,7 @@ def price_nodes(
             (out[i].started or 0.0, (out[i].started or 0.0) + (out[i].latency_s or 0.0))
             for i in idxs
         )
-        usd = hours * active_hour_cost(nodes[node])  # type: ignore[arg-type]
+        usd = hours * active_hour_cost(nodes[node])
         weights = [(out[i].prompt_tokens or 0) + (out[i].output_tokens or 0) for i in idxs]
         total = sum(weights)
         for i, w in zip(idxs, weights, strict=True):

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from evals.cost import arm_costs, frontier, price_nodes
 from evals.result import ItemResult
-
-
-@dataclass
-class Node:
-    cost_per_hour: float
-    utilisation: float = 1.0
+from gateway.config import Node
 
 
 def item(i: int, upstream: str, started: float, latency: float, out: int, **kw: object):
@@ -35,7 +28,7 @@ def test_node_items_share_the_busy_hours_of_their_node_by_tokens() -> None:
         item(4, "elsewhere", 0.0, 10.0, 100),
     ]
     priced = price_nodes(
-        results, {"gpu-a": "box", "gpu-b": "box"}, {"box": Node(8.0, utilisation=0.5)}
+        results, {"gpu-a": "box", "gpu-b": "box"}, {"box": Node(cost_per_hour=8.0, utilisation=0.5)}
     )
     assert [r.cost for r in priced[:3]] == pytest.approx([3.0, 3.0, 6.0])
     assert {r.cost_basis for r in priced[:3]} == {"node-hours"}
