@@ -20,6 +20,7 @@ from starlette.responses import Response
 
 from gateway.config import Config, Upstream
 from gateway.edge.doors import protocol_messages
+from gateway.edge.doors.messages_edits import tokens
 from gateway.edge.doors.messages_request import chat_request
 from gateway.errors import ModelNotFound
 from gateway.serving.pool import UpstreamState
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 
 HEADER = "x-plumbline-token-count"
 TIMEOUT_S = 10.0
-BYTES_PER_TOKEN = 4
 
 
 async def count(
@@ -58,7 +58,7 @@ async def count(
     names = config.models[model].names
     n, how = await _tokenized([upstreams[name] for name in names], states, wire, chat)
     if n is None:
-        n = len(orjson.dumps([chat["messages"], chat.get("tools")])) // BYTES_PER_TOKEN
+        n = tokens([chat["messages"], chat.get("tools")])  # the context edits' estimate
         how = "estimate"
     return Response(
         orjson.dumps({"input_tokens": n}), media_type="application/json", headers={HEADER: how}
