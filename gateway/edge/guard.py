@@ -9,10 +9,9 @@ generation paths get the same guard in front of the edge (`gateway.edge.fastpath
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
 import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.edge.access import (
     CURRENT_TICKET,
@@ -31,12 +30,6 @@ from gateway.errors import (
     RateLimited,
     Unauthorized,
 )
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _role_needed(path: str, access: Access) -> tuple[str, ...] | None:
