@@ -272,7 +272,7 @@ def create_app(
         if isinstance(route, APIRoute) and route.path in HOT_PATHS and "POST" in route.methods
     }
     limits = {"max_body_bytes": s.max_body_bytes, "max_header_bytes": s.max_header_bytes}
-    app.front = AccessGuard(Edge(app.rest, routes=hot), access, **limits)
+    app.front = AccessGuard(Edge(hot), access, **limits)
     app.hot = frozenset(hot)
     app.add_middleware(AccessGuard, access=access, **limits)
 

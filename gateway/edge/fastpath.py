@@ -5,8 +5,8 @@ middleware and the per-route wrappers of Starlette buy nothing on them, yet each
 `send` again, so every streamed block paid for all of them. `Edge` sits inside the access guard
 and serves `POST` on those paths itself: it calls the handler, renders a `GatewayError` (or an
 unexpected exception) as the OpenAI error envelope, and lets the response answer (a relayed
-stream writes straight to the server's `send`, `gateway/serving/stream_relay.py`). Everything else
-goes on to the full application (`GatewayApp`), whose errors the handlers of
+stream writes straight to the server's `send`, `gateway/serving/stream_relay.py`). `GatewayApp`
+sends everything else on to the full application, whose errors the handlers of
 `install_error_handlers` render the same way.
 """
 
@@ -34,21 +34,14 @@ def error_response(error: GatewayError) -> Response:
 
 
 class Edge:
-    def __init__(self, app: ASGIApp, routes: dict[str, Handler]):
-        self.app = app
+    """Serves a `POST` on one of `routes` (`GatewayApp` sends it no other request)."""
+
+    def __init__(self, routes: dict[str, Handler]):
         self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            handler = self.routes.get(scope["path"])
-            if handler is not None:
-                await self._serve(handler, scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-    async def _serve(self, handler: Handler, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            response = await handler(Request(scope, receive))
+            response = await self.routes[scope["path"]](Request(scope, receive))
         except GatewayError as e:
             response = error_response(e)
         except Exception:
@@ -80,9 +73,6 @@ class GatewayApp(FastAPI):
             scope["app"] = self
             await self.front(scope, receive, send)
             return
-        await super().__call__(scope, receive, send)
-
-    async def rest(self, scope: Scope, receive: Receive, send: Send) -> None:
         await super().__call__(scope, receive, send)
 
 
