@@ -353,7 +353,6 @@ def test_a_slow_client_gets_the_whole_stream_and_holds_back_its_upstream(
     from the upstream while the client's socket is full (no buffer grows without bound), and
     every token still arrives, in order, once the client reads."""
     import socket
-    import time
 
     from gateway.serving.wire import Connection
 
@@ -380,7 +379,6 @@ def test_a_slow_client_gets_the_whole_stream_and_holds_back_its_upstream(
                 % (len(body), body)
             )
             wait_for(lambda: pauses, timeout=20)  # the client has read nothing yet
-            time.sleep(0.2)
             received = bytearray()
             while chunk := sock.recv(1 << 16):
                 received += chunk
