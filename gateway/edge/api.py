@@ -116,16 +116,19 @@ async def model(request: Request, model: str) -> Response:
 async def health(request: Request) -> Response:
     gw = request.app.state.gateway
     upstreams = {
-        name: {"healthy": st.healthy, "inflight": st.inflight, "cooling": st.cooling_until > 0}
+        name: {
+            "healthy": st.healthy,
+            "inflight": st.inflight,
+            "cooling": st.cooling_until > 0,
+            "demoted": st.demoted,
+            # Which gateways' watchdogs demote it: this one, and others on the same store.
+            "demoted_by": gw.demotions.by(name),
+            "engine": gw.engines.known.get(name),
+            # The engine process `plumbline up` supervises: state, restarts, last exit status.
+            "process": gw.engine_view(name),
+        }
         for name, st in gw.pool.states.items()
     }
-    for name, st in gw.pool.states.items():
-        upstreams[name]["demoted"] = st.demoted
-        # Which gateways' watchdogs demote it: this one, and others on the same store.
-        upstreams[name]["demoted_by"] = gw.demotions.by(name)
-        upstreams[name]["engine"] = gw.engines.known.get(name)
-        # The engine process `plumbline up` supervises: state, restarts, last exit status.
-        upstreams[name]["process"] = gw.engine_view(name)
     body = {
         "status": "ok",
         "upstreams": upstreams,
