@@ -65,7 +65,3 @@ class PrefixIndex:
             self._owners.move_to_end(key)
         while len(self._owners) > self.capacity:
             self._owners.popitem(last=False)
-
-    def forget_upstream(self, upstream: str) -> None:
-        for key in [k for k, v in self._owners.items() if v == upstream]:
-            del self._owners[key]
