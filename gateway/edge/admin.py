@@ -6,8 +6,7 @@ guard put in the request state), so a gateway wired without the guard refuses in
     GET    /admin/keys             every key (config and store), never a hash or a plaintext
     POST   /admin/keys             create a store key; the answer holds its plaintext, once
     DELETE /admin/keys/{id}        revoke a store key
-    POST   /admin/reload           re-read the config file's [access] section (and the rest, when
-                                   the gateway offers `reload`)
+    POST   /admin/reload           re-read the config file's [access] section
     GET    /admin/report?since=24h the cost report as JSON
 """
 
@@ -116,11 +115,7 @@ async def reload(request: Request, access: AdminAccess) -> Response:
     except ConfigError as e:
         raise BadRequest(f"The config was not reloaded: {e}") from None
     access.reload(config.access)
-    gw = getattr(request.app.state, "gateway", None)
-    whole = callable(getattr(gw, "reload", None))
-    if whole:
-        await gw.reload(config)  # type: ignore[union-attr]
-    return _json({"reloaded": "all" if whole else "access", "keys": len(config.access.keys)})
+    return _json({"reloaded": "access", "keys": len(config.access.keys)})
 
 
 @router.get("/report")
