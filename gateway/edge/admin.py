@@ -73,7 +73,7 @@ async def create_key(request: Request, access: AdminAccess) -> Response:
         body = orjson.loads(await request.body())
     except orjson.JSONDecodeError as e:
         raise BadRequest(f"The request body is not valid JSON: {e}") from None
-    spec: NewKey = validate(NewKey, body)  # type: ignore[assignment]
+    spec = validate(NewKey, body)
     if not access.config.store_keys:
         raise Conflict("Store keys are off: set [access] store_keys = true to create keys here.")
     gw = getattr(request.app.state, "gateway", None)

@@ -7,7 +7,7 @@ gateway release. Handlers validate the parsed dict and keep relaying the dict it
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
@@ -81,7 +81,10 @@ class EmbeddingRequest(_Open):
     dimensions: int | None = Field(None, ge=1)
 
 
-def validate(model: type[BaseModel], body: Any) -> BaseModel:
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], body: Any) -> M:
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     try:
