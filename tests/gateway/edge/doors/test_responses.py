@@ -415,7 +415,7 @@ def test_inspect_ai_runs_through_both_openai_providers(
     fake: FakeHandle, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     """inspect-ai's `openai/` provider speaks Responses, `openai-api/` chat completions."""
-    inspect_ai = pytest.importorskip("inspect_ai")
+    import inspect_ai  # a test dependency: missing, a failure (never a skip)
     from inspect_ai.dataset import Sample
     from inspect_ai.scorer import includes
     from inspect_ai.solver import generate
