@@ -7,7 +7,7 @@ models in `protocol` validate the parsed dict, which is then relayed as is.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import APIRouter
@@ -18,6 +18,9 @@ from starlette.responses import Response
 from gateway.config import Config
 from gateway.edge.protocol import ChatRequest, CompletionRequest, EmbeddingRequest, validate
 from gateway.edge.request import call_of, read_json, route_of, watch
+
+if TYPE_CHECKING:
+    from gateway.edge.app import Gateway
 
 router = APIRouter()
 
@@ -114,7 +117,11 @@ async def model(request: Request, model: str) -> Response:
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    gw = request.app.state.gateway
+    return Response(orjson.dumps(health_of(request.app.state.gateway)), media_type=JSON)
+
+
+def health_of(gw: Gateway) -> dict[str, Any]:
+    """`/health`'s document: every upstream's live state, the watchdog's, the gate's."""
     upstreams = {
         name: {
             "healthy": st.healthy,
@@ -129,13 +136,12 @@ async def health(request: Request) -> Response:
         }
         for name, st in gw.pool.states.items()
     }
-    body = {
+    return {
         "status": "ok",
         "upstreams": upstreams,
         "watchdog": gw.watchdog.snapshot(),
         "gate": gw.gate_book.view(),
     }
-    return Response(orjson.dumps(body), media_type=JSON)
 
 
 @router.get("/metrics")

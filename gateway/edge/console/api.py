@@ -79,7 +79,7 @@ async def asset(name: str) -> Response:
 async def upstreams(request: Request, window: str = "24h") -> Response:
     gw = request.app.state.gateway
     window = panels.window_of(window)
-    health = orjson.loads((await openai_api.health(request)).body)
+    health = openai_api.health_of(gw)
     doc = await asyncio.to_thread(
         panels.upstreams, gw.config, gw.store, health, window, time.time()
     )
