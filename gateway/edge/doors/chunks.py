@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from gateway.serving.tap import cut_events
+
 
 @dataclass(slots=True)
 class Event:
@@ -52,13 +54,10 @@ class ChatEvents:
         self._buffer = b""
 
     def feed(self, block: bytes) -> list[Event]:
-        data = (self._buffer + block).replace(b"\r\n", b"\n")
-        cut = data.rfind(b"\n\n")
-        if cut < 0:
-            self._buffer = data
+        whole, self._buffer = cut_events(self._buffer, block)
+        if not whole:
             return []
-        self._buffer = data[cut + 2 :]
-        return [e for raw in data[:cut].split(b"\n\n") if (e := _event(raw)) is not None]
+        return [e for raw in whole[:-2].split(b"\n\n") if (e := _event(raw)) is not None]
 
 
 class ChatStream(ABC):
