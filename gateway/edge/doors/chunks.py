@@ -130,7 +130,7 @@ def piece_of(chunk: dict[str, Any]) -> Piece:
         if choice.get("index", 0) != 0:
             continue
         delta = choice.get("delta") or {}
-        piece.reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+        piece.reasoning = reasoning_of(delta)
         piece.content = delta.get("content") or ""
         for i, call in enumerate(delta.get("tool_calls") or ()):
             fn = call.get("function") or {}
