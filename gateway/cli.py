@@ -242,27 +242,75 @@ def bench(
     endpoint: Annotated[str, typer.Option(help="completions | chat")] = "completions",
     tokenizer_url: str | None = None,
     timeout_s: float = 600.0,
+    rounds: Annotated[
+        int, typer.Option(help="Rounds per cell, targets interleaved (forward, then reversed)")
+    ] = 1,
+    server_metrics: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--server-metrics",
+            help="[LABEL=]URL of a vLLM /metrics, repeatable (a label's URLs are summed)",
+        ),
+    ] = None,
+    compare_out: Annotated[
+        str | None,
+        typer.Option(help="Comparison file (default: <tsv>.compare.tsv; .md: Markdown)"),
+    ] = None,
+    min_ratio: Annotated[
+        float | None, typer.Option(help="Goal: out tok/s at least this times the baseline's")
+    ] = 0.99,
+    max_ttft_delta_ms: Annotated[
+        float | None, typer.Option(help="Goal: TTFT p50 at most this many ms over the baseline's")
+    ] = 1.0,
 ) -> None:
-    """Load-test a gateway or any OpenAI-compatible URL with the reference workload shapes."""
+    """Load-test a gateway or any OpenAI-compatible URL with the reference workload shapes.
+
+    Every (shape, concurrency) cell runs --rounds times per target, the targets back to back in
+    each round, forward in odd rounds and reversed in even ones (A B, B A, A B, ...), so drift
+    between two runs minutes apart cannot pass for a difference between targets. Each round's
+    row is appended to the TSV (column `round`).
+
+    With several targets the first is the baseline (normally `direct`): after the main table
+    comes, per cell and other target, the median over rounds of the per-round paired values —
+    output tok/s ratio and TTFT p50 difference (ms) — with their range (min–max) and, from 3
+    rounds, a t-based 95% interval of the mean. The verdict against --min-ratio and
+    --max-ttft-delta-ms is `met` only when the whole interval clears the goal, `missed` when it
+    lies wholly on the wrong side (or the target had errors), else `unclear`: use 4+ rounds.
+    The comparison is appended to --compare-out.
+
+    --server-metrics reads vLLM's Prometheus /metrics right before and right after each run's
+    measured requests and adds vLLM's own means over them (TTFT, ITL, E2E, queue, prefill,
+    decode; columns srv_*): through a gateway, give the URLs of the replicas it fronts, to tell
+    the relay's cost from vLLM generating slower. A bare URL applies to every target.
+    """
     from gateway.config import environment
     from gateway.loadgen import bench_main
 
-    bench_main(
-        target=target,
-        model=model,
-        shape=shape,
-        concurrency=concurrency,
-        api_key_env=api_key_env,
-        environ=environment(),
-        prompts_per_slot=prompts_per_slot,
-        warmup=warmup,
-        tsv=tsv,
-        seed=seed,
-        ignore_eos=ignore_eos,
-        endpoint=endpoint,  # type: ignore[arg-type]
-        tokenizer_url=tokenizer_url,
-        timeout_s=timeout_s,
-    )
+    try:
+        bench_main(
+            target=target,
+            model=model,
+            shape=shape,
+            concurrency=concurrency,
+            api_key_env=api_key_env,
+            environ=environment(),
+            prompts_per_slot=prompts_per_slot,
+            warmup=warmup,
+            tsv=tsv,
+            seed=seed,
+            ignore_eos=ignore_eos,
+            endpoint=endpoint,  # type: ignore[arg-type]
+            tokenizer_url=tokenizer_url,
+            timeout_s=timeout_s,
+            rounds=rounds,
+            server_metrics=server_metrics or [],
+            compare_out=compare_out,
+            min_ratio=min_ratio,
+            max_ttft_delta_ms=max_ttft_delta_ms,
+        )
+    except ValueError as e:
+        typer.secho(str(e), fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
 
 
 @deploy_app.command("vllm")

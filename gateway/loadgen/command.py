@@ -1,4 +1,9 @@
-"""The ``plumbline bench`` command: options in, a live progress display, a table out."""
+"""The ``plumbline bench`` command: options in, a live progress display, tables out.
+
+With several targets, the first is the baseline: after the main table comes the comparison of
+every other target with it (`compare`), also appended to ``compare_out`` (default: next to the
+TSV, ``<name>.compare.tsv``; a ``.md`` path gets a Markdown table).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gateway.loadgen.compare import compare, compare_table, write_compare
 from gateway.loadgen.report import table
 from gateway.loadgen.runner import BenchConfig, run_bench
+from gateway.loadgen.scrape import parse_server_metrics
 from gateway.loadgen.shape import parse_concurrencies, parse_shape
 from gateway.loadgen.stats import Row
 from gateway.loadgen.target import Endpoint, parse_target
@@ -31,6 +38,11 @@ def bench_main(
     tokenizer_url: str | None = None,
     timeout_s: float = 600.0,
     console: Console | None = None,
+    rounds: int = 1,
+    server_metrics: Sequence[str] = (),
+    compare_out: str | None = None,
+    min_ratio: float | None = 0.99,
+    max_ttft_delta_ms: float | None = 1.0,
 ) -> list[Row]:
     """The ``plumbline bench`` command: parse options, run with a live display, print the table.
 
@@ -40,8 +52,9 @@ def bench_main(
     key = (environ or {}).get(api_key_env) if api_key_env else None
     if api_key_env and not key:
         raise ValueError(f"environment variable {api_key_env} is not set")
+    targets = [parse_target(t, model, key) for t in target]
     config = BenchConfig(
-        targets=[parse_target(t, model, key) for t in target],
+        targets=targets,
         shapes=[parse_shape(s) for s in shape],
         concurrencies=parse_concurrencies(concurrency),
         prompts_per_slot=prompts_per_slot,
@@ -52,13 +65,25 @@ def bench_main(
         endpoint=endpoint,
         tokenizer_url=tokenizer_url,
         timeout_s=timeout_s,
+        rounds=rounds,
+        server_metrics=parse_server_metrics(server_metrics, [t.label for t in targets]),
     )
     console = console or Console()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
         rows = run_bench(config, progress)
     console.print(table(rows))
-    for row in rows:
-        if row.tokenizer == "approx":
-            console.print(f"[yellow]{row.target}: no tokenizer endpoint; token counts approximate")
+    for label in dict.fromkeys(row.target for row in rows if row.tokenizer == "approx"):
+        console.print(f"[yellow]{label}: no tokenizer endpoint; token counts approximate")
+    if len(targets) > 1:
+        comparisons = compare(rows, targets[0].label, min_ratio, max_ttft_delta_ms)
+        console.print(compare_table(comparisons))
+        if rounds < 3:
+            console.print("[yellow]fewer than 3 rounds: no interval, no verdict (use --rounds 4+)")
+        out = Path(compare_out) if compare_out else None
+        if out is None and tsv:
+            out = Path(tsv).with_name(Path(tsv).stem + ".compare.tsv")
+        if out is not None:
+            write_compare(out, comparisons)
+            console.print(f"comparison appended to {out}")
     return rows

@@ -1,11 +1,12 @@
 """One run's samples reduced to a `Row`: rates, TTFT / TPOT / ITL / E2E percentiles, errors.
 
 TPOT is (last token − first token) / (completion tokens − 1). The field order of `Row` is the
-TSV's column order.
+TSV's column order; columns added later are appended at the end (round, then the server side).
 """
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -63,6 +64,16 @@ class Row:
     ignore_eos: bool
     seed: int
     first_error: str
+    round: int = 1  # 1..rounds; with several targets, every round visits each target once
+    # Server side (scrape.py): requests the server finished during the measured part (-1:
+    # not scraped) and vLLM's histogram means over it, NaN where not scraped or absent.
+    srv_requests: int = -1
+    srv_ttft_mean_ms: float = math.nan
+    srv_itl_mean_ms: float = math.nan
+    srv_e2e_mean_ms: float = math.nan
+    srv_queue_mean_ms: float = math.nan
+    srv_prefill_mean_ms: float = math.nan
+    srv_decode_mean_ms: float = math.nan
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row))
