@@ -223,7 +223,30 @@ def check(config: ConfigOption = None) -> None:
         )
 
 
-@app.command()
+_BENCH_HELP = "\n\n".join(
+    [
+        "Load-test a gateway or any OpenAI-compatible URL with the reference workload shapes.",
+        "Every (shape, concurrency) cell runs --rounds times per target, the targets back to back"
+        " in each round, forward in odd rounds and reversed in even ones (A B, B A, A B, ...), so"
+        " drift between runs minutes apart cannot pass for a difference between targets. Each"
+        " round's row is appended to the TSV (column `round`).",
+        "With several targets the first is the baseline (normally `direct`): after the main table"
+        " comes, per cell and other target, the median over rounds of the per-round paired values"
+        " (output tok/s ratio, TTFT p50 difference in ms) with their range (min-max) and, from 3"
+        " rounds, a t-based 95% interval of the mean. The verdict against --min-ratio and"
+        " --max-ttft-delta-ms is `met` only when the whole interval clears the goal, `missed` when"
+        " it lies wholly on the wrong side (or the target had errors), else `unclear`: use 4 or"
+        " more rounds. The comparison is appended to --compare-out.",
+        "--server-metrics reads vLLM's Prometheus /metrics right before and right after each run's"
+        " measured requests and adds vLLM's own means over them (TTFT, ITL, E2E, queue, prefill,"
+        " decode; columns srv_*). Through a gateway, give the metrics URLs of the replicas it"
+        " fronts (repeat the label to sum several), to tell the relay's cost from vLLM generating"
+        " slower. A bare URL applies to every target.",
+    ]
+)
+
+
+@app.command(help=_BENCH_HELP)
 def bench(
     target: Annotated[list[str], typer.Option("--target", help="[LABEL=]BASE_URL, repeatable")],
     model: Annotated[str, typer.Option(help="Model name at the target(s)")],
@@ -263,26 +286,7 @@ def bench(
         float | None, typer.Option(help="Goal: TTFT p50 at most this many ms over the baseline's")
     ] = 1.0,
 ) -> None:
-    """Load-test a gateway or any OpenAI-compatible URL with the reference workload shapes.
-
-    Every (shape, concurrency) cell runs --rounds times per target, the targets back to back in
-    each round, forward in odd rounds and reversed in even ones (A B, B A, A B, ...), so drift
-    between two runs minutes apart cannot pass for a difference between targets. Each round's
-    row is appended to the TSV (column `round`).
-
-    With several targets the first is the baseline (normally `direct`): after the main table
-    comes, per cell and other target, the median over rounds of the per-round paired values —
-    output tok/s ratio and TTFT p50 difference (ms) — with their range (min–max) and, from 3
-    rounds, a t-based 95% interval of the mean. The verdict against --min-ratio and
-    --max-ttft-delta-ms is `met` only when the whole interval clears the goal, `missed` when it
-    lies wholly on the wrong side (or the target had errors), else `unclear`: use 4+ rounds.
-    The comparison is appended to --compare-out.
-
-    --server-metrics reads vLLM's Prometheus /metrics right before and right after each run's
-    measured requests and adds vLLM's own means over them (TTFT, ITL, E2E, queue, prefill,
-    decode; columns srv_*): through a gateway, give the URLs of the replicas it fronts, to tell
-    the relay's cost from vLLM generating slower. A bare URL applies to every target.
-    """
+    """Load-test a gateway or any OpenAI-compatible URL with the reference workload shapes."""
     from gateway.config import environment
     from gateway.loadgen import bench_main
 
