@@ -19,7 +19,8 @@ import aiohttp
 
 @dataclass(frozen=True)
 class Scenario:
-    """One load shape. `pace_tps` is the fake upstream's per-token pacing (None: unpaced)."""
+    """One load shape. `pace_tps` is the fake upstream's per-token pacing (None: unpaced).
+    `door`: chat requests (`/chat/completions`) or completions (`/completions`, a prompt)."""
 
     name: str
     concurrency: int
@@ -28,6 +29,7 @@ class Scenario:
     pace_tps: float | None = None
     once: bool = False
     timeout_s: float = 120.0  # one request's budget
+    door: str = "chat"
 
 
 @dataclass
@@ -57,10 +59,14 @@ def percentile(values: list[float], q: int) -> float:
 
 
 def body(scenario: Scenario, model: str, extra: Mapping[str, object] | None = None) -> dict:
-    """The chat request every target gets for `scenario`, with `extra` fields (logprobs)."""
-    out: dict = {
-        "model": model,
-        "messages": [{"role": "user", "content": "say something"}],
+    """The request every target gets for `scenario` (chat's or a completion's), with `extra`
+    fields (logprobs)."""
+    out: dict = {"model": model}
+    if scenario.door == "completions":
+        out["prompt"] = "say something"
+    else:
+        out["messages"] = [{"role": "user", "content": "say something"}]
+    out |= {
         "max_tokens": scenario.tokens,
         "stream": scenario.stream,
         **(extra or {}),

@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,11 +38,13 @@ from gateway_profile import _function, top  # noqa: E402
 from perf_load import Scenario, drive  # noqa: E402
 from perf_procs import (  # noqa: E402
     MODEL,
+    _stat,
     cpu_seconds,
     fake_upstream,
     floor,
     plumbline,
     set_fake_default,
+    tree,
 )
 
 TOKENS = 256
@@ -147,6 +151,19 @@ def threads(raw: Path, n: int) -> str:
     return "\n".join(out)
 
 
+def user_seconds(pid: int) -> float:
+    """User CPU seconds of `pid`'s live process tree: the Python (and C) above the kernel's
+    socket work, which the bare relay pays alike for the same reads and writes."""
+    ticks = sum(int(f[11]) for p in tree(pid) if (f := _stat(p)))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _py_spy() -> str:
+    """py-spy on PATH, else the one installed beside this interpreter (the venv's)."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return shutil.which("py-spy") or str(beside)
+
+
 async def gateway_run(args: argparse.Namespace, workdir: Path) -> None:
     fake = fake_upstream(workdir)
     if args.target == "direct":
@@ -164,14 +181,26 @@ async def gateway_run(args: argparse.Namespace, workdir: Path) -> None:
                 "realistic": True if args.text == "realistic" else None,
             },
         )
-        sc = Scenario("relay", args.concurrency, True, args.tokens, args.pace)
-        extra = {"logprobs": True, "top_logprobs": 5} if args.logprobs else None
-        url = gw.base_url + "/chat/completions"
+        sc = Scenario("relay", args.concurrency, True, args.tokens, args.pace, door=args.door)
+        extra: dict[str, object] | None = None
+        if args.logprobs:  # five top ones, as each API asks for them
+            completions = args.door == "completions"
+            extra = {"logprobs": 5} if completions else {"logprobs": True, "top_logprobs": 5}
+        url = gw.base_url + ("/completions" if args.door == "completions" else "/chat/completions")
         recorder = None
         raw = workdir / "profile.txt"
         if args.spy:
-            spy = ["py-spy", "record", "-p", str(gw.pid), "-d", str(int(args.seconds) + 1)]
-            spy += ["-r", "200", "--nonblocking", "--threads", "--format", "raw", "-o", str(raw)]
+            spy = [_py_spy(), "record", "-p", str(gw.pid), "-d", str(int(args.seconds) + 1)]
+            spy += [
+                "-r",
+                str(args.rate),
+                "--nonblocking",
+                "--threads",
+                "--format",
+                "raw",
+                "-o",
+                str(raw),
+            ]
             recorder = subprocess.Popen(spy, stdout=subprocess.DEVNULL)
             await asyncio.sleep(0.5)
         attached = None
@@ -180,17 +209,20 @@ async def gateway_run(args: argparse.Namespace, workdir: Path) -> None:
             attached = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
             await asyncio.sleep(0.5)
         # Warm-up (connections, the first records), then the measured run.
-        await drive(url, Scenario("w", 4, True, 8), MODEL, 0.5, gw.headers, extra=extra)
-        cpu0 = cpu_seconds(gw.pid)
+        warm = Scenario("w", 4, True, 8, door=args.door)
+        await drive(url, warm, MODEL, 0.5, gw.headers, extra=extra)
+        cpu0, user0 = cpu_seconds(gw.pid), user_seconds(gw.pid)
         tally = await drive(url, sc, MODEL, args.seconds, gw.headers, warmup=0, extra=extra)
-        cpu = cpu_seconds(gw.pid) - cpu0
+        cpu, user = cpu_seconds(gw.pid) - cpu0, user_seconds(gw.pid) - user0
         chunks = max(1, tally.chunks)
         print(
-            f"{args.target} text={args.text} logprobs={args.logprobs} pace={args.pace} "
+            f"{args.target} {args.door} text={args.text} logprobs={args.logprobs} "
+            f"pace={args.pace} "
             f"store={args.store} "
             f"C{args.concurrency}: {tally.requests} streams, {tally.chunks} chunks "
             f"({tally.chunks / tally.wall_s:,.0f}/s), {tally.errors} errors, "
-            f"gateway CPU {cpu:.2f} s = {1e6 * cpu / chunks:.2f} µs/chunk, "
+            f"gateway CPU {cpu:.2f} s = {1e6 * cpu / chunks:.2f} µs/chunk "
+            f"({1e6 * user / chunks:.2f} user), "
             f"{1e6 * cpu / max(1, tally.requests):.0f} µs/stream; "
             f"e2e p50 {1e3 * statistics.median(tally.latency):.2f} ms, "
             f"first chunk p50 {1e3 * statistics.median(tally.first_chunk):.2f} ms"
@@ -217,6 +249,7 @@ def main() -> None:
     sub.add_parser("tap")
     g = sub.add_parser("gateway")
     g.add_argument("--target", choices=("plumbline", "floor-wire", "direct"), default="plumbline")
+    g.add_argument("--door", choices=("chat", "completions"), default="chat")
     g.add_argument("--text", choices=("realistic", "plain"), default="realistic")
     g.add_argument("--logprobs", action=argparse.BooleanOptionalAction, default=False)
     g.add_argument("--store", action=argparse.BooleanOptionalAction, default=True)
@@ -225,6 +258,7 @@ def main() -> None:
     g.add_argument("--tokens", type=int, default=TOKENS)
     g.add_argument("--seconds", type=float, default=6.0)
     g.add_argument("--spy", action="store_true")
+    g.add_argument("--rate", type=int, default=200, help="py-spy's samples a second")
     g.add_argument("--attach", help="run this on the gateway during the run ({pid}: its pid)")
     g.add_argument("--keep", type=Path, help="copy py-spy's raw samples here")
     g.add_argument("--top", type=int, default=30)
