@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 TOKEN_KINDS = ("prompt", "cached", "completion", "reasoning")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 QUEUE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
+# The children `Metrics._slots` keeps per (model, upstream): a token counter per kind, then the
+# latency histograms by attribute name.
+_SLOTS = (*TOKEN_KINDS, "queue", "ttft", "ttfa", "e2e", "itl")
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 5)
 
 
@@ -61,6 +64,9 @@ class Metrics:
     ) -> None:
         self.config = config
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        # Per (model, upstream) labels: the token counters' and the latency histograms'
+        # children in `_SLOTS` order, each made on first use (a series appears once observed).
+        self._slots: dict[tuple[str, str], list[Any]] = {}
         self.multiproc_dir = None if multiproc_dir is None else Path(multiproc_dir)
         if self.multiproc_dir is not None:
             _check_multiprocess(self.multiproc_dir)
@@ -244,10 +250,25 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
+    def _slot(self, slots: list[Any], i: int, mu: tuple[str, str]) -> Any:
+        """The child in `slots[i]` (`_SLOTS`), made now if this is its first observation."""
+        child = slots[i]
+        if child is None:
+            if i < len(TOKEN_KINDS):
+                child = self._child(self.tokens, *mu, TOKEN_KINDS[i])
+            else:
+                child = self._child(getattr(self, _SLOTS[i]), *mu)
+            slots[i] = child
+        return child
+
     def observe(self, record: Record) -> None:
         model, upstream = self.model(record.model), self.upstream(record.upstream)
         mu = (model, upstream)
-        self._child(self.requests, *mu, self.provider(record.provider), outcome(record)).inc()
+        slots = self._slots.get(mu)
+        if slots is None:  # bounded: model and upstream are bounded labels
+            slots = self._slots[mu] = [None] * len(_SLOTS)
+        ended = outcome(record)
+        self._child(self.requests, *mu, self.provider(record.provider), ended).inc()
         self._child(self.shaped, *mu, self.shape(record.shape)).inc()
         counts = (
             record.prompt_tokens,
@@ -255,9 +276,10 @@ class Metrics:
             record.completion_tokens,
             record.reasoning_tokens,
         )
-        for kind, n in zip(TOKEN_KINDS, counts, strict=True):
+        for i, n in enumerate(counts):
             if n > 0:
-                self._child(self.tokens, *mu, kind).inc(n)
+                child = slots[i]
+                (self._slot(slots, i, mu) if child is None else child).inc(n)
         self._observe_money(record, mu)
         cut = truncation_cause(record)
         if cut is not None:
@@ -268,13 +290,13 @@ class Metrics:
         ):
             if flag:
                 self._child(counter, *mu).inc()
-        if outcome(record) != "ok":
+        if ended != "ok":
             self._child(
                 self.errors, *mu, self.error_class(record.error_class or f"http_{record.status}")
             ).inc()
         self._observe_edits(record, mu)
         self._observe_attempts(record, model)
-        self._observe_latency(record, mu)
+        self._observe_latency(record, mu, slots)
 
     def _observe_money(self, record: Record, mu: tuple[str, str]) -> None:
         if record.cost_usd:
@@ -292,19 +314,23 @@ class Metrics:
             field = "max_tokens" if mark.startswith("max_tokens") else "max_completion_tokens"
             self._child(self.clamped, *mu, field).inc()
 
-    def _observe_latency(self, record: Record, mu: tuple[str, str]) -> None:
+    def _observe_latency(self, record: Record, mu: tuple[str, str], slots: list[Any]) -> None:
         # A whole answer's first token is its last: counted as time to first token, it would
         # pass its end-to-end time off as one (a 30 s answer as a 30 s TTFT).
         streamed = record.stream
-        for value, hist in (
-            (record.queue_s, self.queue),
-            (record.ttft_s if streamed else None, self.ttft),
-            (record.ttfa_s if streamed else None, self.ttfa),
-            (record.e2e_s, self.e2e),
-            (record.itl_mean_s, self.itl),
+        for i, value in enumerate(
+            (
+                record.queue_s,
+                record.ttft_s if streamed else None,
+                record.ttfa_s if streamed else None,
+                record.e2e_s,
+                record.itl_mean_s,
+            ),
+            len(TOKEN_KINDS),
         ):
             if value is not None and value >= 0:
-                self._child(hist, *mu).observe(value)
+                child = slots[i]
+                (self._slot(slots, i, mu) if child is None else child).observe(value)
 
     def _observe_attempts(self, record: Record, model: str) -> None:
         previous: str | None = None

@@ -29,6 +29,7 @@ Dialect (field names, llama.cpp's response_format) is `upstream.body_for`'s, aft
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -120,6 +121,8 @@ TAKES: dict[str, frozenset[str]] = {
 }
 # Kinds that serve one choice per request whatever `n` says.
 ONE_CHOICE = frozenset({"llamacpp"})
+# Every field `_fit` decides on: a body that names none of them (most do) skips its checks.
+EXTENSIONS = frozenset(MEANINGFUL + STRIPPABLE)
 
 _WARNED: set[tuple[str, str]] = set()  # (upstream, field) already logged as stripped
 
@@ -133,7 +136,13 @@ def table_of(upstream: Upstream) -> str:
 
 
 def takes(upstream: Upstream) -> frozenset[str]:
-    return TAKES[table_of(upstream)] | frozenset(upstream.accepts)
+    return _takes(table_of(upstream), tuple(upstream.accepts))
+
+
+@functools.lru_cache(maxsize=256)
+def _takes(table: str, accepts: tuple[str, ...]) -> frozenset[str]:
+    """A row of `TAKES` and an upstream's `accepts`, united once (not on every attempt)."""
+    return TAKES[table] | frozenset(accepts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +196,11 @@ def adapt(
 
 def _fit(out: dict[str, Any], upstream: Upstream) -> list[str]:
     """Refuse what cannot be served here; strip (in place) and return what may go unsaid."""
+    n = out.get("n")
+    if EXTENSIONS.isdisjoint(out):  # no extension field: only `n` is for this upstream to say
+        if isinstance(n, int) and n > 1 and upstream.kind in ONE_CHOICE:
+            raise _one_choice(n, upstream)
+        return []
     taken = takes(upstream)
     for name in (*MEANINGFUL, *STRIPPABLE):  # a field set to nothing asks for nothing
         if name in out and name not in taken and _nothing(out[name]):
@@ -198,13 +212,8 @@ def _fit(out: dict[str, Any], upstream: Upstream) -> list[str]:
                 "would be ignored there, and the answer would not be what was asked.",
                 param=name,
             )
-    n = out.get("n")
     if isinstance(n, int) and n > 1 and upstream.kind in ONE_CHOICE:
-        raise Unfit(
-            f"'n' = {n} cannot be served by upstream {upstream.name!r} ({upstream.kind}): it "
-            "answers one choice per request.",
-            param="n",
-        )
+        raise _one_choice(n, upstream)
     stripped = [name for name in STRIPPABLE if name in out and name not in taken]
     for name in stripped:
         del out[name]
@@ -218,6 +227,14 @@ def _fit(out: dict[str, Any], upstream: Upstream) -> list[str]:
                 name,
             )
     return stripped
+
+
+def _one_choice(n: int, upstream: Upstream) -> Unfit:
+    return Unfit(
+        f"'n' = {n} cannot be served by upstream {upstream.name!r} ({upstream.kind}): it "
+        "answers one choice per request.",
+        param="n",
+    )
 
 
 def _nothing(value: Any) -> bool:
@@ -271,7 +288,7 @@ def prompt_bounds(body: dict[str, Any]) -> tuple[int, int]:
         if isinstance(one, list) and token_ids(one):
             low, high = max(low, len(one)), max(high, len(one))
         elif isinstance(one, str):
-            size = len(one.encode())
+            size = utf8_size(one)
             low, high = max(low, size // LOW_DIVISOR), max(high, math.ceil(size / HIGH_DIVISOR))
     return low, high
 
@@ -288,6 +305,12 @@ def chat_size(body: dict[str, Any]) -> tuple[int, int]:
     return size, len(messages)
 
 
+def utf8_size(text: str) -> int:
+    """`len(text.encode())`, without encoding it when it is ASCII (one byte a character; the
+    check reads a flag of the string, where encoding copies a long prompt)."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
 def token_ids(value: list[Any]) -> bool:
     """Whether a prompt is a list of token ids (counted exactly)."""
     return bool(value) and all(isinstance(t, int) for t in value)
@@ -300,11 +323,11 @@ def _text_bytes(message: Any) -> int:
     size = 0
     content = message.get("content")
     if isinstance(content, str):
-        size += len(content.encode())
+        size += utf8_size(content)
     elif isinstance(content, list):
         for part in content:
             if isinstance(part, dict) and isinstance(part.get("text"), str):
-                size += len(part["text"].encode())
+                size += utf8_size(part["text"])
     for call in message.get("tool_calls") or ():
         if isinstance(call, dict):
             size += len(orjson.dumps(call.get("function")))

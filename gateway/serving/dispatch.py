@@ -143,7 +143,8 @@ class Dispatcher:
         embeddings = call.path == "/embeddings"
         estimate = (0, 0) if embeddings else prompt_bounds(call.body)
         call.bounds = estimate
-        own = [w for n in base.upstreams if (w := self.window(n)) is not None]
+        known = {n: self.window(n) for n in base.upstreams}
+        own = [w for w in known.values() if w is not None]
         shapes = base.shapes
         call.record.shape = classify(
             call.body,
@@ -165,7 +166,9 @@ class Dispatcher:
             pin=call.pin,
             chosen=decision.chosen if decision is not None else None,
             prompt_low=estimate[0],
-            windows={} if embeddings else {n: self.window(n) for n in route.names},
+            windows={}
+            if embeddings
+            else {n: known[n] if n in known else self.window(n) for n in route.names},
             param="messages" if "messages" in call.body else "prompt",
             model=call.model,
         )

@@ -60,11 +60,15 @@ NEUTRAL: dict[str, float | int] = {
 }
 
 
+_HASHED = frozenset(HASHED)
+_NEUTRAL = frozenset(NEUTRAL)
+
+
 def apply_profile(body: dict[str, Any], profile: Profile | None, chat: bool) -> dict[str, Any]:
     """Fill unset sampling fields from the profile (in place) and return the body."""
     if profile is None:
         return body
-    for key, value in profile.sampling.model_dump(exclude_none=True).items():
+    for key, value in _sampling_of(profile):
         if body.get(key) is None:
             body[key] = value
     if chat:
@@ -79,12 +83,30 @@ def apply_profile(body: dict[str, Any], profile: Profile | None, chat: bool) -> 
     return body
 
 
+_SAMPLING: dict[int, tuple[Any, tuple[tuple[str, Any], ...]]] = {}
+
+
+def _sampling_of(profile: Profile) -> tuple[tuple[str, Any], ...]:
+    """The profile's set sampling fields, dumped once per (frozen) sampling object rather than
+    on every request; the object is kept beside its dump, so its id is never another's."""
+    sampling = profile.sampling
+    cached = _SAMPLING.get(id(sampling))
+    if cached is None or cached[0] is not sampling:
+        if len(_SAMPLING) >= 256:  # reloaded configs bring new objects: stay bounded
+            _SAMPLING.clear()
+        dumped = tuple(sampling.model_dump(exclude_none=True).items())
+        cached = _SAMPLING[id(sampling)] = (sampling, dumped)
+    return cached[1]
+
+
 def params_hash(body: dict[str, Any], defaults: str | None = None) -> str:
     """Short, stable hash of the effective sampling parameters. `defaults`: the kind of engine
     whose own defaults decide what the body leaves unset; it is hashed with a set that does not
     name every `NEUTRAL` parameter, since engines differ there."""
-    effective = {k: body[k] for k in HASHED if body.get(k) is not None}
-    if defaults is not None and any(body.get(k) is None for k in NEUTRAL):
+    # Over the body's own fields (a handful) rather than every hashed name; the sorted dump
+    # does not depend on the order.
+    effective = {k: v for k, v in body.items() if v is not None and k in _HASHED}
+    if defaults is not None and not _NEUTRAL.issubset(effective):
         effective["engine_defaults"] = defaults
     digest = hashlib.sha256(orjson.dumps(effective, option=orjson.OPT_SORT_KEYS))
     return digest.hexdigest()[:16]

@@ -48,16 +48,22 @@ def classify(
     if door == "embeddings":
         return "default"
     high = (estimate or prompt_bounds(body))[1]
-    long = (long_context_tokens is not None and high >= long_context_tokens) or (
+    if (long_context_tokens is not None and high >= long_context_tokens) or (
         smallest_window is not None and high > smallest_window
-    )
-    checks = (
-        ("long_context", lambda: long),
-        ("edit", lambda: _asks_edit_blocks(body)),
-        ("structured", lambda: _structured(body)),
-        ("reasoning", lambda: _reasoning(body)),
-    )
-    return next((shape for shape, holds in checks if holds()), "default")
+    ):
+        return "long_context"
+    return _asked(body)
+
+
+def _asked(body: dict[str, Any]) -> str:
+    """The shape of what the body asks for, after tools and length (checked in order)."""
+    if _asks_edit_blocks(body):
+        return "edit"
+    if _structured(body):
+        return "structured"
+    if _reasoning(body):
+        return "reasoning"
+    return "default"
 
 
 def _tools(body: dict[str, Any]) -> bool:

@@ -381,3 +381,25 @@ def test_inflight_is_read_from_the_pool_when_scraped() -> None:
     pool.end("local")
     assert value(m, "gateway_inflight_requests", upstream="local") == 1
     assert value(m, "gateway_inflight_requests", upstream="or") == 0
+
+
+def test_a_series_appears_once_it_is_observed() -> None:
+    """The per-route children are kept for reuse, yet a token kind or a clock no record has
+    carried yet has no series, for this route or another."""
+    m = Metrics(config())
+    m.observe(record(stream=False, reasoning_tokens=0, cached_tokens=0, itl_mean_s=None))
+    names = {(name, dict(labels).get("kind")) for name, labels in samples(m)}
+    assert ("gateway_tokens_total", "prompt") in names
+    assert ("gateway_tokens_total", "reasoning") not in names
+    assert ("gateway_tokens_total", "cached") not in names
+    assert not any(n.startswith(("gateway_ttft_", "gateway_inter_token_")) for n, _ in names)
+    m.observe(record())  # streamed, every kind: the same route's series fill in
+    m.observe(record(model="typo"))  # another (bounded) route: its own series
+    mu = {"model": "qwen", "upstream": "local"}
+    assert value(m, "gateway_tokens_total", **mu, kind="reasoning") == 5
+    assert value(m, "gateway_tokens_total", **mu, kind="prompt") == 200
+    assert value(m, "gateway_ttft_seconds_count", **mu) == 1
+    assert value(m, "gateway_e2e_seconds_count", **mu) == 2
+    other = {"model": "other", "upstream": "local"}
+    assert value(m, "gateway_tokens_total", **other, kind="prompt") == 100
+    assert value(m, "gateway_inter_token_seconds_count", **other) == 1

@@ -4,6 +4,7 @@ through the real gateway, the real `openai` / `anthropic` clients and fake upstr
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import anthropic
 import httpx
 import openai
+import orjson
 import pytest
 
 from gateway.config import Upstream
@@ -20,7 +22,7 @@ from gateway.edge.protocol import ChatRequest, CompletionRequest
 from gateway.errors import ContextExceeded, Unfit
 from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.serving.adapt import adapt, capability_markdown, prompt_bounds
-from gateway.serving.profile import NEUTRAL
+from gateway.serving.profile import NEUTRAL, params_hash
 from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 HI = [{"role": "user", "content": "hello"}]
@@ -102,6 +104,40 @@ def test_the_hash_is_of_what_was_sent() -> None:
     # Left to each engine's own defaults, the sets are not the same, and neither are the hashes.
     vllm, llama = (adapt(body, upstream(k), None, False).params_hash for k in ("vllm", "llamacpp"))
     assert vllm != llama
+
+
+def test_the_hash_names_every_set_hashed_field_in_any_order() -> None:
+    """What the hash is made of: every hashed field the body sets (not None), whatever the
+    order; the engine's kind only while a neutral parameter is left unset."""
+    body = {"prompt": "x", "stop": ["\n"], "temperature": 0.5, "top_p": None, "user": "u"}
+    effective = {"stop": ["\n"], "temperature": 0.5}
+    dump = orjson.dumps(effective, option=orjson.OPT_SORT_KEYS)
+    assert params_hash(body) == hashlib.sha256(dump).hexdigest()[:16]
+    assert params_hash(dict(reversed(body.items()))) == params_hash(body)
+    assert params_hash(body, defaults="vllm") != params_hash(body)
+    full = {**body, **NEUTRAL}
+    assert params_hash(full, defaults="vllm") == params_hash(full)
+
+
+def test_a_body_without_extension_fields_still_has_n_checked() -> None:
+    body = {"messages": HI, "n": 2}
+    assert adapt(body, upstream("vllm"), None, False).body == body
+    with pytest.raises(Unfit) as refused:
+        adapt(body, upstream("llamacpp"), None, False)
+    assert refused.value.param == "n"
+
+
+def test_text_is_counted_by_its_utf8_bytes() -> None:
+    """ASCII text is counted without encoding it; other text by its encoded bytes, as before."""
+    for text in ("plain words " * 50, "naïve café " * 50, "日本語のテキスト" * 40, "emoji 🙂" * 30):
+        size = len(text.encode())
+        bounds = (size // 6, -(-size // 3))
+        assert prompt_bounds({"prompt": text}) == bounds
+        assert prompt_bounds({"prompt": [text, "x"]}) == bounds
+        chat = prompt_bounds({"messages": [{"role": "user", "content": text}]})
+        parts = [{"type": "text", "text": text}]
+        assert chat == (bounds[0] + 4, bounds[1] + 4)
+        assert prompt_bounds({"messages": [{"role": "user", "content": parts}]}) == chat
 
 
 def test_a_cap_that_cannot_fit_is_clamped_and_marked() -> None:
