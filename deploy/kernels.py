@@ -16,6 +16,7 @@ picks its attention backend (CPU_ATTN) without logging it, so a CPU log yields o
 layout. Categories:
 
     attention          the decoder's attention backend
+    attention_version  the FlashAttention generation the FLASH_ATTN backend runs (2, 3, 4)
     encoder_attention  the vision/multimodal encoder's attention backend
     moe                the fused-MoE backend (detail: the expert weights' quantisation)
     moe_prepare        the MoE prepare/finalize (dispatch/combine) implementation
@@ -63,6 +64,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"(?P<detail>vit attention|MMEncoderAttention)",
         ),
         ("attention", rf"^Using (?P<selected>\S+) attention backend{_CANDIDATES}"),
+        ("attention_version", r"^Using FlashAttention version (?P<selected>\d+)"),
         ("sampler", r"^Using (?P<selected>.+?) for top-p & top-k sampling"),
         ("linear", r"^(?:Using|Selected) (?P<selected>\w+Kernel\w*) for (?P<detail>[^.,]+)"),
         (

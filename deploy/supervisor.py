@@ -43,7 +43,9 @@ from deploy.engine import LaunchSpec, base_url, command, environment, health_pat
 from deploy.restart import DEFAULT_POLICY, EngineState, RestartPolicy, exit_label
 
 log = logging.getLogger("plumbline.supervisor")
-BACKEND_LINE = re.compile(r"\bUsing\b.*\b(backend|kernel)\b", re.IGNORECASE)
+BACKEND_LINE = re.compile(
+    r"\bUsing\b.*\b(backend|kernel)\b|\bUsing FlashAttention version\b", re.IGNORECASE
+)
 
 
 class EngineStartError(RuntimeError):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from deploy.kernels import classify, parse_kernel_log, parse_line, selected
+from deploy.supervisor import BACKEND_LINE
 
 DATA = Path(__file__).parent / "data"
 
@@ -146,3 +147,20 @@ def test_captured_cpu_vllm_log():
     assert [(c.category, c.selected) for c in choices] == [("kv_cache_layout", "LBHNC")]
     assert choices[0].processes == ("EngineCore pid=15214",)
     assert choices[0].source == "utils.py:347"
+
+
+def test_captured_h200_vllm_log_names_the_flash_attention_version():
+    # vLLM 0.26.0 on an H200 (the issue-20 run), paths blanked: the backend line and the
+    # FlashAttention generation it runs, each once, from the one engine process.
+    text = (DATA / "vllm_h200_smollm2.log").read_text(encoding="utf-8")
+    choices = {(c.category, c.selected): c for c in parse_kernel_log(text)}
+    assert set(choices) == {("attention", "FLASH_ATTN"), ("attention_version", "3")}
+    assert choices[("attention", "FLASH_ATTN")].candidates == (
+        "FLASH_ATTN",
+        "FLASHINFER",
+        "TRITON_ATTN",
+        "FLEX_ATTENTION",
+    )
+    assert choices[("attention_version", "3")].processes == ("EngineCore pid=1570",)
+    kept = [line for line in text.splitlines() if BACKEND_LINE.search(line)]
+    assert [parse_line(line).category for line in kept] == ["attention", "attention_version"]
