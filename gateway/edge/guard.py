@@ -22,6 +22,7 @@ from gateway.edge.access import (
     presented_key,
 )
 from gateway.edge.console import credentials as console
+from gateway.edge.request import PARSED
 from gateway.errors import (
     BodyTooLarge,
     Forbidden,
@@ -142,6 +143,8 @@ class AccessGuard:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = None
+        else:  # the handler's `read_json` takes it from here rather than parsing it again
+            scope[PARSED] = (raw, body)
         body = body if isinstance(body, dict) else None
         model = body.get("model") if body is not None else None
         try:

@@ -23,6 +23,10 @@ from gateway.serving.call import Call
 from gateway.serving.profile import apply_profile, params_hash
 from gateway.trust.gate import pinned_upstream
 
+# Where the access guard leaves the body it parsed (to check the model and reserve the budget):
+# (the raw bytes, their JSON), for `read_json` to take instead of parsing the same bytes again.
+PARSED = "plumbline.parsed"
+
 
 def headers_of(request: Request) -> dict[str, str]:
     """The request's headers as a plain dict, built once per request and kept in its scope
@@ -46,10 +50,14 @@ async def read_json(request: Request, limit: int) -> Any:
     raw = await _body(request, limit)
     if not raw.strip():
         raise BadRequest("The request body is empty; expected a JSON object.")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise BadRequest(f"The request body is not valid JSON: {e}") from None
+    parsed = request.scope.pop(PARSED, None)
+    if parsed is not None and parsed[0] is raw:  # the access guard parsed these very bytes
+        body = parsed[1]
+    else:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            raise BadRequest(f"The request body is not valid JSON: {e}") from None
     # Bodies are re-serialised for the upstream (orjson stops at 255 levels): refuse deeper
     # nesting here. Counting brackets first keeps the walk off every ordinary request.
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth(body) > MAX_DEPTH:

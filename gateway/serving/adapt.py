@@ -156,11 +156,12 @@ class Adapted:
     params_hash: str = ""
 
     def mark(self, record: Record) -> None:
-        # Imported here: gateway.edge.doors imports its router, which imports the API, which imports
-        # dispatch and so this module.
-        from gateway.edge.doors.policy import mark_dropped
+        if self.stripped:  # marking nothing leaves `dropped` as it is: no import on every request
+            # Imported here: gateway.edge.doors imports its router, which imports the API, which
+            # imports dispatch and so this module.
+            from gateway.edge.doors.policy import mark_dropped
 
-        mark_dropped(record, *self.stripped)
+            mark_dropped(record, *self.stripped)
         record.clamped = self.clamped
         record.params_hash = self.params_hash
 

@@ -116,6 +116,35 @@ def test_model_allow_list(fake: FakeHandle) -> None:
     assert len(fake.requests()) == 1
 
 
+def test_a_body_the_guard_read_is_the_body_relayed(fake: FakeHandle) -> None:
+    """An allow-listed key's body is read by the guard (to check the model) and handed to the
+    handler as parsed: what reaches the upstream is what was sent, and a body that is not JSON,
+    not an object or nested too deep is refused by the handler as for any other key."""
+    config = config_with(fake.base_url, [key("alice", CLIENT, models=["smol"])])
+    with serving(guarded_app(config, [])) as root:
+        with httpx.stream(
+            "POST",
+            f"{root}/v1/chat/completions",
+            headers=bearer(CLIENT),
+            json={"model": "smol", "messages": MESSAGES, "stream": True, "seed": 7},
+            timeout=10,
+        ) as streamed:
+            assert streamed.status_code == 200
+            assert b"data: [DONE]" in streamed.read()
+        url, heads = f"{root}/v1/chat/completions", {**bearer(CLIENT), "content-type": "x"}
+        for raw, words in (
+            (b"{not json", "not valid JSON"),
+            (b"[1, 2]", "must be a JSON object"),
+            (b'{"model": "smol", "x": ' + b"[" * 70 + b"]" * 70 + b"}", "nested more than"),
+        ):
+            assert_error(
+                httpx.post(url, headers=heads, content=raw), 400, "invalid_request_error", words
+            )
+    sent = [r["body"] for r in fake.requests()]
+    assert len(sent) == 1
+    assert sent[0]["messages"] == MESSAGES and sent[0]["seed"] == 7 and sent[0]["stream"]
+
+
 def test_request_budget_holds_under_concurrency(fake: FakeHandle) -> None:
     fake.set_default(pace_tps=50, tokens=3)  # slow enough that all requests overlap
     config = config_with(
