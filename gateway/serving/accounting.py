@@ -24,6 +24,38 @@ from gateway.trust.capture import Capture
 ESTIMATE_DIVISOR = 4
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The `q` quantile (0–1) of `values`, nearest rank (a stream's inter-token gaps)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def estimated_usage_chunk(
+    record: Record, head: tuple[Any, Any] | None, chat: bool, model: str | None
+) -> bytes:
+    """The usage chunk a client that asked for one gets when the upstream sent none
+    (llama.cpp): the gateway's counts, in OpenAI's shape, after a comment saying they are
+    estimated (the record says so too). `head`: the stream's first id and created; `model`: the
+    public name the answer carries."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+        "total_tokens": record.prompt_tokens + record.completion_tokens,
+    }
+    if record.reasoning_tokens:
+        usage["completion_tokens_details"] = {"reasoning_tokens": record.reasoning_tokens}
+    rid, created = head or (None, None)
+    chunk: dict[str, Any] = {
+        "id": rid or f"chatcmpl-{record.request_id}",
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": created if isinstance(created, int) else int(record.time),
+        "model": model or record.model,
+        "choices": [],
+        "usage": usage,
+    }
+    return b": plumbline usage estimated\n\ndata: " + orjson.dumps(chunk) + b"\n\n"
+
+
 def stream_error(obj: dict[str, Any]) -> UpstreamStreamError | None:
     """The error an event reports (an `error` object, or a choice that finished with "error"),
     or None. On every event of a stream: a plain loop, no generator, for the common none."""

@@ -6,6 +6,11 @@ otherwise it writes and returns at once. So the outlet runs it in place, with no
 does suspend, reading from the upstream is paused, one task finishes that send and then the
 blocks that arrived meanwhile, and reading resumes. A slow client slows its upstream instead of
 growing a buffer.
+
+The sends are awaited by one coroutine for the whole stream (`_pump`), stepped by hand with each
+message, rather than each started and run to its end by hand: a coroutine run by hand ends by
+raising StopIteration, which cost a third of a write (`bench/relay_path.py`); awaited, the
+server's `send` returns without one.
 """
 
 from __future__ import annotations
@@ -13,72 +18,99 @@ from __future__ import annotations
 import asyncio
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, cast
+from typing import Any
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
+# What the pump yields when it has finished a message and waits for the next.
+_READY: Any = object()
+
 
 @types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], waiting: Any) -> Generator[Any, Any, None]:
-    """Go on running a coroutine that was started by hand and suspended on `waiting`."""
+def _next() -> Generator[Any, Any, dict[str, Any]]:
+    """Suspend the pump until the next message is sent into it."""
+    message: dict[str, Any] = yield _READY
+    return message
+
+
+async def _pump(send: Send) -> None:
+    """Await `send` with every message sent in, for as long as the outlet lives."""
     while True:
+        await send(await _next())
+
+
+@types.coroutine
+def _until_ready(pump: Coroutine[Any, Any, None], waiting: Any) -> Generator[Any, Any, None]:
+    """Go on running the pump, suspended in a send on `waiting`, until that send is done: what it
+    waits on is waited on by the task this runs in (cancellation is passed in, as await does)."""
+    while waiting is not _READY:
         try:
             sent = yield waiting
-        except BaseException as e:  # noqa: BLE001 - cancellation is passed in, like await does
-            try:
-                waiting = coro.throw(e)
-            except StopIteration:
-                return
+        except BaseException as e:  # noqa: BLE001 - passed in, like await does
+            waiting = pump.throw(e)
         else:
-            try:
-                waiting = coro.send(sent)
-            except StopIteration:
-                return
+            waiting = pump.send(sent)
 
 
 class Outlet:
-    __slots__ = ("_send", "_pause", "_resume_reading", "_backlog", "_task", "error", "closed")
+    __slots__ = (
+        "_pump",
+        "_send",
+        "_pause",
+        "_resume_reading",
+        "_backlog",
+        "_task",
+        "error",
+        "closed",
+    )
 
     def __init__(self, send: Send, pause: Callable[[], None], resume: Callable[[], None]):
         self._send = send
+        self._pump = self._primed()
         self._pause = pause
         self._resume_reading = resume
-        self._backlog: list[tuple[bytes, bool]] = []
+        self._backlog: list[dict[str, Any]] = []
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None  # the send failed: the client is unreachable
         self.closed = False  # the last block was written
 
+    def _primed(self) -> Coroutine[Any, Any, None]:
+        pump = _pump(self._send)
+        pump.send(None)  # to its first `_next`
+        return pump
+
     def write(self, data: bytes, more: bool = True) -> None:
         if self.error is not None or self.closed:
             return
+        message = {"type": "http.response.body", "body": data, "more_body": more}
         if self._task is not None:
-            self._backlog.append((data, more))
+            self._backlog.append(message)
             return
-        # Servers' `send` are coroutine functions (Starlette types them as returning Awaitable).
-        coro = cast(
-            Coroutine[Any, Any, Any],
-            self._send({"type": "http.response.body", "body": data, "more_body": more}),
-        )
         try:
-            waiting = coro.send(None)
-        except StopIteration:
-            self.closed = not more
-            return
+            waiting = self._pump.send(message)
         except Exception as e:
             self.error = e
             return
+        if waiting is _READY:
+            if not more:
+                self._close()
+            return
         self._pause()
-        self._task = asyncio.get_running_loop().create_task(self._drain(coro, waiting, more))
+        self._task = asyncio.get_running_loop().create_task(self._drain(waiting, message))
 
-    async def _drain(self, coro: Coroutine[Any, Any, Any], waiting: Any, more: bool) -> None:
+    async def _drain(self, waiting: Any, message: dict[str, Any]) -> None:
+        pump = self._pump
         try:
-            await _resume(coro, waiting)
-            self.closed = not more
+            await _until_ready(pump, waiting)
+            if not message["more_body"]:
+                self._close()
             while self._backlog and not self.closed:
-                data, more = self._backlog.pop(0)
-                await self._send({"type": "http.response.body", "body": data, "more_body": more})
-                self.closed = not more
+                message = self._backlog.pop(0)
+                await _until_ready(pump, pump.send(message))
+                if not message["more_body"]:
+                    self._close()
         except asyncio.CancelledError:
+            self._pump = self._primed()  # the cancelled send ended the pump
             raise
         except Exception as e:
             self.error = e
@@ -86,6 +118,11 @@ class Outlet:
             self._backlog.clear()
             self._task = None
         self._resume_reading()
+
+    def _close(self) -> None:
+        """The last block is written: the pump waits for no more."""
+        self.closed = True
+        self._pump.close()
 
     async def drained(self) -> None:
         """Wait for a suspended send (and what queued behind it) to finish."""

@@ -120,6 +120,10 @@ class PlainTokens:
         # Events the fast path took, and tries that failed (see `_missed`).
         self._hits = 0
         self._misses = 0
+        # What `StreamTap.feed` checks a block of exactly one shaped event against, in place
+        # of `_one` (see `_arm_lone`): set only where `_one` would take it alone.
+        self._lone: tuple[bytes, bytes, bytes | None, bytes, int, int, re.Pattern[bytes]] | None
+        self._lone = None
 
     def _learn(self, event: bytes, obj: dict[str, Any], rendered: bytes, encoded: bool) -> None:
         """Remember the bytes around the text of a plain token event (one choice, a delta of
@@ -166,6 +170,23 @@ class PlainTokens:
         self._text = _CANONICAL_PLAIN_TEXT if encoded else _PLAIN_TEXT
         self._run = _CANONICAL_RUN if encoded else _RUN
         self._learn_valued(choice.get("logprobs"), suffix, out_suffix, encoded)
+        self._arm_lone()
+
+    def _arm_lone(self) -> None:
+        """What a paced stream's every block is, one shaped event and its blank line, taken by
+        `StreamTap.feed` itself (one call per chunk instead of five): the learnt prefix and
+        end, the relayed prefix (None: relayed as received) and suffix, the least and most
+        (exclusive) bytes such a block holds, and the pattern of a text. Not for events with
+        logprobs (`_valued`) nor for a sampled answer's texts, which `_one` and
+        `_valued_event` take."""
+        assert self._shape is not None and self._text is not None
+        prefix, _, out_prefix, out_suffix = self._shape
+        if self._valued is not None or self._capture_text:
+            return
+        least = len(prefix) + len(self._ends)
+        relayed = out_prefix if self._rewrite else None
+        room = self._room_for_two
+        self._lone = (prefix, self._ends, relayed, out_suffix, least, room, self._text)
 
     def _learn_valued(self, value: Any, suffix: bytes, out_suffix: bytes, encoded: bool) -> None:
         """The learnt event carries logprobs right after its text: remember the bytes after
@@ -349,7 +370,7 @@ class PlainTokens:
         self._misses += 1
         if self._misses > _MOST_MISSES and self._misses > self._hits:
             self.fast = False
-            self._shape = self._valued = None
+            self._shape = self._valued = self._lone = None
             self._run = self._text = None
 
     def _captured(self, text: bytes) -> None:

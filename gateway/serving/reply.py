@@ -35,6 +35,7 @@ class Reply:
         "_decoder",
         "complete",
         "headers",
+        "piped",
         "received",
         "status",
     )
@@ -52,6 +53,9 @@ class Reply:
         self._on_end: Callable[[], None] | None = None
         self._on_error: Callable[[BaseException], None] | None = None
         self._decoder: zlib._Decompress | None = None
+        # Where the connection hands each block straight to (`pipe`'s `on_data`) while the
+        # body is piped as it came; None: to `_data` (buffered, or decoded first).
+        self.piped: Callable[[bytes], None] | None = None
 
     # -- reading --------------------------------------------------------------------------
     async def read(self) -> bytes:
@@ -90,6 +94,8 @@ class Reply:
         """From now on every body block goes to `on_data` as it arrives, then `on_end` (or
         `on_error` once). What was buffered goes first; an ended reply ends at once."""
         self._on_data, self._on_end, self._on_error = on_data, on_end, on_error
+        if self._decoder is None:
+            self.piped = on_data
         if self._chunks:
             data = b"".join(self._chunks)
             self._chunks.clear()
@@ -159,13 +165,13 @@ class Reply:
 
     def _deliver_end(self) -> None:
         on_end = self._on_end
-        self._on_data = self._on_end = self._on_error = None
+        self._on_data = self._on_end = self._on_error = self.piped = None
         if on_end is not None:
             on_end()
 
     def _deliver_error(self) -> None:
         on_error = self._on_error
-        self._on_data = self._on_end = self._on_error = None
+        self._on_data = self._on_end = self._on_error = self.piped = None
         if on_error is not None and self._error is not None:
             on_error(self._error)
 

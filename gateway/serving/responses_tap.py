@@ -26,6 +26,7 @@ import orjson
 
 from gateway.errors import MalformedStream
 from gateway.ledger.record import Record
+from gateway.serving.accounting import percentile
 from gateway.serving.tap import cut_events
 
 TOKEN_EVENTS = {
@@ -34,11 +35,6 @@ TOKEN_EVENTS = {
     "response.reasoning_summary_text.delta": "reasoning",
     "response.function_call_arguments.delta": "tool",
 }
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def account(record: Record, response: dict[str, Any]) -> None:
@@ -99,11 +95,13 @@ class ResponsesStreamTap:
         self._tokens = 0
         self.done = False
 
-    def feed(self, block: bytes) -> bytes:
+    def feed(self, block: bytes, now: float | None = None) -> bytes:
+        """`now`: when `block` arrived (the relay's clock), else read here."""
         whole, self._buffer = cut_events(self._buffer, block)
         if not whole:
             return b""
-        now = time.perf_counter()
+        if now is None:
+            now = time.perf_counter()
         events = whole[:-2].split(b"\n\n")
         renamed = False
         for i, event in enumerate(events):
@@ -173,7 +171,7 @@ class ResponsesStreamTap:
         record.e2e_s = time.perf_counter() - record.t0
         if self._gaps:
             record.itl_mean_s = sum(self._gaps) / len(self._gaps)
-            record.itl_p99_s = _percentile(self._gaps, 0.99)
+            record.itl_p99_s = percentile(self._gaps, 0.99)
         if record.completion_tokens == 0 and self._tokens:
             record.completion_tokens = self._tokens
             record.usage_estimated = True

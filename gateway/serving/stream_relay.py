@@ -115,9 +115,10 @@ class StreamRelay(Response):
 
     # -- callbacks from the upstream connection --------------------------------------------
     def _data(self, block: bytes) -> None:
-        self.watched.seen = perf_counter()
+        # One clock read a block: the silence watch's and the tap's (TTFT, inter-token gaps).
+        self.watched.seen = now = perf_counter()
         try:
-            out = self.tap.feed(block)
+            out = self.tap.feed(block, now)
             if out and self.translator is not None:
                 out = self.translator.feed(out)
         except MalformedStream as e:
@@ -128,7 +129,11 @@ class StreamRelay(Response):
             self._broken(e)
             return
         if out:
-            self._write(out, True)
+            outlet = self.outlet  # `_write`, in place: this runs for every block
+            assert outlet is not None
+            outlet.write(out, True)
+            if outlet.error is not None:
+                self._left()
 
     def _end(self) -> None:
         try:

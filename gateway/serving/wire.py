@@ -100,8 +100,17 @@ class Connection(asyncio.Protocol):
             self._lost(WireError(f"the upstream's answer is not valid HTTP ({e})"))
             self.close()
             return
-        if self._parts:
-            self._hand_on()
+        parts = self._parts
+        if parts:  # `_hand_on`, in place: this runs for every block
+            block = parts[0] if len(parts) == 1 else b"".join(parts)
+            parts.clear()
+            reply = self.reply
+            if reply is not None:
+                piped = reply.piped
+                if piped is not None:
+                    piped(block)
+                else:
+                    reply._data(block)
 
     def _hand_on(self) -> None:
         parts = self._parts

@@ -4,9 +4,9 @@ Streams are generated (content with quotes, backslashes, `<think>`, unicode, DEL
 chat's and completions', valid, malformed, nested deep, holding the model's key; texts that hold
 what follows a text when logprobs do, escaped; tool calls; errors; the token key in other
 fields; `"usage": null` on every chunk or not; usage at the end or not), cut into blocks at
-random byte offsets and fed to two taps: one allowed shaped events, one not. The bytes relayed,
-the error, every field of the record and the sampled answer must be identical; a fake clock
-makes the timings equal.
+random byte offsets, at events' ends or both, and fed to two taps: one allowed shaped events,
+one not. The bytes relayed, the error, every field of the record and the sampled answer must be
+identical; a fake clock makes the timings equal.
 """
 
 from __future__ import annotations
@@ -141,8 +141,15 @@ def streams(draw: st.DrawFn) -> tuple[list[bytes], bool]:
     if draw(st.integers(0, 9)) == 0:  # an event that breaks off
         at = draw(st.integers(10, len(raw) - 20))
         raw = raw[:at] + b"\n\n" + raw[at:]
-    cuts = sorted(draw(st.sets(st.integers(1, len(raw) - 1), max_size=12)))
-    blocks = [raw[a:b] for a, b in itertools.pairwise([0, *cuts, len(raw)])]
+    # Cut at random bytes, or where events end (one event a block, as a paced stream's arrive,
+    # which `feed` takes first), or both.
+    ends = [i + 2 for i in range(len(raw) - 2) if raw[i : i + 2] == b"\n\n"]
+    cut_at = draw(st.sampled_from(["bytes", "events", "both"]))
+    cuts = set() if cut_at == "events" else draw(st.sets(st.integers(1, len(raw) - 1), max_size=12))
+    if cut_at != "bytes":
+        cuts |= set(ends if cut_at == "events" else draw(st.sets(st.sampled_from(ends))))
+    cuts.discard(len(raw))
+    blocks = [raw[a:b] for a, b in itertools.pairwise([0, *sorted(cuts), len(raw)])]
     return blocks, chat
 
 
@@ -277,6 +284,57 @@ def test_logprob_events_are_shaped_and_a_shape_that_keeps_missing_is_given_up(ch
         assert out == b"".join(events) and record.chunks == 21
         assert tap._hits == taken
         assert (tap._shape is None) == (taken == 0)  # given up
+
+
+ONE_EVENT_TEXTS = [
+    b"a",
+    b" \xc3\xa9\xe6\xbc\xa2",
+    b"\\n",
+    b'\\"',
+    b">",
+    b"b<think>c",
+    b"d</think>",
+    b"e",
+]
+
+
+@pytest.mark.parametrize("chat", [True, False])
+@pytest.mark.parametrize(
+    ("wants_usage", "usage_null", "model"), [(True, False, None), (False, True, "pub")]
+)
+@pytest.mark.parametrize("last", [b"f", b"\xff", b"\\x", b"\t", b"\\u003cthink>"])
+def test_one_event_blocks_leave_what_the_event_path_leaves(
+    chat: bool, wants_usage: bool, usage_null: bool, model: str | None, last: bytes
+) -> None:
+    """A paced stream's blocks, one event each, which `feed` checks first: plain texts, UTF-8,
+    escapes, `>` and think tags after the shape was learnt, relayed as received or rewritten
+    (`"usage": null` dropped, the public model name); then a text that is not UTF-8, a bad
+    escape or a raw tab (the stream fails as the event path fails it), or an escaped think tag
+    (which the event path splits into reasoning)."""
+    key = b'"delta":{"content":"%s"}' if chat else b'"text":"%s"'
+    tail = b',"usage":null}' if usage_null else b"}"
+    shaped = (
+        b'data: {"id":"x","created":1,"model":"up","choices":[{"index":0,'
+        + key
+        + b',"finish_reason":null}]'
+    )
+    blocks = [shaped % t + tail + b"\n\n" for t in [*ONE_EVENT_TEXTS, last]]
+    blocks.append(b"data: [DONE]\n\n")
+    fast = _run(blocks, chat, wants_usage, True, model=model)
+    assert fast == _run(blocks, chat, wants_usage, False, model=model)
+    assert (fast[1] is None) == (last in (b"f", b"\\u003cthink>"))
+
+
+def test_a_block_that_only_ends_like_a_shaped_event_is_not_taken() -> None:
+    """A block as long as a shaped event with the learnt end but not the learnt start, whose
+    bytes the text check would let through (as many quotes as the start is long), is no
+    token: it goes to the event path, which finds it is no JSON."""
+    head = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"'
+    blocks = [head + t + b'"},"finish_reason":null}]}\n\n' for t in (b"a", b"b")]
+    blocks.append(b"data: {" + b'"' * len(head) + b'"},"finish_reason":null}]}\n\n')
+    fast = _run(blocks, True, True, True)
+    assert fast == _run(blocks, True, True, False)
+    assert fast[1] == "upstream sent an event that is not valid JSON"
 
 
 def test_an_event_nested_too_deep_to_write_anew_is_a_malformed_stream() -> None:
