@@ -7,11 +7,19 @@
 #             convert the GGUF; record versions, the GPU and its power limits
 #   up        `plumbline deploy vllm` two smollm2 replicas on GPU 0 (memory split, started one
 #             after the other), then `plumbline serve` in front of them; both left running
-#   bench     `plumbline bench` router + promptopt, direct to replica 0 and through the gateway
+#   bench     `plumbline bench` router + promptopt: direct to replica 0, through the gateway and
+#             through the bare relay (bench/floor_proxy.py --wire on :8403), interleaved in
+#             paired rounds (--rounds), vLLM's own histograms around each run (--server-metrics);
+#             the paired comparison with its intervals in compare.md
 #   perf      bench/gateway_perf.py on this machine's cores: direct, plumbline, vllm-router,
 #             floor-wire against the fake upstream (the seed scenario and the looping ones)
 #   pair      `plumbline bench` router through the gateway over both replicas
 #   eval      `plumbline eval run --suite smoke` through the gateway on the GPU replicas
+#   diag      where a slower stream through the gateway comes from: router C1 and C32, direct,
+#             gateway and the bare relay (bench/floor_proxy.py --wire) interleaved over two
+#             rounds, each cell with vLLM's own latency histograms around it
+#             (--server-metrics: the srv_* columns); direct again beside a busy CPU; then vLLM, the
+#             gateway and the load generator pinned to separate cores (lscpu's layout)
 #
 # Everything is written under $GPU_RUN (/tmp/gpurun); on exit the results and a tarball of the
 # logs go to $OUT (at most 8 files come back). Processes are started with setsid so the replicas
@@ -25,7 +33,7 @@ T0=$(date +%s)
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 collect() {
   cp "$LOG" "$OUT/run.log" 2>/dev/null
-  for f in env.txt bench.tsv bench.txt pair.txt gateway_perf.md eval.txt; do
+  for f in env.txt bench.tsv bench.txt compare.md pair.txt gateway_perf.md eval.txt diag.txt diag.tsv lscpu.txt spy-gateway-c32.txt; do
     [[ -f $GPU_RUN/$f ]] && cp "$GPU_RUN/$f" "$OUT/"
   done
   tar -czf "$OUT/logs.tgz" -C / --ignore-failed-read "${GPU_RUN#/}" \
@@ -59,6 +67,11 @@ stage_setup() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" "$CARRY"/wheels/*.whl >> "$GPU_RUN/assemble.log" 2>&1 || return 1
   cp -r "$CARRY"/pysite/* "$SITE"/
+  # Tools carried beside the payload's parts (py-spy, for the diag stage).
+  if compgen -G "/tmp/parts/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" /tmp/parts/*.whl \
+      >> "$GPU_RUN/assemble.log" 2>&1 || return 1
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/venvs/router/lib \
     "$CARRY"/router/*.whl >> "$GPU_RUN/assemble.log" 2>&1 || return 1
   mkdir -p /tmp/venvs/router/bin
@@ -130,13 +143,25 @@ bench_run() {  # bench_run OUTFILE ARGS...
     | tee -a "$GPU_RUN/$out"
 }
 
-stage_bench() {
-  local shapes=() s
-  for s in ${BENCH_SHAPES:-router promptopt}; do shapes+=(--shape "$s"); done
-  say "bench: ${BENCH_SHAPES:-router promptopt}, direct and through the gateway"
-  bench_run bench.txt --target direct=http://127.0.0.1:8401/v1 \
-    --target gateway=http://127.0.0.1:8400/v1 --model smollm2 "${shapes[@]}" \
-    --concurrency "${BENCH_C:-1,32,256}" --prompts-per-slot "${BENCH_PPS:-4}"
+start_floor() {  # the bare relay (bench/floor_proxy.py --wire: uvicorn + our wire) on :8403 -> replica 0
+  [[ -f $GPU_RUN/floor.pid ]] && kill -0 "$(cat "$GPU_RUN/floor.pid")" 2>/dev/null && return 0
+  setsid python3 bench/floor_proxy.py --upstream http://127.0.0.1:8401 --port 8403 --wire \
+    > "$GPU_RUN/floor.log" 2>&1 < /dev/null &
+  echo $! > "$GPU_RUN/floor.pid"
+  sleep 4
+}
+
+stage_bench() {  # paired rounds per cell: direct, the gateway, the bare relay; vLLM's own histograms
+  local s
+  start_floor
+  for s in ${BENCH_SHAPES:-router promptopt}; do
+    say "bench: $s, direct / gateway / bare relay interleaved over ${BENCH_ROUNDS:-6} rounds"
+    bench_run bench.txt --target direct=http://127.0.0.1:8401/v1 \
+      --target gateway=http://127.0.0.1:8400/v1 --target floor=http://127.0.0.1:8403/v1 \
+      --model smollm2 --shape "$s" --concurrency "${BENCH_C:-1,32}" \
+      --prompts-per-slot "${BENCH_PPS:-8}" --rounds "${BENCH_ROUNDS:-6}" \
+      --server-metrics "${METRICS_URL:-http://127.0.0.1:8401/metrics}" --compare-out "$GPU_RUN/compare.md"
+  done
 }
 
 stage_pair() {
@@ -171,12 +196,60 @@ stage_eval() {
   grep -A3 -i fingerprint "$GPU_RUN/evals/$run/run.json" | head -20
 }
 
+diag_cell() {  # diag_cell LABEL URL C PROMPTS_PER_SLOT [taskset CPUs for the load generator]
+  local label=$1 url=$2 c=$3 pps=$4 pin=${5:-} gw c0
+  gw=$(cat "$GPU_RUN/gateway.pid"); c0=$(cpu_of "$gw")
+  COLUMNS=200 ${pin:+taskset -c $pin} python3 -c 'from gateway.cli import app; app()' bench \
+    --target "$label=$url" --model smollm2 --shape router --concurrency "$c" \
+    --prompts-per-slot "$pps" --tsv "$GPU_RUN/diag.tsv" --tokenizer-url http://127.0.0.1:8401 \
+    --server-metrics "${METRICS_URL:-http://127.0.0.1:8401/metrics}" \
+    2>&1 | grep -E "^$label " | tee -a "$GPU_RUN/diag.txt"
+  echo "  gateway CPU: $(python3 -c "print(round($(cpu_of "$gw") - $c0, 3))") s" | tee -a "$GPU_RUN/diag.txt"
+}
+
+stage_diag() {
+  say "diag: direct, gateway and the bare relay, interleaved, with vLLM's histograms"
+  { lscpu; echo; lscpu -e; echo; ps -eo pid,psr,pcpu,rss,args --sort=-pcpu | head -25; } \
+    > "$GPU_RUN/lscpu.txt" 2>&1
+  start_floor
+  local r t url
+  for r in 1 2; do
+    for t in direct gateway floor; do
+      case $t in direct) url=http://127.0.0.1:8401/v1 ;; gateway) url=http://127.0.0.1:8400/v1 ;;
+        floor) url=http://127.0.0.1:8403/v1 ;; esac
+      diag_cell "$t-r$r" "$url" 1 "${DIAG_PPS1:-16}"
+      if [[ $t == gateway && $r == 2 ]] && command -v py-spy > /dev/null; then
+        py-spy record -p "$(cat "$GPU_RUN/gateway.pid")" -d 12 -r 250 -f raw --nonblocking \
+          -o "$GPU_RUN/spy-gateway-c32.txt" > "$GPU_RUN/spy.log" 2>&1 &
+      fi
+      diag_cell "$t-r$r" "$url" 32 "${DIAG_PPS32:-4}"
+    done
+  done
+  say "diag: direct beside one busy CPU"
+  python3 -c 'while True: pass' & local burn=$!
+  diag_cell direct-burn http://127.0.0.1:8401/v1 1 "${DIAG_PPS1:-16}"
+  diag_cell direct-burn http://127.0.0.1:8401/v1 32 "${DIAG_PPS32:-4}"
+  kill $burn
+  say "diag: pinned (vLLM, gateway, load generator on separate cores)"
+  local n; n=$(nproc)
+  local vcpus="0-$((n - 5))" gcpus="$((n - 4))-$((n - 3))" lcpus="$((n - 2))-$((n - 1))" p
+  for p in $(pgrep -f "vllm|VLLM|EngineCore"); do taskset -a -cp "$vcpus" "$p" > /dev/null 2>&1; done
+  taskset -a -cp "$gcpus" "$(cat "$GPU_RUN/gateway.pid")" > /dev/null 2>&1
+  echo "pinned: vLLM $vcpus, gateway $gcpus, load generator $lcpus" | tee -a "$GPU_RUN/diag.txt"
+  ps -eLo pid,psr,comm | awk 'NR==1 || /python|VLLM|vllm/' | sort -u -k3 | head -30 >> "$GPU_RUN/lscpu.txt"
+  for t in direct gateway; do
+    url=http://127.0.0.1:8401/v1; [[ $t == gateway ]] && url=http://127.0.0.1:8400/v1
+    diag_cell "$t-pin" "$url" 1 "${DIAG_PPS1:-16}" "$lcpus"
+    diag_cell "$t-pin" "$url" 32 "${DIAG_PPS32:-4}" "$lcpus"
+  done
+}
+
 rc=0
 while [[ $# -gt 0 ]]; do
   stage=$1; shift
   case $stage in
     carry) stage_carry || rc=1 ;;
-    setup|up|gateway|bench|pair|perf|eval) "stage_$stage" || { rc=1; say "stage $stage failed"; break; } ;;
+    setup|up|gateway|bench|pair|perf|eval|diag) "stage_$stage" || { rc=1; say "stage $stage failed"; break; } ;;
     *) echo "unknown stage $stage" >&2; rc=2; break ;;
   esac
 done
