@@ -37,7 +37,7 @@ from gateway.serving.accounting import (
     stream_error,
     swap_model,
 )
-from gateway.serving.plain_tokens import _ESCAPED_OR_NOT_TEXT, PlainTokens, _plain_bytes
+from gateway.serving.plain_tokens import _ESCAPED_OR_NOT_TEXT, PlainTokens, _utf8
 from gateway.serving.reasoning import ThinkSplitter
 from gateway.trust.capture import Capture
 
@@ -133,7 +133,7 @@ class StreamTap(PlainTokens):
                         len(text.translate(None, _NOT_LONE_TEXT)) == n
                         or (plain_text.fullmatch(text) is not None and text.find(b"think>") < 0)
                     )
-                    and (text.isascii() or _plain_bytes(text))
+                    and (text.isascii() or _utf8(text))
                 ):
                     self.record.chunks += 1
                     self._hits += 1
