@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from gateway.serving.outlet import Outlet
@@ -57,3 +58,50 @@ async def test_a_failing_send_is_kept_as_the_error() -> None:
     sender.open.set()
     await outlet2.drained()
     assert isinstance(outlet2.error, RuntimeError) and sender.sent == []
+
+
+async def test_a_send_that_returns_another_awaitable_is_awaited() -> None:
+    """ASGI types `send` as returning an Awaitable, not always a coroutine: a future that is
+    done at once is written in place, one still pending makes the outlet wait for it."""
+    loop = asyncio.get_running_loop()
+    sent: list[bytes] = []
+    pending: list[asyncio.Future[None]] = []
+
+    def send(message: dict[str, Any]) -> asyncio.Future[None]:
+        sent.append(message["body"])
+        done = loop.create_future()
+        if message["body"] == b"slow":
+            pending.append(done)
+        else:
+            done.set_result(None)
+        return done
+
+    reading: list[str] = []
+    outlet = Outlet(send, lambda: reading.append("paused"), lambda: reading.append("resumed"))
+    outlet.write(b"a")
+    outlet.write(b"slow")
+    outlet.write(b"b")
+    assert sent == [b"a", b"slow"] and reading == ["paused"]
+    pending[0].set_result(None)
+    await outlet.drained()
+    assert sent == [b"a", b"slow", b"b"] and reading == ["paused", "resumed"]
+
+
+async def test_writes_go_on_after_a_waiting_send_was_cancelled() -> None:
+    """A send cancelled while it waited (the server stopping) ends that wait, not the outlet:
+    what is written next is sent."""
+    sender = Sender()
+    outlet = Outlet(sender, lambda: None, lambda: None)
+    sender.open.clear()
+    outlet.write(b"a")
+    await asyncio.sleep(0)  # the task finishing that send waits in it
+    waiting = outlet._task
+    assert waiting is not None
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await outlet.drained()
+    assert outlet.error is None and sender.sent == [] and outlet._task is None
+    sender.open.set()
+    outlet.write(b"b")
+    outlet.write(b"", more=False)
+    assert sender.sent == [(b"b", True), (b"", False)] and outlet.closed
