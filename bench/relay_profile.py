@@ -10,14 +10,14 @@ event per read) and with the record store on or off.
 prints µs per event and which path each event took (`feed`'s own check of a one-event block,
 the block check, the run match, the one shaped event, or the event path that parses the
 JSON). `gateway` starts the fake and ``plumbline serve`` (as bench/gateway_perf.py does;
-`--target floor-wire` the bare relay,
-`direct` the fake alone), drives `--concurrency` streams of `--tokens` tokens (`--pace`: each
-token its own write, so one event per read, as vLLM sends them; `--door completions`:
-/v1/completions streams, as the GPU bench sends) and prints the target's CPU per chunk (and its
-user part: the kernel's socket work is the same for every relay) and per stream; `--spy`
-samples it with py-spy (the venv's, `--rate` a second) and prints the top functions (as
-bench/gateway_profile.py does), by line and by thread; `--attach` runs another tool on it for
-the run (``--attach "strace -c -f -p {pid}"``, ``perf record ... -p {pid}``).
+`--target floor-wire` the bare relay, `direct` the fake alone), drives `--concurrency` streams
+of `--tokens` tokens (`--pace`: each token its own write, so one event per read, as vLLM sends
+them; `--door completions`: /v1/completions streams, as the GPU bench sends) and prints the
+target's CPU per chunk (and its user part: the kernel's socket work is the same for every
+relay) and per stream; `--spy` samples it with py-spy (the venv's, `--rate` a second) and
+prints the top functions (as bench/gateway_profile.py does), by line and by thread; `--attach`
+runs another tool on it for the run (``--attach "strace -c -f -p {pid}"``, ``perf record ...
+-p {pid}``).
 """
 
 from __future__ import annotations
