@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gzip
 import ssl
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -218,6 +219,68 @@ async def test_pipe_hands_on_buffered_then_live_blocks_and_ends_once() -> None:
         assert await again.read() == b"firsonetwo"
         await wire.close()
     assert len(peers) == 1
+
+
+async def test_a_piped_gzip_stream_is_handed_on_decoded_and_not_after_its_end() -> None:
+    """Blocks go straight to the piped callback only as they came: a compressed stream's are
+    decoded first; once the reply ended, nothing more is handed on."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        packer = zlib.compressobj(wbits=31)
+        for part in (b"data: one\n\n", b"data: two\n\n"):
+            packed = packer.compress(part) + packer.flush(zlib.Z_SYNC_FLUSH)
+            writer.write(b"%x\r\n%s\r\n" % (len(packed), packed))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        packed = packer.flush()
+        writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed))
+        await writer.drain()
+
+    async with server(handler) as (origin, _):
+        wire = Wire(5.0)
+        reply = await wire.post(origin, "/stream", HEAD, b"")
+        got: list[bytes] = []
+        ended = asyncio.get_running_loop().create_future()
+        reply.pipe(got.append, lambda: ended.set_result(None), ended.set_exception)
+        assert reply.piped is None  # decoded first
+        await asyncio.wait_for(ended, 5)
+        assert b"".join(got) == b"data: one\n\ndata: two\n\n"
+        assert reply.piped is None
+        await wire.close()
+
+
+async def test_a_piped_reply_hands_blocks_straight_on_until_it_fails() -> None:
+    """A plain stream's blocks go straight to the piped callback; once the reply failed (its
+    connection closed), no more do."""
+    release = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for part in (b"one", b"two"):
+            writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+            await writer.drain()
+            await release.wait()
+
+    async with server(handler) as (origin, _):
+        wire = Wire(5.0)
+        reply = await wire.post(origin, "/stream", HEAD, b"")
+        got: list[bytes] = []
+        errors: list[BaseException] = []
+        reply.pipe(got.append, lambda: None, errors.append)
+        assert reply.piped is not None
+        while not got:
+            await asyncio.sleep(0.01)
+        reply.fail(ReplyTimeout("no data for 1s"))
+        assert reply.piped is None and len(errors) == 1
+        release.set()
+        await asyncio.sleep(0.05)
+        assert got == [b"one"]
+        await wire.close()
 
 
 async def test_a_failed_reply_reports_once_and_its_connection_is_not_reused() -> None:
