@@ -5,8 +5,8 @@
 
 Feeds a 256-token chat stream (role chunk, content chunks, finish chunk, usage chunk) through
 `StreamTap` one event per block, 16, 64 and 256 events per block, with the client asking for usage
-and not, and prints microseconds per event (best of 5); then the same with each token's logprobs
-(five top ones, as vLLM writes them), for chat and for completions.
+and not, and prints microseconds per event (best of 5); the same for a completions stream (the
+GPU bench's); then both with each token's logprobs (five top ones, as vLLM writes them).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def run(tap, blocks: list[bytes], wants_usage: bool, chat: bool = True) -> float
 def main() -> None:
     tap = load_tap(sys.argv[1] if len(sys.argv) > 1 else None)
     streams = itertools.count()
-    for logprobs, chat in ((False, True), (True, True), (True, False)):
+    for logprobs, chat in ((False, True), (False, False), (True, True), (True, False)):
         kind = ("chat" if chat else "completions") + (", logprobs" if logprobs else "")
         n = len(events(logprobs=logprobs, chat=chat))
         for per_block in (1, 16, 64, 256):
