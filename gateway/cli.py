@@ -241,7 +241,10 @@ _BENCH_HELP = "\n\n".join(
         " measured requests and adds vLLM's own means over them (TTFT, ITL, E2E, queue, prefill,"
         " decode; columns srv_*). Through a gateway, give the metrics URLs of the replicas it"
         " fronts (repeat the label to sum several), to tell the relay's cost from vLLM generating"
-        " slower. A bare URL applies to every target.",
+        " slower. A bare URL applies to every target. With them the comparison also gives the"
+        " relay's own share, vLLM's change of speed between runs divided out: the tok/s ratio"
+        " times the ratio of vLLM's mean E2E, and the added TTFT (the client's TTFT p50 less"
+        " vLLM's mean TTFT, target less baseline), judged against the same goals (relay verdict).",
     ]
 )
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from gateway.loadgen import Row, Shape, compare, parse_target, schedule, spread
-from gateway.loadgen.compare import fmt_spread
+from gateway.loadgen.compare import cells_of, fmt_spread
 
 T2 = 4.302652729911275  # Student's t, 97.5th percentile, 2 degrees of freedom
 
@@ -141,3 +141,37 @@ def test_compare_pairs_only_rounds_both_ran_and_drops_undefined_ratios():
     assert c1.ttft_p50_delta_ms.median == pytest.approx(1.5)  # rounds 1 and 2 paired
     assert c1.verdict == ""  # fewer than three paired rounds: no interval, no verdict
     assert (c8.concurrency, c8.out_tok_ratio.median) == (8, pytest.approx(1.1))
+
+
+def test_relay_share_divides_out_vllm_drift():
+    # vLLM itself 10% slower while the target ran (its mean e2e 220 against 200 ms): the raw
+    # tok/s ratio 0.95 misses 0.99, the relay's own share 0.95 x 1.1 = 1.045 does not.
+    rows: list[Row] = []
+    added = {"gateway": (0.5, 0.75, 1.0), "tight": (0.2, 0.2, 0.2)}
+    for r in (1, 2, 3):
+        rows.append(row("direct", r, 100, 30.0, srv_e2e_mean_ms=200.0, srv_ttft_mean_ms=28.0))
+        for label, extra in added.items():
+            ttft = 28.0 + 2.0 + extra[r - 1]  # vLLM's TTFT + the baseline's 2 ms + the added
+            rows.append(row(label, r, 95, ttft + 3.0, srv_e2e_mean_ms=220.0, srv_ttft_mean_ms=31.0))
+    got = {c.target: c for c in compare(rows, "direct", 0.99, 1.0)}
+    g = got["gateway"]
+    assert g.out_tok_ratio.median == pytest.approx(0.95) and g.verdict == "missed"
+    assert g.relay_ratio.median == pytest.approx(1.045)
+    assert (g.relay_ratio.ci_low, g.relay_ratio.ci_high) == pytest.approx((1.045, 1.045))
+    # added TTFT 0.5, 0.75, 1.0: mean 0.75, sd 0.25, half-width T2 * 0.25 / sqrt(3)
+    a = g.added_ttft_ms
+    assert (a.median, a.low, a.high) == pytest.approx((0.75, 0.5, 1.0))
+    half = T2 * 0.25 / math.sqrt(3)
+    assert (a.ci_low, a.ci_high) == pytest.approx((0.75 - half, 0.75 + half))
+    assert g.relay_verdict == "unclear"  # the ratio clears 0.99, the TTFT interval straddles 1 ms
+    assert got["tight"].relay_verdict == "met"
+    assert got["tight"].verdict == "missed"
+    assert "1.0450" in " ".join(cells_of(g))
+
+
+def test_no_server_metrics_no_relay_share():
+    rows = [row(t, r, 100, 10.0) for r in (1, 2, 3) for t in ("direct", "gw")]
+    (c,) = compare(rows, "direct", 0.99, 1.0)
+    assert c.relay_ratio.n == 0 and c.added_ttft_ms.n == 0
+    assert c.relay_verdict == "" and c.verdict == "met"
+    assert cells_of(c)[-3:] == ["—", "—", "—"]
