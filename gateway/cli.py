@@ -243,7 +243,7 @@ _BENCH_HELP = "\n\n".join(
         " fronts (repeat the label to sum several), to tell the relay's cost from vLLM generating"
         " slower. A bare URL applies to every target. With them the comparison also gives the"
         " relay's own share, vLLM's change of speed between runs divided out: the tok/s ratio"
-        " times the ratio of vLLM's mean E2E, and the added TTFT (the client's TTFT p50 less"
+        " times the ratio of vLLM's mean E2E, and the added TTFT (the client's mean TTFT less"
         " vLLM's mean TTFT, target less baseline), judged against the same goals (relay verdict).",
     ]
 )

@@ -17,7 +17,7 @@ of a relay. With vLLM's histograms scraped around every run (`--server-metrics`)
 share is compared too, with vLLM's change of speed divided out: per round, the tok/s ratio times
 the ratio of vLLM's mean end-to-end latency (target / baseline: how much of the client's time
 vLLM spent on the requests, through the target against straight), and the added TTFT, the
-client's TTFT p50 less vLLM's mean TTFT, target less baseline. `relay_verdict` judges those
+client's mean TTFT less vLLM's mean TTFT, target less baseline. `relay_verdict` judges those
 against the same goals.
 """
 
@@ -86,6 +86,12 @@ class Comparison:
 
 def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 and not math.isnan(a) else math.nan
+
+
+def _client_ttft(row: Row) -> float:
+    """The client's mean TTFT, to set beside vLLM's mean; its p50 for a row from before the
+    bench kept means."""
+    return row.ttft_p50_ms if math.isnan(row.ttft_mean_ms) else row.ttft_mean_ms
 
 
 def judge(
@@ -171,7 +177,8 @@ def compare(
                 ),
                 added_ttft_ms=spread(
                     [
-                        (t.ttft_p50_ms - t.srv_ttft_mean_ms) - (b.ttft_p50_ms - b.srv_ttft_mean_ms)
+                        (_client_ttft(t) - t.srv_ttft_mean_ms)
+                        - (_client_ttft(b) - b.srv_ttft_mean_ms)
                         for t, b in paired
                     ]
                 ),

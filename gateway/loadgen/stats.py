@@ -74,6 +74,9 @@ class Row:
     srv_queue_mean_ms: float = math.nan
     srv_prefill_mean_ms: float = math.nan
     srv_decode_mean_ms: float = math.nan
+    # The client's means, to set beside vLLM's (compare.py's added TTFT takes like for like).
+    ttft_mean_ms: float = math.nan
+    e2e_mean_ms: float = math.nan
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row))
@@ -108,6 +111,9 @@ def summarise(run: RunInfo, samples: Sequence[Sample]) -> Row:
     def ms(values: Sequence[float], q: float) -> float:
         return round(percentile(values, q) * 1000, 3)
 
+    def mean_ms(values: Sequence[float]) -> float:
+        return round(sum(values) / len(values) * 1000, 3) if values else math.nan
+
     ttft = [s.first - s.start for s in ok]
     e2e = [s.end - s.start for s in ok]
     return Row(
@@ -141,4 +147,6 @@ def summarise(run: RunInfo, samples: Sequence[Sample]) -> Row:
         ignore_eos=run.ignore_eos,
         seed=run.seed,
         first_error=errors[0].error[:200].replace("\t", " ").replace("\n", " ") if errors else "",
+        ttft_mean_ms=mean_ms(ttft),
+        e2e_mean_ms=mean_ms(e2e),
     )

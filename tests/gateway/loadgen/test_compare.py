@@ -169,6 +169,15 @@ def test_relay_share_divides_out_vllm_drift():
     assert "1.0450" in " ".join(cells_of(g))
 
 
+def test_added_ttft_takes_the_clients_mean_where_the_row_has_one():
+    rows: list[Row] = []
+    for r in (1, 2, 3):
+        rows.append(row("direct", r, 100, 30.0, ttft_mean_ms=32.0, srv_ttft_mean_ms=30.0))
+        rows.append(row("gw", r, 100, 99.0, ttft_mean_ms=33.0, srv_ttft_mean_ms=30.0))
+    (c,) = compare(rows, "direct", 0.99, 1.0)
+    assert c.added_ttft_ms.median == pytest.approx(1.0)  # (33 - 30) - (32 - 30), p50s unused
+
+
 def test_no_server_metrics_no_relay_share():
     rows = [row(t, r, 100, 10.0) for r in (1, 2, 3) for t in ("direct", "gw")]
     (c,) = compare(rows, "direct", 0.99, 1.0)

@@ -56,7 +56,8 @@ def test_rounds_interleave_direct_and_gateway_and_compare_them(fake: FakeHandle,
     assert code == 0, out
     header = tsv.read_text().splitlines()[0].split("\t")
     assert header[: len(OLD_COLUMNS)] == list(OLD_COLUMNS)  # old columns first, in their order
-    assert header[len(OLD_COLUMNS) :] == ["round", *(c for c in COLUMNS if c.startswith("srv_"))]
+    srv = [c for c in COLUMNS if c.startswith("srv_")]
+    assert header[len(OLD_COLUMNS) :] == ["round", *srv, "ttft_mean_ms", "e2e_mean_ms"]
     rows = read_tsv(tsv)
     assert len(rows) == 1 * 2 * 2 * 3  # shapes × concurrencies × targets × rounds
     assert [(r["concurrency"], r["round"], r["target"]) for r in rows] == [
@@ -67,6 +68,8 @@ def test_rounds_interleave_direct_and_gateway_and_compare_them(fake: FakeHandle,
     ]
     assert all(r["errors"] == "0" and r["srv_requests"] == "-1" for r in rows)
     assert all(r["srv_ttft_mean_ms"] == "nan" for r in rows)  # no --server-metrics given
+    for r in rows:  # the client's means sit beside its percentiles
+        assert 0 < float(r["ttft_mean_ms"]) <= float(r["e2e_mean_ms"])
     # Every round sends fresh prompts (no prefix cache across rounds); 24 runs' worth reached
     # the fake, directly or relayed.
     prompts = [r["body"]["prompt"] for r in fake.requests() if r["path"] == "/v1/completions"]
