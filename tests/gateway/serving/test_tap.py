@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -369,3 +370,45 @@ def test_usage_chunk_written_when_the_upstream_sent_none() -> None:
     }
     assert b": plumbline usage estimated\n\n" in out and out.endswith(b"data: [DONE]\n\n")
     assert record.usage_estimated and (record.prompt_tokens, record.completion_tokens) == (9, 1)
+
+
+VLLM_STREAMS = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize(
+    ("name", "chat", "tokens", "finish"),
+    [
+        ("vllm026_chat_stream.txt", True, 8, "stop"),
+        ("vllm026_completions_stream.txt", False, 16, "length"),
+        ("vllm026_chat_logprobs_stream.txt", True, 8, None),
+    ],
+)
+def test_real_vllm_streams_take_the_fast_path_as_the_event_path_would(
+    name: str, chat: bool, tokens: int, finish: str | None
+):
+    # Streams captured from vLLM 0.26.0 on the issue-20 H200, one event per block as it sends
+    # them: its chunks carry `token_ids`, `stop_reason` and `prompt_token_ids` as nulls.
+    raw = (VLLM_STREAMS / name).read_bytes()
+    blocks = [event + b"\n\n" for event in raw.split(b"\n\n") if event.strip()]
+    fast = _run(blocks, chat, True, True)
+    assert fast == _run(blocks, chat, True, False)
+    out, error, fields, _ = fast
+    assert error is None and out.endswith(b"data: [DONE]\n\n")
+    assert fields["completion_tokens"] == tokens
+    if finish is not None:
+        assert fields["finish_reason"] == finish
+    record = Record(request_id="r", door="chat", model="m", stream=True)
+    tap = StreamTap(record, client_wants_usage=True, split_think=False, chat=chat)
+    for block in blocks:
+        tap.feed(block)
+    tap.finish()
+    token_events = sum(
+        1
+        for b in blocks
+        if b.startswith(b"data: {")
+        and (choices := orjson.loads(b[6:])["choices"])
+        and not choices[0].get("finish_reason")
+        and (choices[0].get("text") or (choices[0].get("delta") or {}).get("content"))
+    )
+    if "logprobs" not in name:  # all but the one the shape is learnt from are taken by bytes
+        assert tap._hits == token_events - 1
