@@ -285,16 +285,20 @@ class PlainTokens:
             out = out_prefix + out[len(prefix) :].replace(b"\n\n" + prefix, b"\n\n" + out_prefix)
         return stop, out
 
-    def _shaped(self, event: bytes, now: float, ended: bool = False) -> bytes | None:
+    def _shaped(
+        self, event: bytes, now: float, ended: bool = False, count: bool = True
+    ) -> bytes | None:
         """An event that is the learnt bytes around a plain text: accounted for as the event
         path would (one chunk, one token) and relayed. None when it is anything else: the text
         is not a plain one (`_TEXT`, `_plain_bytes`). `ended`: the event's blank line is on it
-        (and nothing else)."""
+        (and nothing else). `count`: a miss counts towards giving the shape up (`_missed`); a
+        first try that the event path's own try follows does not count, or one event would
+        count twice."""
         if self._splitters:
             return None
         taken = self._valued_event if self._valued is not None else self._one
         relayed = taken(event, now, ended)
-        if relayed is None:
+        if relayed is None and count:
             self._missed()
         return relayed
 

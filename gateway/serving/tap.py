@@ -145,7 +145,7 @@ class StreamTap(PlainTokens):
                     return block if out_prefix is None else out_prefix + text + out_suffix
         if self._shape is not None and len(block) < self._room_for_two and not self._buffer:
             # The common block of a paced stream: one whole event (too short for two).
-            plain = self._shaped(block, now, ended=True)
+            plain = self._shaped(block, now, ended=True, count=False)
             if plain is not None:
                 return plain
         whole, self._buffer = cut_events(self._buffer, block)

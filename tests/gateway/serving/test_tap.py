@@ -412,3 +412,22 @@ def test_real_vllm_streams_take_the_fast_path_as_the_event_path_would(
     )
     if "logprobs" not in name:  # all but the one the shape is learnt from are taken by bytes
         assert tap._hits == token_events - 1
+
+
+def test_a_shape_is_given_up_after_its_misses_each_counted_once():
+    # One token event teaches the shape; then tool-call deltas, one event per block, miss it.
+    # Each is tried twice (the one-event check, then the event path's own try) but counts once:
+    # the shape is given up on the ninth miss (more than 8, more than the one hit), not the fifth.
+    def chunk(delta: dict[str, Any]) -> bytes:
+        body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return b"data: " + orjson.dumps(body | {"choices": [choice]}) + b"\n\n"
+
+    record = Record(request_id="r", door="chat", model="m", stream=True)
+    tap = StreamTap(record, client_wants_usage=False, split_think=False)
+    tap.feed(chunk({"content": "Hi"}))
+    tap.feed(chunk({"content": " there"}))  # taken by bytes: one hit
+    call = {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}
+    for n in range(1, 10):
+        tap.feed(chunk(call))
+        assert (tap._shape is None) == (n == 9), n
