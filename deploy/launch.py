@@ -9,14 +9,17 @@ environment — the same recipe the gateway applies on every request.
 supervisor (each engine's state, restarts and last exit status, by upstream name).
 
 `SERVE_OPTIONS` is how the gateway's own HTTP server runs, as `plumbline serve` passes it to
-`uvicorn.run` and as `gateway_command` spells it on a uvicorn command line (several workers, or
-a process of its own: the benchmarks).
+uvicorn (`serve` in this process, `serve_workers` as several worker processes on one port) and
+as `gateway_command` spells it on a uvicorn command line (a process of its own: the benchmarks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -24,6 +27,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.supervisors.multiprocess import Multiprocess
 
 from deploy.engine import LaunchSpec
 from deploy.localmodel import ensure_hf_model, gguf_path
@@ -59,12 +64,175 @@ def serve(app: Any, host: str, port: int) -> None:
     _Server(uvicorn.Config(app, host=host, port=port, **SERVE_OPTIONS)).run()
 
 
+# What each worker process imports and calls: the config path comes from PLUMBLINE_CONFIG.
+GATEWAY_FACTORY = "gateway.edge.app:app_from_env"
+
+
+def workers_problems(config: Config) -> list[str]:
+    """Why `config` cannot be served by several workers: each worker keeps what is not in the
+    record store to itself, so without a shared store a limit would hold per worker (N times
+    over) and every worker would run its own eval rounds. Empty when it can."""
+    store = config.store
+    if store.enabled and not _in_memory(store.url):
+        return []
+    why = "is off" if not store.enabled else f"is in memory ({store.url})"
+    needs = [
+        f"key {k.id!r}'s budget"
+        for k in config.access.keys
+        if k.requests_per_window is not None or k.tokens_per_window is not None
+    ]
+    needs += [f"{name}'s shadow budget" for name, r in config.models.items() if r.shadow]
+    needs += [
+        f"{name}'s quality gate"
+        for name, r in config.models.items()
+        if r.policy == "cheapest_within_floor"
+    ]
+    if config.evals.every_hours > 0:
+        needs.append("the scheduled eval rounds")
+    if config.access.store_keys:
+        needs.append("the store keys")
+    if not needs and store.enabled:  # in memory: every worker would keep records of its own
+        needs.append("the records")
+    return [f"{n} would be kept per worker: [store] {why}" for n in needs]
+
+
+def _in_memory(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    return u.get_backend_name() == "sqlite" and u.database in (None, "", ":memory:")
+
+
+class _Workers(Multiprocess):
+    """uvicorn's supervisor of several workers (it restarts one that died, and stops them all on
+    SIGINT or SIGTERM), that also drops a dead worker's live gauges (in-flight requests, upstream
+    health) from prometheus-client's folder, so /metrics stops adding them in; its counters
+    stay, so totals never go back."""
+
+    def __init__(self, config: uvicorn.Config, sockets: list[Any], metrics_dir: Path) -> None:
+        super().__init__(config, sockets)
+        self.metrics_dir = metrics_dir
+
+    def _pids(self) -> set[int]:
+        return {p.pid for p in self.processes if p.pid is not None}
+
+    def _forget_gone(self, before: set[int]) -> None:
+        from prometheus_client import multiprocess
+
+        for pid in before - self._pids():
+            multiprocess.mark_process_dead(pid, str(self.metrics_dir))
+
+    def keep_subprocess_alive(self) -> None:
+        before = self._pids()
+        super().keep_subprocess_alive()
+        self._forget_gone(before)
+
+    def restart_all(self) -> None:
+        before = self._pids()
+        super().restart_all()
+        self._forget_gone(before)
+
+    def handle_ttou(self) -> None:
+        before = self._pids()
+        super().handle_ttou()
+        self._forget_gone(before)
+
+    @property
+    def failed_to_start(self) -> bool:
+        return any(p.exitcode == STARTUP_FAILURE for p in self.processes)
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the worker processes started inside (spawned: they inherit
+    this process's environment), and restore them after."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def metrics_folder() -> Iterator[Path]:
+    """The folder prometheus-client's multiprocess mode keeps each worker's values in: the
+    user's PROMETHEUS_MULTIPROC_DIR as it is, else a fresh private one, removed after."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        Path(given).mkdir(parents=True, exist_ok=True)
+        yield Path(given)
+        return
+    folder = Path(tempfile.mkdtemp(prefix="plumbline-metrics-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class ServeError(Exception):
+    """Why the gateway cannot be served so: a message for the user."""
+
+
+def _migrate_once(config: Config) -> None:
+    """The store's schema brought up to date here, before any worker opens it (SQLite has no
+    lock to serialise workers migrating together)."""
+    import sqlalchemy as sa
+
+    from gateway.ledger.store import Store
+
+    try:
+        Store.from_config(config).close()
+    except sa.exc.SQLAlchemyError as e:
+        reason = str(getattr(e, "orig", None) or e).splitlines()[0]
+        raise ServeError(f"store error: {reason}") from None
+
+
+def serve_workers(config: Config, config_path: Path, host: str, port: int, workers: int) -> int:
+    """Serve the gateway as `workers` processes on one port (`plumbline serve --workers N`):
+    refused (`ServeError`) where `workers_problems` says a limit would split; the store
+    migrated once; then uvicorn's supervisor binds the socket, starts each worker on
+    `GATEWAY_FACTORY` with `SERVE_OPTIONS` and the config at `config_path`, replaces one that
+    dies, and on SIGINT or SIGTERM stops them all gracefully. The exit status: 0, or uvicorn's
+    startup failure (3) when a worker could not start."""
+    problems = workers_problems(config)
+    if problems:
+        raise ServeError(
+            f"cannot serve with {workers} workers: " + "; ".join(problems) + ". Enable the "
+            "[store] (a file or PostgreSQL), or serve with --workers 1."
+        )
+    if config.store.enabled:
+        _migrate_once(config)
+    with metrics_folder() as folder:
+        env = {"PLUMBLINE_CONFIG": str(config_path.resolve())}
+        with _environment(**env, PROMETHEUS_MULTIPROC_DIR=str(folder)):
+            server = uvicorn.Config(
+                GATEWAY_FACTORY,
+                factory=True,
+                host=host,
+                port=port,
+                workers=workers,
+                **SERVE_OPTIONS,
+            )
+            sock = server.bind_socket()
+            try:
+                supervisor = _Workers(server, [sock], folder)
+                supervisor.run()
+            finally:
+                sock.close()
+    return STARTUP_FAILURE if supervisor.failed_to_start else 0
+
+
 def gateway_command(
     port: int, *, host: str = "127.0.0.1", workers: int = 1, python: str = sys.executable
 ) -> list[str]:
     """The argv of `uvicorn --factory gateway.edge.app:app_from_env` with `SERVE_OPTIONS` (the
     config path comes from the PLUMBLINE_CONFIG variable)."""
-    argv = [python, "-m", "uvicorn", "--factory", "gateway.edge.app:app_from_env"]
+    argv = [python, "-m", "uvicorn", "--factory", GATEWAY_FACTORY]
     argv += ["--host", host, "--port", str(port)]
     if workers > 1:
         argv += ["--workers", str(workers)]

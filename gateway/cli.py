@@ -1,6 +1,6 @@
 """The `plumbline` command line (typer).
 
-plumbline serve --config FILE          the gateway alone
+plumbline serve --config FILE          the gateway alone (--workers N: N processes, one port)
 plumbline up --config FILE             start the local replicas, wait until healthy, serve
 plumbline check --config FILE          validate a config and print its routes
 plumbline eval run|report|tripwire|logits   the eval suite, through the gateway
@@ -176,19 +176,44 @@ def _serve(
     )
 
 
+def _serve_workers(config: Config, host: str, port: int, path: Path, workers: int) -> None:
+    from deploy.launch import ServeError, serve_workers
+
+    try:
+        status = serve_workers(config, path, host, port, workers)
+    except ServeError as e:
+        typer.secho(str(e), fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    if status:
+        typer.secho("plumbline: a worker failed to start", fg=typer.colors.RED, err=True)
+        raise typer.Exit(status)
+
+
+WorkersOption = Annotated[
+    int | None, typer.Option(min=1, help="Override [server].workers (processes on one port)")
+]
+
+
 @app.command()
 def serve(
     config: ConfigOption = None,
     host: Annotated[str | None, typer.Option(help="Override [server].host")] = None,
     port: Annotated[int | None, typer.Option(help="Override [server].port")] = None,
+    workers: WorkersOption = None,
 ) -> None:
     """Serve the gateway (upstreams must already be running)."""
     cfg = _load(config)
+    n = workers or cfg.server.workers
     typer.echo(
         f"plumbline: serving {len(cfg.models)} model(s) on "
         f"http://{host or cfg.server.host}:{port or cfg.server.port}/v1"
+        + (f" ({n} workers)" if n > 1 else "")
     )
-    _serve(cfg, host, port, config or default_config_path())
+    path = config or default_config_path()
+    if n > 1:
+        _serve_workers(cfg, host or cfg.server.host, port or cfg.server.port, path, n)
+    else:
+        _serve(cfg, host, port, path)
 
 
 @app.command()
@@ -197,10 +222,20 @@ def up(
     host: Annotated[str | None, typer.Option(help="Override [server].host")] = None,
     port: Annotated[int | None, typer.Option(help="Override [server].port")] = None,
 ) -> None:
-    """Start the local replicas the config describes, wait until healthy, then serve."""
+    """Start the local replicas the config describes, wait until healthy, then serve (one
+    gateway process: it supervises the replicas)."""
     from deploy.launch import launch_local
 
     cfg = _load(config)
+    if cfg.server.workers > 1:
+        typer.secho(
+            f"plumbline up serves one gateway process, which supervises the replicas it starts; "
+            f"the config asks for [server] workers = {cfg.server.workers}. Set workers = 1 for "
+            "`plumbline up`, or start the replicas apart and run `plumbline serve`.",
+            fg=typer.colors.RED,
+            err=True,
+        )
+        raise typer.Exit(2)
     with contextlib.ExitStack() as stack:
         # Turn SIGTERM into a clean exit so the replicas are stopped by the exit stack.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -15,6 +15,9 @@ class _Frozen(BaseModel):
 class ServerConfig(_Frozen):
     host: str = "127.0.0.1"
     port: int = Field(8400, ge=0, le=65535)
+    # Gateway processes serving the one port (`plumbline serve`; `--workers` overrides it).
+    # Above 1, what is not in the record store is each worker's own (README, "Several workers").
+    workers: int = Field(1, ge=1)
     # Largest request body accepted (bytes); larger bodies get a 413 before they are read whole.
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     # Largest request head (all header names and values); larger gets a 431.

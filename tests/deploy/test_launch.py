@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import httpx
 import pytest
 
 from deploy.engine import LaunchSpec, vllm_args
-from deploy.launch import SERVE_OPTIONS, gateway_command
+from deploy.launch import SERVE_OPTIONS, gateway_command, metrics_folder
 from deploy.vllm import gpu_args
 from gateway.fakes.upstream import running_fake
 from tests.harness import free_port, wait_for
@@ -110,3 +111,23 @@ def test_plumbline_serve_stops_quietly_on_ctrl_c_and_sigterm(tmp_path: Path, sig
     said = out.decode()
     assert proc.returncode == 0, said
     assert "Traceback" not in said and "ERROR" not in said, said
+
+
+def test_metrics_folder_is_private_and_removed_unless_the_user_gave_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None  # TMPDIR is read again
+    try:
+        with metrics_folder() as folder:
+            assert folder.parent == tmp_path and folder.is_dir()
+            (folder / "counter_1.db").write_bytes(b"")
+        assert not folder.exists()
+    finally:
+        tempfile.tempdir = None
+    given = tmp_path / "mine"
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(given))
+    with metrics_folder() as folder:
+        assert folder == given and folder.is_dir()
+    assert given.is_dir()
