@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from deploy.engine import LaunchSpec, vllm_args
-from deploy.launch import SERVE_OPTIONS, gateway_command, metrics_folder
+from deploy.launch import SERVE_OPTIONS, gateway_command, metrics_folder, workers_problems
 from deploy.vllm import gpu_args
+from gateway.config import parse_config
 from gateway.fakes.upstream import running_fake
 from tests.harness import free_port, wait_for
 
@@ -131,3 +132,22 @@ def test_metrics_folder_is_private_and_removed_unless_the_user_gave_one(
     with metrics_folder() as folder:
         assert folder == given and folder.is_dir()
     assert given.is_dir()
+
+
+def test_workers_need_a_shared_store_only_for_what_would_be_counted_per_worker() -> None:
+    """Plain relaying splits nothing; a budget, a shadow or scheduled evals would be counted by
+    each worker on its own without a store every worker shares."""
+    base: dict[str, object] = {
+        "upstreams": [
+            {"name": "a", "kind": "vllm", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+        ],
+        "models": {"smol": {"upstreams": ["a"]}},
+    }
+    off = {"store": {"enabled": False}}
+    assert workers_problems(parse_config({**base, **off})) == []
+    assert workers_problems(parse_config({**base, "evals": {"every_hours": 6}})) == []
+    (why,) = workers_problems(parse_config({**base, **off, "evals": {"every_hours": 6}}))
+    assert why == "the scheduled eval rounds would be kept per worker: [store] is off"
+    memory = {"store": {"url": "sqlite://"}}
+    (why,) = workers_problems(parse_config({**base, **memory}))
+    assert why.startswith("the records would be kept per worker: [store] is in memory")
