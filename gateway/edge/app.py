@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config import Config, default_config_path, load_config, prometheus_multiproc_dir
 from gateway.edge import admin, api, doors
@@ -29,6 +30,7 @@ from gateway.edge.console.api import router as console_router
 from gateway.edge.fastpath import HOT_PATHS, Edge, GatewayApp, install_error_handlers
 from gateway.edge.guard import AccessGuard
 from gateway.edge.housekeeping import Demotions, Housekeeper, Prober
+from gateway.edge.request import BODY
 from gateway.ledger.cost import price_record
 from gateway.ledger.metrics import Metrics
 from gateway.ledger.record import Record, RecordSink
@@ -42,7 +44,7 @@ from gateway.serving.processes import EngineProcesses, EngineView, ProcessHealth
 from gateway.serving.relay import Relay
 from gateway.serving.silence import Silence
 from gateway.serving.wire import Wire
-from gateway.trust.capture import TextSampler
+from gateway.trust.capture import ContentKeeper, TextSampler
 from gateway.trust.gate import GateBook, SharedGateBook
 from gateway.trust.schedule import GATEWAY_ID, EvalScheduler
 from gateway.trust.shadow import ShadowMirror
@@ -89,7 +91,12 @@ class Gateway:
             config, config.watchdog, self.metrics.registry, on_demote=self.demotions.changed
         )
         self.demotions.watchdog = self.watchdog
-        self.sampler = TextSampler.from_config(config.watchdog)
+        content = (
+            ContentKeeper(self.queue.submit_content, config.store.content_max_bytes)
+            if self.queue is not None and config.store.store_content
+            else None
+        )
+        self.sampler = TextSampler.from_config(config.watchdog, content)
         self.wire = Wire(s.connect_timeout_s)
         self.engines = Engines()
         self.processes = ProcessHealth(processes, self.set_health)
@@ -205,6 +212,19 @@ def _sinks(
     return sinks
 
 
+class KeepBody:
+    """store_content: marks each generation request's scope so that `read_json` leaves the body
+    it read there (`BODY`), for `call_of` to hand to the request's capture. Not in the app at
+    all when store_content is off."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[BODY] = None
+        await self.app(scope, receive, send)
+
+
 def settle_heap() -> None:
     """Tune the cyclic garbage collector for a serving process, once the app is built.
 
@@ -272,7 +292,10 @@ def create_app(
         if isinstance(route, APIRoute) and route.path in HOT_PATHS and "POST" in route.methods
     }
     limits = {"max_body_bytes": s.max_body_bytes, "max_header_bytes": s.max_header_bytes}
-    app.front = AccessGuard(Edge(hot), access, **limits)
+    edge: ASGIApp = Edge(hot)
+    if record and config.store.enabled and config.store.store_content:
+        edge = KeepBody(edge)
+    app.front = AccessGuard(edge, access, **limits)
     app.hot = frozenset(hot)
     app.add_middleware(AccessGuard, access=access, **limits)
 

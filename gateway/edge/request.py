@@ -26,6 +26,9 @@ from gateway.trust.gate import pinned_upstream
 # Where the access guard leaves the body it parsed (to check the model and reserve the budget):
 # (the raw bytes, their JSON), for `read_json` to take instead of parsing the same bytes again.
 PARSED = "plumbline.parsed"
+# store_content: where `read_json` leaves the body's bytes, as received, for `call_of` (the key is
+# in the scope only when the gateway keeps contents: `gateway.edge.app.KeepBody`).
+BODY = "plumbline.body"
 
 
 def headers_of(request: Request) -> dict[str, str]:
@@ -48,6 +51,8 @@ async def read_json(request: Request, limit: int) -> Any:
     if length is not None:
         _check_length(length, limit)
     raw = await _body(request, limit)
+    if BODY in request.scope:
+        request.scope[BODY] = raw
     if not raw.strip():
         raise BadRequest("The request body is empty; expected a JSON object.")
     parsed = request.scope.pop(PARSED, None)
@@ -153,6 +158,9 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
         params_hash=params_hash(body),
     )
+    raw = request.scope.get(BODY)
+    if raw is not None and path != "/embeddings":  # store_content: the prompt, as received
+        gw.sampler.content.hold(record.request_id, raw)
     return Call(
         door=door,
         path=path,

@@ -19,13 +19,19 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.config import Config
 from gateway.ledger.record import Record
-from gateway.ledger.store import Content, Store, record_row
+from gateway.ledger.store import Store, record_row
 
 log = logging.getLogger(__name__)
+
+
+class ContentItem(Protocol):
+    """What `submit_content` queues: anything that makes its `contents` row when asked."""
+
+    def as_row(self) -> dict[str, Any]: ...
 
 
 class Spool:
@@ -194,8 +200,9 @@ class RecordQueue:
     def submit(self, record: Record) -> None:
         self._put(("r", record))
 
-    def submit_content(self, content: Content) -> None:
-        """Queue a prompt/response pair; ignored unless `store_content` is on."""
+    def submit_content(self, content: ContentItem) -> None:
+        """Queue a prompt/response pair (a `Content`, or the capture's `StoredContent`, turned
+        into its row by the writer thread); ignored unless `store_content` is on."""
         if self.store_content:
             self._put(("c", content))
 

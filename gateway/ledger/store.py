@@ -79,6 +79,18 @@ class Content:
         }
 
 
+def capped(data: bytes | str | None, max_bytes: int) -> str | None:
+    """A stored content field: `data` as text (UTF-8, undecodable bytes replaced), at most
+    `max_bytes` bytes of it, a longer one cut there and marked with how long it was."""
+    if data is None:
+        return None
+    raw = data.encode() if isinstance(data, str) else data
+    if len(raw) <= max_bytes:
+        return raw.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    kept = raw[:max_bytes].decode("utf-8", "ignore")  # a character cut in two is left out
+    return f"{kept}\n[plumbline: truncated at {max_bytes} of {len(raw)} bytes]"
+
+
 def record_row(record: Record) -> dict[str, Any]:
     """A record as a `requests` row: JSON-serialisable, attempts as JSON text."""
     row = record.as_row()

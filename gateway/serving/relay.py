@@ -124,6 +124,9 @@ class Relay:
             call.record.error_class = type(e).__name__
             if pending is not None:
                 self.shadow.primary_done(pending, call.record, None)
+            if capture is not None and capture.content is not None:
+                capture.sent = e.json()  # store_content: the error the client gets
+                capture.finish()
             self.finish(call.record)
             raise
         if call.stream:
@@ -195,6 +198,8 @@ class Relay:
             headers = answer_headers(record, opened)
             if call.translator is not None and not opened.native:
                 body = call.translator.whole(orjson.loads(body))
+            if capture is not None and capture.content is not None:
+                capture.sent = body  # store_content: the answer as sent
             if record.truncated:
                 headers["x-plumbline-truncated"] = "length"
             if record.reasoning_leak:
@@ -207,7 +212,10 @@ class Relay:
         except MalformedStream as e:
             record.status = 502
             record.error_class = "MalformedStream"
-            raise AllUpstreamsFailed(str(e)) from None
+            error = AllUpstreamsFailed(str(e))
+            if capture is not None and capture.content is not None:
+                capture.sent = error.json()  # store_content: the error the client gets
+            raise error from None
         finally:
             opened.response.release()
             self.pool.end(opened.upstream.name)

@@ -5,6 +5,11 @@ it has one). `TextSampler` decides per request whether its text is kept: a share
 (`[watchdog].sample_rate`), every shadowed one, and always the tool calls of a request that
 offered tools. At the end, `Capture.finish` sets the record's `sampled`, `degenerate` and
 `tool_call_error` flags, which the watchdog (`gateway/trust/watchdog.py`) and the store read.
+
+With `[store] store_content` on, the sampler also has a `ContentKeeper`: every request then gets
+a capture that keeps its whole answer (to `content_max_bytes`), and `finish` hands the prompt
+(the request body as received) and the response to the store's queue as a `contents` row. Off,
+nothing of this exists and the taps see no capture more than before.
 """
 
 from __future__ import annotations
@@ -14,8 +19,11 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+import orjson
+
 from gateway.config.trust import WatchdogConfig
 from gateway.ledger.record import Record
+from gateway.ledger.store import capped
 from gateway.trust.degeneration import reply_degeneration
 
 # ---- tool calls ------------------------------------------------------------------------------
@@ -84,13 +92,22 @@ class Capture:
 
     The taps call `delta(index, delta)` per streamed chat choice (after the reasoning split),
     `message(index, message)` per non-streamed choice and `text(index, piece)` for completions;
-    the relay calls `finish()` once before the record is handed on."""
+    the relay calls `finish()` once before the record is handed on.
+
+    With a `content` keeper (store_content) the text is kept whether sampled or not, up to the
+    keeper's cap; the sampled checks still read only the first `sample_chars` of it. The relay
+    sets `sent` to the body the client got where it has one (a whole answer, an error)."""
 
     __slots__ = (
         "record",
         "tools",
         "keep_text",
         "max_chars",
+        "sampled",
+        "sample_chars",
+        "content",
+        "prompt",
+        "sent",
         "_text",
         "_reasoning",
         "_size",
@@ -103,11 +120,18 @@ class Capture:
         tools: list[dict[str, Any]] | None,
         keep_text: bool,
         max_chars: int = 8192,
+        content: ContentKeeper | None = None,
+        prompt: bytes | None = None,
     ):
         self.record = record
         self.tools = tools
-        self.keep_text = keep_text
-        self.max_chars = max_chars
+        self.sampled = keep_text  # the text is checked for degeneration
+        self.sample_chars = max_chars
+        self.keep_text = keep_text or content is not None
+        self.max_chars = max(max_chars, content.max_bytes) if content is not None else max_chars
+        self.content = content
+        self.prompt = prompt
+        self.sent: bytes | None = None
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._size = 0
@@ -149,11 +173,14 @@ class Capture:
 
     @property
     def answer(self) -> str:
-        return "".join(self._text)
+        """The sampled answer text (its first `sample_chars`)."""
+        text = "".join(self._text)
+        return text if self.content is None else text[: self.sample_chars]
 
     @property
     def reasoning(self) -> str:
-        return "".join(self._reasoning)
+        text = "".join(self._reasoning)
+        return text if self.content is None else text[: self.sample_chars]
 
     def tool_calls(self) -> list[ToolCall]:
         return [ToolCall(name, "".join(parts)) for _, (name, parts) in sorted(self._calls.items())]
@@ -161,28 +188,107 @@ class Capture:
     def finish(self) -> None:
         """Set the record's `sampled`, `degenerate` and `tool_call_error` flags."""
         record = self.record
-        if self.keep_text and (self._text or self._reasoning):
+        if self.sampled and (self._text or self._reasoning):
             record.sampled = True
             record.degenerate = reply_degeneration(self.answer, self.reasoning) is not None
         calls = self.tool_calls()
         if calls:
             problems = check_tool_calls(self.tools, calls)
             record.tool_call_error = problems[0].split(":", 1)[0] if problems else None
+        if self.content is not None:
+            self.content.keep(self)
+
+    def streamed(self) -> bytes:
+        """A stream's answer put back together, as stored: JSON with `content` (the text),
+        `reasoning` and `tool_calls` ([{name, arguments}]) where there were any,
+        `finish_reason`, `truncated: true` where the text passed the cap, and `error` (status,
+        class) where the request failed."""
+        record = self.record
+        out: dict[str, Any] = {"content": "".join(self._text)}
+        if self._reasoning:
+            out["reasoning"] = "".join(self._reasoning)
+        calls = self.tool_calls()
+        if calls:
+            out["tool_calls"] = [{"name": c.name, "arguments": c.arguments} for c in calls]
+        out["finish_reason"] = record.finish_reason
+        if self._size >= self.max_chars:
+            out["truncated"] = True
+        if record.error_class is not None:
+            out["error"] = {"status": record.status, "class": record.error_class}
+        return orjson.dumps(out)
+
+
+class StoredContent:
+    """A `contents` row waiting in the store's queue: the strings are built (decoded, the stream
+    put back together, capped) by the queue's writer thread when it turns it into a row, not on
+    the event loop."""
+
+    __slots__ = ("capture", "max_bytes", "request_id", "time")
+
+    def __init__(self, capture: Capture, max_bytes: int):
+        self.capture = capture
+        self.max_bytes = max_bytes
+        self.request_id = capture.record.request_id
+        self.time = capture.record.time
+
+    def as_row(self) -> dict[str, Any]:
+        capture = self.capture
+        sent = capture.sent if capture.sent is not None else capture.streamed()
+        return {
+            "request_id": self.request_id,
+            "time": self.time,
+            "prompt": capped(capture.prompt, self.max_bytes),
+            "response": capped(sent, self.max_bytes),
+        }
+
+
+class ContentKeeper:
+    """store_content: what `[store]` keeps of each request, and the prompts on their way from
+    the door (`gateway.edge.request.call_of`) to the request's capture (`TextSampler.start`).
+
+    A prompt is held by request id for the moment between the two; a request that fails in
+    between never takes its own, so at most `max_held` are held (the oldest let go)."""
+
+    def __init__(
+        self, submit: Callable[[StoredContent], None], max_bytes: int, max_held: int = 4096
+    ):
+        self.submit = submit
+        self.max_bytes = max_bytes
+        self.max_held = max_held
+        self._held: dict[str, bytes] = {}
+
+    def hold(self, request_id: str, prompt: bytes) -> None:
+        held = self._held
+        if len(held) >= self.max_held:
+            del held[next(iter(held))]
+        held[request_id] = prompt
+
+    def take(self, request_id: str) -> bytes | None:
+        return self._held.pop(request_id, None)
+
+    def keep(self, capture: Capture) -> None:
+        """The request has ended: its row to the store's queue (which never blocks)."""
+        self.submit(StoredContent(capture, self.max_bytes))
 
 
 class TextSampler:
     """Decides per request whether to capture its answer. Cheap when not: one random draw."""
 
     def __init__(
-        self, rate: float, max_chars: int = 8192, rand: Callable[[], float] = random.random
+        self,
+        rate: float,
+        max_chars: int = 8192,
+        rand: Callable[[], float] = random.random,
+        content: ContentKeeper | None = None,
     ):
         self.rate = rate
         self.max_chars = max_chars
         self._rand = rand
+        self.content = content  # store_content: every request gets a capture
 
     @classmethod
-    def from_config(cls, cfg: WatchdogConfig) -> TextSampler:
-        return cls(cfg.sample_rate if cfg.enabled else 0.0, cfg.sample_chars)
+    def from_config(cls, cfg: WatchdogConfig, content: ContentKeeper | None = None) -> TextSampler:
+        return cls(cfg.sample_rate if cfg.enabled else 0.0, cfg.sample_chars, content=content)
 
     def start(
         self, record: Record, body: dict[str, Any], *, always: bool = False
@@ -191,6 +297,11 @@ class TextSampler:
         compared with the shadow's). Requests offering tools always get one (tool checks)."""
         tools = body.get("tools")
         keep = always or (self.rate > 0 and self._rand() < self.rate)
+        content = self.content
+        if content is not None:
+            prompt = content.take(record.request_id)
+            offered = tools if isinstance(tools, list) else None
+            return Capture(record, offered, keep, self.max_chars, content, prompt)
         if not keep and not tools:
             return None
         return Capture(record, tools if isinstance(tools, list) else None, keep, self.max_chars)
