@@ -9,7 +9,8 @@
 #             after the other), then `plumbline serve` in front of them; both left running
 #   bench     `plumbline bench` router + promptopt: direct to replica 0, through the gateway and
 #             through the bare relay (bench/floor_proxy.py --wire on :8403), interleaved in
-#             paired rounds (--rounds), vLLM's own histograms around each run (--server-metrics);
+#             paired rounds (--rounds), vLLM's own histograms around each run (--server-metrics),
+#             and the gateway as GATEWAY_WORKERS (4) uvicorn workers on :8404 when `up` started it;
 #             the paired comparison with its intervals in compare.md
 #   perf      bench/gateway_perf.py on this machine's cores: direct, plumbline, vllm-router,
 #             floor-wire against the fake upstream (the seed scenario and the looping ones)
@@ -125,6 +126,17 @@ stage_gateway() {  # the gateway in front of the replicas in $GPU_RUN/upstreams.
   wait_url http://127.0.0.1:8400/v1/models 60 "$(cat "$GPU_RUN/gateway.pid")" \
     || { say "gateway not up"; cat "$GPU_RUN/gateway.log"; return 1; }
   say "up: gateway on :8400"
+  if [[ ${GATEWAY_WORKERS:-4} -gt 1 ]]; then  # the same routes as several workers, on :8404
+    python3 "$HERE/gateway_config.py" "$GPU_RUN/upstreams.toml" "$GPU_RUN/gateway-w.toml" 8404 \
+      > /dev/null || return 1
+    setsid bash -c "source '$HERE/env.sh'; exec python3 -c 'from gateway.cli import app; app()' \
+      serve --config '$GPU_RUN/gateway-w.toml' --workers ${GATEWAY_WORKERS:-4}" \
+      > "$GPU_RUN/gateway-w.log" 2>&1 < /dev/null &
+    echo $! > "$GPU_RUN/gateway-w.pid"
+    wait_url http://127.0.0.1:8404/v1/models 90 "$(cat "$GPU_RUN/gateway-w.pid")" \
+      || { say "gateway (workers) not up"; cat "$GPU_RUN/gateway-w.log"; return 1; }
+    say "up: gateway as ${GATEWAY_WORKERS:-4} workers on :8404"
+  fi
   curl -s http://127.0.0.1:8400/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"smollm2-eval","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":24}'
   echo
@@ -152,12 +164,15 @@ start_floor() {  # the bare relay (bench/floor_proxy.py --wire: uvicorn + our wi
 }
 
 stage_bench() {  # paired rounds per cell: direct, the gateway, the bare relay; vLLM's own histograms
-  local s
+  local s GATEWAY_WORKERS_TARGET=
   start_floor
+  [[ -f $GPU_RUN/gateway-w.pid ]] && kill -0 "$(cat "$GPU_RUN/gateway-w.pid")" 2>/dev/null \
+    && GATEWAY_WORKERS_TARGET=1
   for s in ${BENCH_SHAPES:-router promptopt}; do
     say "bench: $s, direct / gateway / bare relay interleaved over ${BENCH_ROUNDS:-6} rounds"
     bench_run bench.txt --target direct=http://127.0.0.1:8401/v1 \
       --target gateway=http://127.0.0.1:8400/v1 --target floor=http://127.0.0.1:8403/v1 \
+      ${GATEWAY_WORKERS_TARGET:+--target "gateway-w${GATEWAY_WORKERS:-4}=http://127.0.0.1:8404/v1"} \
       --model smollm2 --shape "$s" --concurrency "${BENCH_C:-1,32}" \
       --prompts-per-slot "${BENCH_PPS:-8}" --rounds "${BENCH_ROUNDS:-6}" \
       --server-metrics "${METRICS_URL:-http://127.0.0.1:8401/metrics}" --compare-out "$GPU_RUN/compare.md"
