@@ -14,7 +14,9 @@ import pytest
 
 from gateway.errors import ConfigError
 from gateway.fakes.upstream import FakeHandle
+from gateway.ledger.record import Record
 from gateway.ledger.store import Store, capped
+from gateway.trust.capture import Capture, ContentKeeper, StoredContent, TextSampler
 from tests.gateway.edge.test_api import gateway_config
 from tests.harness import config_from, running_gateway
 
@@ -171,3 +173,52 @@ def test_contents_go_with_their_retention(fake: FakeHandle, tmp_path: Path) -> N
         store.close()
     assert dropped["contents"] >= 1 and dropped["requests"] == 0
     assert _table(db, "contents") == {} and len(_table(db, "requests")) == 1
+
+
+def test_responses_and_messages_streams_keep_their_answer(fake: FakeHandle, tmp_path: Path) -> None:
+    db = tmp_path / "doors.db"
+    fake.set_default(tokens=5)
+    with running_gateway(_config(fake, db, store_content=True), record=True) as url:
+        c = _client(url)
+        raw = c.responses.with_raw_response.create(model="smol", input="say hi")
+        whole_id, whole_body = raw.headers["x-plumbline-request-id"], raw.http_response.text
+        events = list(c.responses.create(model="smol", input="stream hi", stream=True))
+        (done,) = [e for e in events if e.type == "response.completed"]
+        claude = anthropic.Anthropic(
+            base_url=url.removesuffix("/v1"), api_key=KEY, max_retries=0, timeout=30
+        )
+        with claude.messages.stream(
+            model="smol", max_tokens=50, messages=[{"role": "user", "content": "stream claude"}]
+        ) as stream:
+            claude_text = "".join(stream.text_stream)
+    rows = _table(db, "contents")
+    assert len(rows) == 3 and set(rows) == set(_table(db, "requests"))
+    assert rows[whole_id]["response"] == whole_body
+    assert json.loads(rows[whole_id]["prompt"]) == {"model": "smol", "input": "say hi"}
+    by_prompt = {json.loads(r["prompt"]).get("input", "messages"): r for r in rows.values()}
+    streamed = json.loads(by_prompt["stream hi"]["response"])
+    assert streamed["content"] == done.response.output_text and streamed["finish_reason"]
+    (claude_row,) = [r for r in rows.values() if "stream claude" in r["prompt"]]
+    assert claude_text and json.loads(claude_row["response"])["content"] == claude_text
+
+
+def test_a_content_capture_is_not_a_sample() -> None:
+    """Every request is captured for the store, but only the sampled ones count as sampled (the
+    watchdog's degeneration share reads that flag), and they check only `sample_chars`."""
+    kept: list[StoredContent] = []
+    keeper = ContentKeeper(kept.append, max_bytes=4096)
+    sampler = TextSampler(0.0, max_chars=16, content=keeper)
+    record = Record(request_id="r1", door="chat", model="m", stream=True)
+    keeper.hold("r1", b'{"model":"m"}')
+    capture = sampler.start(record, {"model": "m"})
+    assert capture is not None and keeper.take("r1") is None  # the prompt went to the capture
+    capture.delta(0, {"content": "word " * 100})
+    capture.finish()
+    assert not record.sampled and not record.degenerate
+    (row,) = [k.as_row() for k in kept]
+    assert row["prompt"] == '{"model":"m"}' and row["request_id"] == "r1"
+    assert json.loads(row["response"])["content"] == "word " * 100
+
+    sampled = Capture(record, None, keep_text=True, max_chars=16, content=keeper)
+    sampled.delta(0, {"content": "word " * 100})
+    assert sampled.answer == ("word " * 100)[:16]  # the check reads what a sample keeps
