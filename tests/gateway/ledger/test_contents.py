@@ -222,3 +222,32 @@ def test_a_content_capture_is_not_a_sample() -> None:
     sampled = Capture(record, None, keep_text=True, max_chars=16, content=keeper)
     sampled.delta(0, {"content": "word " * 100})
     assert sampled.answer == ("word " * 100)[:16]  # the check reads what a sample keeps
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def test_a_stream_keeps_its_tool_calls_and_its_break(fake: FakeHandle, tmp_path: Path) -> None:
+    db = tmp_path / "tools.db"
+    with running_gateway(_config(fake, db, store_content=True), record=True) as url:
+        c = _client(url)
+        fake.script({"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}})
+        list(c.chat.completions.create(model="smol", messages=HI, tools=[WEATHER], stream=True))
+        fake.script({"realistic": True, "tokens": 40, "disconnect_after_chunks": 6})
+        with pytest.raises(openai.APIError):
+            list(c.chat.completions.create(model="smol", messages=HI, stream=True))
+    rows = sorted(_table(db, "contents").values(), key=lambda r: r["time"])
+    requests = _table(db, "requests")
+    assert len(rows) == 2
+    tools = json.loads(rows[0]["response"])
+    assert tools["tool_calls"] == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+    assert tools["finish_reason"] == "tool_calls"
+    broken = json.loads(rows[1]["response"])
+    failed = requests[rows[1]["request_id"]]
+    assert broken["content"] and broken["error"]["class"] == failed["error_class"]
