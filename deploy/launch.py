@@ -208,7 +208,9 @@ def serve_workers(config: Config, config_path: Path, host: str, port: int, worke
     if config.store.enabled:
         _migrate_once(config)
     with metrics_folder() as folder:
+        # The workers read the config from its file, and where they listen from these.
         env = {"PLUMBLINE_CONFIG": str(config_path.resolve())}
+        env |= {"PLUMBLINE_HOST": host, "PLUMBLINE_PORT": str(port)}
         with _environment(**env, PROMETHEUS_MULTIPROC_DIR=str(folder)):
             server = uvicorn.Config(
                 GATEWAY_FACTORY,

@@ -167,12 +167,14 @@ def _serve(
     processes: Any = None,
 ) -> None:
     from deploy.launch import serve
+    from gateway.config import listening
     from gateway.edge.app import create_app
 
+    config = listening(config, host, port)
     serve(
         create_app(config, config_path=path, tune_gc=True, processes=processes),
-        host or config.server.host,
-        port or config.server.port,
+        config.server.host,
+        config.server.port,
     )
 
 

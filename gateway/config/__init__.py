@@ -362,6 +362,23 @@ def load_config(path: str | Path) -> Config:
     return parse_config(data, root=path.resolve().parent)
 
 
+def listening(config: Config, host: str | None = None, port: int | None = None) -> Config:
+    """`config` with `[server]` host and port replaced where given (`plumbline serve --host
+    --port`), so what reads them — the scheduler's eval runs call the gateway there — reads
+    where it really listens."""
+    update = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    if not update:
+        return config
+    return config.model_copy(update={"server": config.server.model_copy(update=update)})
+
+
+def listening_from_env(config: Config) -> Config:
+    """`listening` with PLUMBLINE_HOST and PLUMBLINE_PORT, as `plumbline serve --workers` sets
+    them for its workers."""
+    port = os.environ.get("PLUMBLINE_PORT")
+    return listening(config, os.environ.get("PLUMBLINE_HOST"), int(port) if port else None)
+
+
 def default_config_path() -> Path:
     """`PLUMBLINE_CONFIG` if set, else ./config.toml."""
     return Path(os.environ.get("PLUMBLINE_CONFIG", "config.toml"))

@@ -23,7 +23,13 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.config import Config, default_config_path, load_config, prometheus_multiproc_dir
+from gateway.config import (
+    Config,
+    default_config_path,
+    listening_from_env,
+    load_config,
+    prometheus_multiproc_dir,
+)
 from gateway.edge import admin, api, doors
 from gateway.edge.access import Access
 from gateway.edge.console.api import router as console_router
@@ -307,4 +313,4 @@ def app_from_env() -> FastAPI:
     """Factory for `uvicorn --factory` with several workers: the config path comes from
     PLUMBLINE_CONFIG (set by `plumbline serve`)."""
     path = default_config_path()
-    return create_app(load_config(path), config_path=path, tune_gc=True)
+    return create_app(listening_from_env(load_config(path)), config_path=path, tune_gc=True)

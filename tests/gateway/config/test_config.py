@@ -150,3 +150,50 @@ def test_a_window_the_server_says_it_serves_is_taken_with_the_configured_one() -
     assert cfg.context_window("x", {"b": 1024}) == 1024
     bare = _routes({"x": {"upstreams": ["b"]}}, kind="vllm")
     assert bare.upstream_window(bare.upstream("b"), learned=3000) == 3000
+
+
+def test_serve_overrides_reach_what_reads_the_listening_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `plumbline serve --port` (and its workers, through the environment): the scheduler's
+    # eval runs call the gateway where it really listens, not at the file's [server].port.
+    from starlette.testclient import TestClient
+
+    from gateway.config import listening, listening_from_env
+    from gateway.edge.app import create_app
+
+    config = parse_config(
+        {"server": {"host": "0.0.0.0", "port": 8400}, "store": {"enabled": False}}
+    )
+    assert listening(config) is config
+    moved = listening(config, port=9123)
+    assert (moved.server.host, moved.server.port) == ("0.0.0.0", 9123)
+    assert moved.server.model_dump(exclude={"port"}) == config.server.model_dump(exclude={"port"})
+    app = create_app(moved)
+    with TestClient(app):  # the gateway is built at startup
+        assert app.state.gateway.scheduler.base_url == "http://127.0.0.1:9123/v1"
+    monkeypatch.setenv("PLUMBLINE_HOST", "127.0.0.2")
+    monkeypatch.setenv("PLUMBLINE_PORT", "9124")
+    from_env = listening_from_env(config)
+    assert (from_env.server.host, from_env.server.port) == ("127.0.0.2", 9124)
+    monkeypatch.delenv("PLUMBLINE_HOST")
+    monkeypatch.delenv("PLUMBLINE_PORT")
+    assert listening_from_env(config) is config
+
+
+def test_plumbline_serve_port_override_reaches_the_scheduler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from starlette.testclient import TestClient
+
+    import deploy.launch
+    from gateway import cli
+
+    served: list[tuple[Any, str, int]] = []
+    monkeypatch.setattr(deploy.launch, "serve", lambda app, h, p: served.append((app, h, p)))
+    config = parse_config({"server": {"port": 8400}, "store": {"enabled": False}})
+    cli._serve(config, None, 9125)
+    ((app, host, port),) = served
+    assert (host, port) == ("127.0.0.1", 9125)
+    with TestClient(app):
+        assert app.state.gateway.scheduler.base_url == "http://127.0.0.1:9125/v1"
