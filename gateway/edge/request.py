@@ -158,9 +158,6 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
         params_hash=params_hash(body),
     )
-    raw = request.scope.get(BODY)
-    if raw is not None and path != "/embeddings":  # store_content: the prompt, as received
-        gw.sampler.content.hold(record.request_id, raw)
     return Call(
         door=door,
         path=path,
@@ -171,4 +168,5 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         client_wants_usage=bool(options.get("include_usage")),
         session=heads.get(gw.config.server.session_header.lower()),
         pin=pinned_upstream(heads, record.lane, gw.config.models[model].upstreams),
+        prompt=request.scope.get(BODY),  # store_content: the prompt, as received
     )

@@ -43,6 +43,8 @@ class Call:
     # The prompt's `adapt.prompt_bounds`, counted once by dispatch (routing, the shape and each
     # attempt's window check read it; none of them changes the messages).
     bounds: tuple[int, int] | None = None
+    # store_content: the request's body as received, for its stored prompt (None when off).
+    prompt: bytes | None = None
 
     @property
     def chat(self) -> bool:

@@ -115,7 +115,9 @@ class Relay:
         capture = (
             None
             if call.path == "/embeddings"
-            else self.sampler.start(call.record, call.body, always=pending is not None)
+            else self.sampler.start(
+                call.record, call.body, always=pending is not None, prompt=call.prompt
+            )
         )
         try:
             opened = await self.open(call)
@@ -124,9 +126,8 @@ class Relay:
             call.record.error_class = type(e).__name__
             if pending is not None:
                 self.shadow.primary_done(pending, call.record, None)
-            if capture is not None and capture.content is not None:
-                capture.sent = e.json()  # store_content: the error the client gets
-                capture.finish()
+            if capture is not None:
+                capture.answered(e.json(), failed=True)
             self.finish(call.record)
             raise
         if call.stream:
@@ -198,8 +199,8 @@ class Relay:
             headers = answer_headers(record, opened)
             if call.translator is not None and not opened.native:
                 body = call.translator.whole(orjson.loads(body))
-            if capture is not None and capture.content is not None:
-                capture.sent = body  # store_content: the answer as sent
+            if capture is not None:
+                capture.answered(body)
             if record.truncated:
                 headers["x-plumbline-truncated"] = "length"
             if record.reasoning_leak:
@@ -213,8 +214,8 @@ class Relay:
             record.status = 502
             record.error_class = "MalformedStream"
             error = AllUpstreamsFailed(str(e))
-            if capture is not None and capture.content is not None:
-                capture.sent = error.json()  # store_content: the error the client gets
+            if capture is not None:
+                capture.answered(error.json())
             raise error from None
         finally:
             opened.response.release()

@@ -96,7 +96,7 @@ class Capture:
 
     With a `content` keeper (store_content) the text is kept whether sampled or not, up to the
     keeper's cap; the sampled checks still read only the first `sample_chars` of it. The relay
-    sets `sent` to the body the client got where it has one (a whole answer, an error)."""
+    keeps the body the client got where it has one (`answered`: a whole answer, an error)."""
 
     __slots__ = (
         "record",
@@ -198,6 +198,17 @@ class Capture:
         if self.content is not None:
             self.content.keep(self)
 
+    def answered(self, body: bytes, *, failed: bool = False) -> None:
+        """What the client got in one piece: a whole answer, or the error that ended the request
+        (`failed`: before any answer, so `finish` comes from here). It is the stored response
+        with store_content on (and nothing is kept off); a stream's is put back together from its
+        deltas (`streamed`)."""
+        if self.content is None:
+            return
+        self.sent = body
+        if failed:
+            self.finish()
+
     def streamed(self) -> bytes:
         """A stream's answer put back together, as stored: JSON with `content` (the text),
         `reasoning` and `tool_calls` ([{name, arguments}]) where there were any,
@@ -243,28 +254,11 @@ class StoredContent:
 
 
 class ContentKeeper:
-    """store_content: what `[store]` keeps of each request, and the prompts on their way from
-    the door (`gateway.edge.request.call_of`) to the request's capture (`TextSampler.start`).
+    """store_content: what `[store]` keeps of each request."""
 
-    A prompt is held by request id for the moment between the two; a request that fails in
-    between never takes its own, so at most `max_held` are held (the oldest let go)."""
-
-    def __init__(
-        self, submit: Callable[[StoredContent], None], max_bytes: int, max_held: int = 4096
-    ):
+    def __init__(self, submit: Callable[[StoredContent], None], max_bytes: int):
         self.submit = submit
         self.max_bytes = max_bytes
-        self.max_held = max_held
-        self._held: dict[str, bytes] = {}
-
-    def hold(self, request_id: str, prompt: bytes) -> None:
-        held = self._held
-        if len(held) >= self.max_held:
-            del held[next(iter(held))]
-        held[request_id] = prompt
-
-    def take(self, request_id: str) -> bytes | None:
-        return self._held.pop(request_id, None)
 
     def keep(self, capture: Capture) -> None:
         """The request has ended: its row to the store's queue (which never blocks)."""
@@ -291,15 +285,20 @@ class TextSampler:
         return cls(cfg.sample_rate if cfg.enabled else 0.0, cfg.sample_chars, content=content)
 
     def start(
-        self, record: Record, body: dict[str, Any], *, always: bool = False
+        self,
+        record: Record,
+        body: dict[str, Any],
+        *,
+        always: bool = False,
+        prompt: bytes | None = None,
     ) -> Capture | None:
         """A capture for this request, or None. `always`: a shadowed request (its answer is
-        compared with the shadow's). Requests offering tools always get one (tool checks)."""
+        compared with the shadow's). Requests offering tools always get one (tool checks).
+        `prompt`: the body as received, stored with the answer when store_content is on."""
         tools = body.get("tools")
         keep = always or (self.rate > 0 and self._rand() < self.rate)
         content = self.content
         if content is not None:
-            prompt = content.take(record.request_id)
             offered = tools if isinstance(tools, list) else None
             return Capture(record, offered, keep, self.max_chars, content, prompt)
         if not keep and not tools:

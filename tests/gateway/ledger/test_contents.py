@@ -209,9 +209,8 @@ def test_a_content_capture_is_not_a_sample() -> None:
     keeper = ContentKeeper(kept.append, max_bytes=4096)
     sampler = TextSampler(0.0, max_chars=16, content=keeper)
     record = Record(request_id="r1", door="chat", model="m", stream=True)
-    keeper.hold("r1", b'{"model":"m"}')
-    capture = sampler.start(record, {"model": "m"})
-    assert capture is not None and keeper.take("r1") is None  # the prompt went to the capture
+    capture = sampler.start(record, {"model": "m"}, prompt=b'{"model":"m"}')
+    assert capture is not None
     capture.delta(0, {"content": "word " * 100})
     capture.finish()
     assert not record.sampled and not record.degenerate
