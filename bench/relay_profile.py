@@ -170,6 +170,25 @@ def _py_spy() -> str:
     return shutil.which("py-spy") or str(beside)
 
 
+class Spy:
+    """py-spy recording one process (all its threads, raw stacks) for `seconds`, started
+    at once; `report` waits for it and prints the top functions, lines and threads."""
+
+    def __init__(self, pid: int, seconds: float, rate: int, raw: Path):
+        self.raw = raw
+        argv = [_py_spy(), "record", "-p", str(pid), "-d", str(int(seconds) + 1), "-r", str(rate)]
+        argv += ["--nonblocking", "--threads", "--format", "raw", "-o", str(raw)]
+        self.recorder = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+
+    def report(self, n: int, n_threads: int, keep: Path | None = None) -> None:
+        self.recorder.wait(60)
+        print(top(self.raw, n))
+        print(lines(self.raw, n))
+        print(threads(self.raw, n_threads))
+        if keep:
+            keep.write_bytes(self.raw.read_bytes())
+
+
 async def gateway_run(args: argparse.Namespace, workdir: Path) -> None:
     fake = fake_upstream(workdir)
     if args.target == "direct":
@@ -193,21 +212,9 @@ async def gateway_run(args: argparse.Namespace, workdir: Path) -> None:
             completions = args.door == "completions"
             extra = {"logprobs": 5} if completions else {"logprobs": True, "top_logprobs": 5}
         url = gw.base_url + ("/completions" if args.door == "completions" else "/chat/completions")
-        recorder = None
-        raw = workdir / "profile.txt"
+        spy = None
         if args.spy:
-            spy = [_py_spy(), "record", "-p", str(gw.pid), "-d", str(int(args.seconds) + 1)]
-            spy += [
-                "-r",
-                str(args.rate),
-                "--nonblocking",
-                "--threads",
-                "--format",
-                "raw",
-                "-o",
-                str(raw),
-            ]
-            recorder = subprocess.Popen(spy, stdout=subprocess.DEVNULL)
+            spy = Spy(gw.pid, args.seconds, args.rate, workdir / "profile.txt")
             await asyncio.sleep(0.5)
         attached = None
         if args.attach:
@@ -236,13 +243,8 @@ async def gateway_run(args: argparse.Namespace, workdir: Path) -> None:
         if attached is not None:
             attached.send_signal(2)
             print(attached.communicate(timeout=30)[1][-6000:])
-        if recorder is not None:
-            recorder.wait(60)
-            print(top(raw, args.top))
-            print(lines(raw, args.top))
-            print(threads(raw, args.top))
-            if args.keep:
-                args.keep.write_bytes(raw.read_bytes())
+        if spy is not None:
+            spy.report(args.top, args.top, args.keep)
     finally:
         if gw is not fake:
             gw.stop()

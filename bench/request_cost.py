@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,9 +29,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gateway_profile import top  # noqa: E402
 from perf_procs import MODEL, cpu_seconds, fake_upstream, floor, plumbline, set_fake_default  # noqa: E402
-from relay_profile import lines, threads  # noqa: E402
+from relay_profile import Spy  # noqa: E402
 
 # One token a word, for the fake (and for the usual BPE vocabularies, with the leading space).
 WORDS = (
@@ -156,12 +154,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         url = gw.base_url + "/completions"
         bodies = bodies_of(args.words, args.tokens)
         await drive(url, gw.headers, bodies, 4, 1.0)  # warm-up: connections, first records
-        raw = workdir / "profile.txt"
-        recorder = None
+        spy = None
         if args.spy:
-            spy = ["py-spy", "record", "-p", str(gw.pid), "-d", str(int(args.seconds) + 1)]
-            spy += ["-r", "200", "--nonblocking", "--threads", "--format", "raw", "-o", str(raw)]
-            recorder = subprocess.Popen(spy, stdout=subprocess.DEVNULL)
+            spy = Spy(gw.pid, args.seconds, 200, workdir / "profile.txt")
             await asyncio.sleep(0.5)
         cpu0 = cpu_seconds(gw.pid)
         t0 = time.perf_counter()
@@ -179,13 +174,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         )
         if out["errors"]:
             print("first error:", out.get("first_error"))
-        if recorder is not None:
-            recorder.wait(60)
-            print(top(raw, args.top))
-            print(lines(raw, args.top))
-            print(threads(raw, 10))
-            if args.keep:
-                args.keep.write_bytes(raw.read_bytes())
+        if spy is not None:
+            spy.report(args.top, 10, args.keep)
     finally:
         if gw is not fake:
             gw.stop()
