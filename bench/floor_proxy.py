@@ -107,15 +107,21 @@ class Floor:
 
 class WireFloor:
     """The same relay on `gateway/serving/wire.py` and `gateway/serving/outlet.py`: body blocks go
-    from the
-    upstream socket to the client's in the connection's callback."""
+    from the upstream socket to the client's in the connection's callback.
 
-    def __init__(self, upstream: str):
+    `late_head`: the response head waits for the upstream's first body block, as the gateway's
+    does (it holds its head until the first data event, so a bad one can still fail over). An
+    engine sends its head at once and its first token after the prefill, so a client that
+    reads a late head handles head and first token together: this variant measures what that
+    costs the client's time to first token apart from the gateway's own work."""
+
+    def __init__(self, upstream: str, late_head: bool = False):
         from gateway.serving.wire import Origin, Wire, head_block
 
         self.origin = Origin.parse(upstream)
         self.head = head_block({"content-type": "application/json"})
         self.wire = Wire(5.0)
+        self.late_head = late_head
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         import asyncio
@@ -129,6 +135,7 @@ class WireFloor:
         reply = await self.wire.post(
             self.origin, scope["path"], self.head, body, scope["method"].encode()
         )
+        first = await reply.read_some() if self.late_head else b""
         kind = reply.headers.get("content-type", "application/json").encode()
         await send(
             {
@@ -139,6 +146,8 @@ class WireFloor:
         )
         done = asyncio.get_running_loop().create_future()
         outlet = Outlet(send, reply.pause, reply.resume)
+        if first:
+            outlet.write(first, True)
 
         def end() -> None:
             outlet.write(b"", False)
@@ -157,9 +166,17 @@ def main() -> None:
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--wire", action="store_true", help="relay with gateway/serving/wire.py")
+    ap.add_argument(
+        "--late-head",
+        action="store_true",
+        help="with --wire: hold the response head until the upstream's first block, as the "
+        "gateway does",
+    )
     ap.add_argument("--key", help="require 'Authorization: Bearer KEY' on every request")
     args = ap.parse_args()
-    relay: Any = (WireFloor if args.wire else Floor)(args.upstream)
+    if args.late_head and not args.wire:
+        ap.error("--late-head needs --wire")
+    relay: Any = WireFloor(args.upstream, args.late_head) if args.wire else Floor(args.upstream)
     uvicorn.run(
         Guard(relay, args.key) if args.key else relay,
         host="127.0.0.1",

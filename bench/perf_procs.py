@@ -273,9 +273,9 @@ def vllm_router(fake: Proc, scratch: Path, venv: Path) -> Proc:
     return launch("vllm-router", argv, f"http://127.0.0.1:{port}/v1", scratch, timeout=120)
 
 
-def floor(fake: Proc, scratch: Path, wire: bool = False) -> Proc:
+def floor(fake: Proc, scratch: Path, wire: bool = False, late_head: bool = False) -> Proc:
     """bench/floor_proxy.py: uvicorn + aiohttp (or `gateway/serving/wire.py`) relaying to the fake
-    with nothing else of ours."""
+    with nothing else of ours. `late_head` (with `wire`): its head waits for the first block."""
     port = free_port()
     argv = [
         sys.executable,
@@ -287,6 +287,7 @@ def floor(fake: Proc, scratch: Path, wire: bool = False) -> Proc:
         "--key",
         BENCH_KEY,
         *(["--wire"] if wire else []),
+        *(["--late-head"] if late_head else []),
     ]
-    name = "floor-wire" if wire else "floor"
+    name = "floor-late" if late_head else "floor-wire" if wire else "floor"
     return launch(name, argv, f"http://127.0.0.1:{port}/v1", scratch, headers=BENCH_HEADERS)

@@ -5,9 +5,12 @@ word for the fake), `--tokens` out, streamed with `include_usage`.
     python bench/request_cost.py --target plumbline --concurrency 1 --seconds 6
     python bench/request_cost.py --target floor-wire --concurrency 32 --seconds 6
     python bench/request_cost.py --target plumbline --concurrency 32 --spy
+    python bench/request_cost.py --target floor-late --prefill-ms 20
 
-Starts the fake upstream (paced at `--pace` tokens/s) and the target (`plumbline serve`, the bare
-relay `bench/floor_proxy.py --wire`, or `direct`: the fake alone) as `bench/relay_profile.py`
+Starts the fake upstream (paced at `--pace` tokens/s; with `--prefill-ms` its head goes at once
+and its first token that much later, as an engine's do) and the target (`plumbline serve`, the
+bare relay `bench/floor_proxy.py --wire`, the same holding its head until the first block
+(`floor-late`, as the gateway does), or `direct`: the fake alone) as `bench/relay_profile.py`
 does, sends each of `--concurrency` workers' requests back to back, each with a prompt of its
 own (64 drawn up front), and prints the target's CPU per stream and TTFT (the first data event)
 p50/p90. `--spy` samples the target with py-spy and prints the top functions on the event loop.
@@ -145,12 +148,15 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
     fake = fake_upstream(workdir)
     if args.target == "direct":
         gw = fake
-    elif args.target == "floor-wire":
-        gw = floor(fake, workdir, wire=True)
+    elif args.target in ("floor-wire", "floor-late"):
+        gw = floor(fake, workdir, wire=True, late_head=args.target == "floor-late")
     else:
         gw = plumbline(fake, workdir, record=args.store)
     try:
-        set_fake_default(fake, {"tokens": args.tokens, "pace_tps": args.pace or None})
+        behaviour = {"tokens": args.tokens, "pace_tps": args.pace or None}
+        if args.prefill_ms:  # an engine's head at once, its first token after the prefill
+            behaviour |= {"hang_after_chunks": 0, "hang": args.prefill_ms / 1000}
+        set_fake_default(fake, behaviour)
         url = gw.base_url + "/completions"
         bodies = bodies_of(args.words, args.tokens)
         await drive(url, gw.headers, bodies, 4, 1.0)  # warm-up: connections, first records
@@ -184,11 +190,20 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--target", choices=("plumbline", "floor-wire", "direct"), default="plumbline")
+    ap.add_argument(
+        "--target", choices=("plumbline", "floor-wire", "floor-late", "direct"), default="plumbline"
+    )
     ap.add_argument("--store", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--words", type=int, default=1024, help="prompt words (tokens, for the fake)")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--pace", type=float, default=430.0, help="tokens/s per stream (0: unpaced)")
+    ap.add_argument(
+        "--prefill-ms",
+        type=float,
+        default=0.0,
+        help="the fake sends its head at once and its first token this much later, as an "
+        "engine does (0: both at once)",
+    )
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--spy", action="store_true")

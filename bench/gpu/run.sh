@@ -8,7 +8,8 @@
 #   up        `plumbline deploy vllm` two smollm2 replicas on GPU 0 (memory split, started one
 #             after the other), then `plumbline serve` in front of them; both left running
 #   bench     `plumbline bench` router + promptopt: direct to replica 0, through the gateway and
-#             through the bare relay (bench/floor_proxy.py --wire on :8403), interleaved in
+#             through the bare relay (bench/floor_proxy.py --wire on :8403; with --late-head, its
+#             head held until vLLM's first block as the gateway's is, on :8405), interleaved in
 #             paired rounds (--rounds), vLLM's own histograms around each run (--server-metrics),
 #             and the gateway as GATEWAY_WORKERS (4) uvicorn workers on :8404 when `up` started it;
 #             the paired comparison with its intervals in compare.md
@@ -155,11 +156,15 @@ bench_run() {  # bench_run OUTFILE ARGS...
     | tee -a "$GPU_RUN/$out"
 }
 
-start_floor() {  # the bare relay (bench/floor_proxy.py --wire: uvicorn + our wire) on :8403 -> replica 0
+start_floor() {  # the bare relay (bench/floor_proxy.py --wire: uvicorn + our wire) on :8403 -> replica 0,
+  # and the same holding its head until vLLM's first block, as the gateway does, on :8405
   [[ -f $GPU_RUN/floor.pid ]] && kill -0 "$(cat "$GPU_RUN/floor.pid")" 2>/dev/null && return 0
   setsid python3 bench/floor_proxy.py --upstream http://127.0.0.1:8401 --port 8403 --wire \
     > "$GPU_RUN/floor.log" 2>&1 < /dev/null &
   echo $! > "$GPU_RUN/floor.pid"
+  setsid python3 bench/floor_proxy.py --upstream http://127.0.0.1:8401 --port 8405 --wire \
+    --late-head > "$GPU_RUN/floor-late.log" 2>&1 < /dev/null &
+  echo $! > "$GPU_RUN/floor-late.pid"
   sleep 4
 }
 
@@ -172,6 +177,7 @@ stage_bench() {  # paired rounds per cell: direct, the gateway, the bare relay; 
     say "bench: $s, direct / gateway / bare relay interleaved over ${BENCH_ROUNDS:-6} rounds"
     bench_run bench.txt --target direct=http://127.0.0.1:8401/v1 \
       --target gateway=http://127.0.0.1:8400/v1 --target floor=http://127.0.0.1:8403/v1 \
+      --target floor-late=http://127.0.0.1:8405/v1 \
       ${GATEWAY_WORKERS_TARGET:+--target "gateway-w${GATEWAY_WORKERS:-4}=http://127.0.0.1:8404/v1"} \
       --model smollm2 --shape "$s" --concurrency "${BENCH_C:-1,32}" \
       --prompts-per-slot "${BENCH_PPS:-8}" --rounds "${BENCH_ROUNDS:-6}" \

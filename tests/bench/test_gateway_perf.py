@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.gateway_perf import SCENARIOS, schedule, summarise, summary_markdown
-from bench.perf_procs import BENCH_HEADERS, Proc, fake_upstream, floor, plumbline
+from bench.perf_procs import BENCH_HEADERS, Proc, fake_upstream, floor, plumbline, set_fake_default
 
 
 def test_rounds_visit_every_target_in_turn_direct_first() -> None:
@@ -89,3 +89,39 @@ def test_every_guarded_proxy_checks_the_bench_key(upstream: tuple[Proc, Path], t
         assert status == 200 and answer["choices"][0]["message"]["content"]
     finally:
         proc.stop()
+
+
+def _head_within(proc: Proc, seconds: float) -> bool:
+    """Whether a stream's response head comes within `seconds` (the fake holds its first token)."""
+    body = {"model": "fake-model", "prompt": "hi", "max_tokens": 2, "stream": True}
+    request = urllib.request.Request(
+        proc.base_url + "/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **BENCH_HEADERS},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=seconds) as resp:
+            return bool(resp.status == 200)
+    except TimeoutError:
+        return False
+
+
+def test_the_late_head_floor_holds_its_head_until_the_first_block(
+    upstream: tuple[Proc, Path],
+) -> None:
+    """An engine's head comes at once and its first token after the prefill: the bare relay
+    passes the head on at once; with --late-head it waits for the first block, as the gateway
+    does, which is what `floor-late` separates from the gateway's own work."""
+    fake, scratch = upstream
+    bare, late = floor(fake, scratch, wire=True), floor(fake, scratch, wire=True, late_head=True)
+    try:
+        set_fake_default(fake, {"hang_after_chunks": 0, "hang": 30})  # head sent, no token yet
+        assert _head_within(bare, 5)
+        assert not _head_within(late, 1)
+        set_fake_default(fake, {"hang_after_chunks": None, "hang": None})
+        assert _head_within(late, 10)  # once the token comes, so does the head
+    finally:
+        set_fake_default(fake, {"hang_after_chunks": None, "hang": None})
+        bare.stop()
+        late.stop()
