@@ -125,6 +125,13 @@ class RouteConfig(_Frozen):
     # Other names clients may send for this model (a harness's "small fast" model, say);
     # resolved to this route on every door before routing; records name the route.
     aliases: list[Name] = Field(default_factory=list)
+    # When a stream's response head goes to the client. "first_event": once the upstream's
+    # first data event is in, so a 200 that starts with an error, a malformed event or none
+    # within `ttft_timeout_s` still fails over to a retry or the next candidate. "at_once": as
+    # soon as the upstream answers 200, as an engine sends its own; the client then reads the
+    # head during the prefill rather than with the first token (bench/README.md measures the
+    # difference), and such a first event ends the stream with an error event instead.
+    stream_head: Literal["first_event", "at_once"] = "first_event"
 
     @property
     def names(self) -> tuple[str, ...]:

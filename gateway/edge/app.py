@@ -128,6 +128,7 @@ class Gateway:
             shadow=self.shadow,
             price=self.price,
             finish=self.finish,
+            ttft_s=s.ttft_timeout_s,
         )
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
         self.scheduler = EvalScheduler(config, store, self.gate_book, f"http://{host}:{s.port}/v1")

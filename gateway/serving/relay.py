@@ -54,6 +54,7 @@ class Relay:
         shadow: ShadowMirror,
         price: Callable[[Record], None],
         finish: Callable[[Record], None],
+        ttft_s: float | None = None,
     ) -> None:
         self.open = open  # dispatch: the opened upstream response, or an error before it
         self.profile_for = profile_for
@@ -63,6 +64,7 @@ class Relay:
         self.shadow = shadow
         self.price = price  # the record's cost
         self.finish = finish  # the record to every sink; never raises
+        self.ttft_s = ttft_s  # a stream's wait for its first event, once its head has gone
 
     async def respond(
         self, call: Call, disconnected: Callable[[], Awaitable[None]] | None = None
@@ -180,7 +182,14 @@ class Relay:
             self.finish(call.record)
 
         return StreamRelay(
-            call, opened, tap, headers, pool=self.pool, silence=self.silence, done=done
+            call,
+            opened,
+            tap,
+            headers,
+            pool=self.pool,
+            silence=self.silence,
+            done=done,
+            ttft_s=self.ttft_s,
         )
 
     def _whole(

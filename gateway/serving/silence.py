@@ -33,8 +33,11 @@ class Silence:
         self._open: set[Watched] = set()
         self._task: asyncio.Task[None] | None = None
 
-    def watch(self, response: Reply) -> Watched:
-        watched = Watched(response, time.perf_counter())
+    def watch(self, response: Reply, first_s: float | None = None) -> Watched:
+        """Watch `response`; `first_s`: how long it may take to its first block, where that
+        is not the limit (a stream whose head went before its first event)."""
+        now = time.perf_counter()
+        watched = Watched(response, now if first_s is None else now + first_s - self.limit_s)
         self._open.add(watched)
         return watched
 

@@ -57,9 +57,11 @@ class StreamRelay(Response):
         pool: Pool,
         silence: Silence,
         done: Callable[[], None],
+        ttft_s: float | None = None,
     ):
         """`done`: the answer has ended and the upstream is freed, called once: the record is
-        complete (the relay hands it on)."""
+        complete (the relay hands it on). `ttft_s`: how long the first event may take when
+        dispatch did not wait for it (`stream_head = "at_once"`); the silence limit if None."""
         self.status_code = 200
         self.background = None
         self.init_headers({**headers, "cache-control": "no-cache"})
@@ -72,7 +74,11 @@ class StreamRelay(Response):
         self.translator = None if opened.native else call.translator
         self.outlet: Outlet | None = None
         self.ended: asyncio.Future[None] | None = None
-        self.watched = silence.watch(opened.response)
+        # A head sent before the first event (`stream_head = "at_once"`): that event may take
+        # what dispatch would have waited for it.
+        self.waiting = not opened.first
+        self.ttft_s = silence.limit_s if ttft_s is None else ttft_s
+        self.watched = silence.watch(opened.response, self.ttft_s if self.waiting else None)
         self.gone = False
         self.closed = False
         call.record.status = 200
@@ -86,7 +92,8 @@ class StreamRelay(Response):
         beat = None
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            self._data(self.opened.first)
+            if self.opened.first:
+                self._data(self.opened.first)
             # A door that keeps a silent stream alive (the Responses door's heartbeats).
             heartbeats = getattr(self.translator, "heartbeats", None)
             if heartbeats is not None and not self.ended.done():
@@ -154,7 +161,9 @@ class StreamRelay(Response):
         name = self.opened.upstream.name
         record.error_class = type(error).__name__
         record.status = error.status if isinstance(error, UpstreamStreamError) else 502
-        if isinstance(error, TimeoutError):
+        if isinstance(error, TimeoutError) and self.waiting and record.ttft_s is None:
+            message = f"upstream {name} sent no first event within {self.ttft_s:g}s"
+        elif isinstance(error, TimeoutError):
             message = f"upstream {name} went silent mid-stream"
         elif isinstance(error, UpstreamStreamError):
             message = f"upstream {name}: {sanitise(str(error), self.opened.upstream)}"

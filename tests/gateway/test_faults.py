@@ -173,6 +173,97 @@ def test_mid_stream_faults_end_with_an_error_event(
     assert fake2.requests() == []
 
 
+# ---- stream_head = "at_once": the head goes before the first event ----------------------------
+
+
+def at_once(primary: str, fallback: str, **server: Any) -> Config:
+    cfg = config(primary, fallback, **server)
+    route = cfg.models["smol"].model_copy(update={"stream_head": "at_once"})
+    return cfg.model_copy(update={"models": {"smol": route}})
+
+
+def head_and_first_event(root: str) -> tuple[float, float, httpx.Response, str]:
+    """Seconds from the request to the response head and to the first data event."""
+    t0 = time.perf_counter()
+    with httpx.stream(
+        "POST", f"{root}/v1/chat/completions", json={**BODY, "stream": True}, timeout=20
+    ) as resp:
+        head = time.perf_counter() - t0
+        first = None
+        text = ""
+        for piece in resp.iter_text():
+            if first is None and "data: " in piece:
+                first = time.perf_counter() - t0
+            text += piece
+    assert first is not None
+    return head, first, resp, text
+
+
+def test_at_once_sends_the_head_before_the_first_event(fake: FakeHandle, fake2: FakeHandle) -> None:
+    """The fake sends its head, then its first token 1.5 s later (a prefill): with "at_once" the
+    client has the head during that wait, by default only with the first event; the answer
+    and its record are the same either way."""
+    prefill = {"hang_after_chunks": 0, "hang": 1.5}
+    waits = {"ttft_timeout_s": 10.0, "idle_timeout_s": 10.0}
+    sink = ListSink()
+    for cfg in (
+        at_once(fake.base_url, fake2.base_url, **waits),
+        config(fake.base_url, fake2.base_url, **waits),
+    ):
+        fake.script(prefill)
+        with served(cfg, [sink]) as (root, _):
+            head, first, resp, text = head_and_first_event(root)
+        assert resp.status_code == 200 and text.rstrip().endswith("data: [DONE]")
+        assert resp.headers["x-plumbline-upstream"] == "a"
+        if cfg.models["smol"].stream_head == "at_once":
+            assert first - head >= 1.0  # the head came at once, the event after the prefill
+        else:
+            assert head >= 1.0 and first - head < 1.0  # both after the prefill
+    early, held = sink.records
+    for record in (early, held):
+        assert record.status == 200 and trail(record) == [("a", "ok")]
+        assert record.finish_reason == "stop" and record.ttft_s is not None
+        assert record.ttft_s >= 1.0  # the record's TTFT is the first token's, not the head's
+    assert early.completion_tokens == held.completion_tokens
+    assert fake2.requests() == []
+
+
+def test_at_once_first_event_waits_ttft_not_idle(fake: FakeHandle, fake2: FakeHandle) -> None:
+    """With the head gone, the first event may take `ttft_timeout_s` (here longer than the
+    idle limit): a prefill past the idle limit is not cut as a silence."""
+    fake.script({"hang_after_chunks": 0, "hang": 1.0})
+    sink = ListSink()
+    cfg = at_once(fake.base_url, fake2.base_url, ttft_timeout_s=10.0, idle_timeout_s=0.4)
+    with served(cfg, [sink]) as (root, _):
+        resp = chat(root, stream=True)
+    assert resp.status_code == 200
+    assert not any("error" in c for c in events(resp))
+    [record] = sink.records
+    assert record.status == 200 and record.finish_reason == "stop"
+
+
+def test_at_once_no_first_event_ends_the_stream_with_an_error_event(
+    fake: FakeHandle, fake2: FakeHandle
+) -> None:
+    """A first event that does not come within `ttft_timeout_s` ends the stream with an error
+    event naming that wait (the head has gone: no retry, no fallback to b)."""
+    fake.script({"hang_after_chunks": 0, "hang": 10})
+    sink = ListSink()
+    cfg = at_once(fake.base_url, fake2.base_url, ttft_timeout_s=1.0, idle_timeout_s=5.0)
+    with served(cfg, [sink]) as (root, _):
+        resp = chat(root, stream=True)
+    assert resp.status_code == 200
+    chunks = events(resp)
+    error = chunks[-1]["error"]
+    assert error["type"] == "upstream_error"
+    assert "upstream a sent no first event within 1s" in error["message"]
+    assert not any(c.get("choices") for c in chunks)
+    [record] = sink.records
+    assert trail(record) == [("a", "ok")] and record.ttft_s is None
+    assert record.status == 502 and record.error_class == "ReplyTimeout"
+    assert fake2.requests() == []
+
+
 # ---- cooldown and re-admission ----------------------------------------------------------------
 
 
