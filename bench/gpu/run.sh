@@ -11,7 +11,8 @@
 #             through the bare relay (bench/floor_proxy.py --wire on :8403; with --late-head, its
 #             head held until vLLM's first block as the gateway's is, on :8405), interleaved in
 #             paired rounds (--rounds), vLLM's own histograms around each run (--server-metrics),
-#             and the gateway as GATEWAY_WORKERS (4) uvicorn workers on :8404 when `up` started it;
+#             the gateway as GATEWAY_WORKERS (4) uvicorn workers on :8404 and with every route's
+#             stream_head = "at_once" on :8406 (GATEWAY_AT_ONCE=1) when `up` started them;
 #             the paired comparison with its intervals in compare.md
 #   perf      bench/gateway_perf.py on this machine's cores: direct, plumbline, vllm-router,
 #             floor-wire against the fake upstream (the seed scenario and the looping ones)
@@ -138,6 +139,16 @@ stage_gateway() {  # the gateway in front of the replicas in $GPU_RUN/upstreams.
       || { say "gateway (workers) not up"; cat "$GPU_RUN/gateway-w.log"; return 1; }
     say "up: gateway as ${GATEWAY_WORKERS:-4} workers on :8404"
   fi
+  if [[ ${GATEWAY_AT_ONCE:-1} == 1 ]]; then  # the same routes with stream_head = "at_once", on :8406
+    python3 "$HERE/gateway_config.py" "$GPU_RUN/upstreams.toml" "$GPU_RUN/gateway-a.toml" 8406 at_once \
+      > /dev/null || return 1
+    setsid bash -c "source '$HERE/env.sh'; exec python3 -c 'from gateway.cli import app; app()' \
+      serve --config '$GPU_RUN/gateway-a.toml'" > "$GPU_RUN/gateway-a.log" 2>&1 < /dev/null &
+    echo $! > "$GPU_RUN/gateway-a.pid"
+    wait_url http://127.0.0.1:8406/v1/models 60 "$(cat "$GPU_RUN/gateway-a.pid")" \
+      || { say "gateway (at_once) not up"; cat "$GPU_RUN/gateway-a.log"; return 1; }
+    say "up: gateway with stream_head = at_once on :8406"
+  fi
   curl -s http://127.0.0.1:8400/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"smollm2-eval","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":24}'
   echo
@@ -169,15 +180,18 @@ start_floor() {  # the bare relay (bench/floor_proxy.py --wire: uvicorn + our wi
 }
 
 stage_bench() {  # paired rounds per cell: direct, the gateway, the bare relay; vLLM's own histograms
-  local s GATEWAY_WORKERS_TARGET=
+  local s GATEWAY_WORKERS_TARGET= GATEWAY_AT_ONCE_TARGET=
   start_floor
   [[ -f $GPU_RUN/gateway-w.pid ]] && kill -0 "$(cat "$GPU_RUN/gateway-w.pid")" 2>/dev/null \
     && GATEWAY_WORKERS_TARGET=1
+  [[ -f $GPU_RUN/gateway-a.pid ]] && kill -0 "$(cat "$GPU_RUN/gateway-a.pid")" 2>/dev/null \
+    && GATEWAY_AT_ONCE_TARGET=1
   for s in ${BENCH_SHAPES:-router promptopt}; do
     say "bench: $s, direct / gateway / bare relay interleaved over ${BENCH_ROUNDS:-6} rounds"
     bench_run bench.txt --target direct=http://127.0.0.1:8401/v1 \
       --target gateway=http://127.0.0.1:8400/v1 --target floor=http://127.0.0.1:8403/v1 \
       --target floor-late=http://127.0.0.1:8405/v1 \
+      ${GATEWAY_AT_ONCE_TARGET:+--target "gateway-at-once=http://127.0.0.1:8406/v1"} \
       ${GATEWAY_WORKERS_TARGET:+--target "gateway-w${GATEWAY_WORKERS:-4}=http://127.0.0.1:8404/v1"} \
       --model smollm2 --shape "$s" --concurrency "${BENCH_C:-1,32}" \
       --prompts-per-slot "${BENCH_PPS:-8}" --rounds "${BENCH_ROUNDS:-6}" \
