@@ -21,9 +21,7 @@ from pathlib import Path
 from gateway.config import load_config
 
 
-def render(
-    upstreams_toml: str, run_dir: Path, port: int, stream_head: str = "first_event"
-) -> str:
+def render(upstreams_toml: str, run_dir: Path, port: int, stream_head: str = "first_event") -> str:
     names = [u["name"] for u in tomllib.loads(upstreams_toml)["upstreams"]]
     if not names:
         raise SystemExit("no [[upstreams]] registered")
