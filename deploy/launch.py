@@ -211,6 +211,7 @@ def serve_workers(config: Config, config_path: Path, host: str, port: int, worke
         # The workers read the config from its file, and where they listen from these.
         env = {"PLUMBLINE_CONFIG": str(config_path.resolve())}
         env |= {"PLUMBLINE_HOST": host, "PLUMBLINE_PORT": str(port)}
+        env["PLUMBLINE_SUPERVISOR"] = str(os.getpid())  # each worker ends with this process
         with _environment(**env, PROMETHEUS_MULTIPROC_DIR=str(folder)):
             server = uvicorn.Config(
                 GATEWAY_FACTORY,

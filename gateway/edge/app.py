@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import logging
+import os
 import secrets
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -310,8 +314,28 @@ def create_app(
     return app
 
 
+def end_with_supervisor(supervisor: int) -> None:
+    """This worker is sent SIGTERM (a graceful shutdown) when the process that started it dies,
+    however it dies: a SIGKILLed `plumbline serve --workers` leaves no worker serving on its
+    port. Linux's `prctl(PR_SET_PDEATHSIG)`; elsewhere nothing is done. A supervisor already
+    gone by then is noticed too."""
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+        return
+    if os.getppid() != supervisor:  # it died before the signal was asked for
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def app_from_env() -> FastAPI:
     """Factory for `uvicorn --factory` with several workers: the config path comes from
-    PLUMBLINE_CONFIG (set by `plumbline serve`)."""
+    PLUMBLINE_CONFIG (set by `plumbline serve`); under its supervisor (PLUMBLINE_SUPERVISOR),
+    the worker ends with it."""
+    supervisor = os.environ.get("PLUMBLINE_SUPERVISOR")  # set by deploy/launch.py's serve_workers
+    if supervisor and supervisor.isdigit():
+        end_with_supervisor(int(supervisor))
     path = default_config_path()
     return create_app(listening_from_env(load_config(path)), config_path=path, tune_gc=True)

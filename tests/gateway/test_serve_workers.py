@@ -237,3 +237,40 @@ def test_up_refuses_several_workers(tmp_path: Path) -> None:
     config = _budget_config(tmp_path, "enabled = true")
     code, said = _plumbline("up", "--config", str(config))
     assert code == 2 and "plumbline up serves one gateway process" in said, said
+
+
+def test_workers_end_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    """SIGKILL, unlike SIGTERM, leaves uvicorn's supervisor no chance to stop its workers: each
+    worker asked the kernel for a SIGTERM when its parent dies, so none is left serving."""
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    env["TMPDIR"] = str(tmp_path)
+    with running_fake(text=ANSWER) as fake:
+        config = _config(tmp_path, fake.base_url, port)
+        argv = [str(PLUMBLINE), "serve", "--config", str(config), "--workers", "2"]
+        proc = subprocess.Popen(
+            argv,
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        workers: set[int] = set()
+        try:
+            wait_for(lambda: proc.poll() is not None or _healthy(f"{root}/health"), 60)
+            assert proc.poll() is None
+            wait_for(lambda: len(_workers(proc.pid)) == 2, 30)
+            workers = _workers(proc.pid)
+            os.kill(proc.pid, signal.SIGKILL)  # the supervisor alone
+            proc.wait(timeout=10)
+            wait_for(lambda: not [p for p in workers if str(config) in _environ(p)], 40)
+            assert not _healthy(f"{root}/health")  # nothing answers on the port
+        finally:
+            for pid in workers:
+                if str(config) in _environ(pid):
+                    os.kill(pid, signal.SIGKILL)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
