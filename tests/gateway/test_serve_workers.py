@@ -118,24 +118,30 @@ def _requests_total(root: str) -> float:
     )
 
 
+def _serve_two(config: Path, scratch: Path, output: int) -> subprocess.Popen[bytes]:
+    """`plumbline serve --workers 2` on `config`, in its folder, its private metrics folder made
+    in `scratch`, in a process group of its own (a failed test kills the workers too)."""
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    env["TMPDIR"] = str(scratch)
+    argv = [str(PLUMBLINE), "serve", "--config", str(config), "--workers", "2"]
+    return subprocess.Popen(
+        argv,
+        cwd=config.parent,
+        env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
 def test_two_workers_serve_one_port_record_everything_and_stop_cleanly(tmp_path: Path) -> None:
     port = free_port()
     root = f"http://127.0.0.1:{port}"
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    env["TMPDIR"] = str(scratch)  # where the private metrics folder is made
     with running_fake(text=ANSWER) as fake:
         config = _config(tmp_path, fake.base_url, port)
-        argv = [str(PLUMBLINE), "serve", "--config", str(config), "--workers", "2"]
-        proc = subprocess.Popen(
-            argv,
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: a failed test kills the workers too
-        )
+        proc = _serve_two(config, scratch, subprocess.PIPE)
         try:
             wait_for(lambda: proc.poll() is not None or _healthy(f"{root}/health"), 60)
             assert proc.poll() is None
@@ -244,19 +250,9 @@ def test_workers_end_when_their_supervisor_is_killed(tmp_path: Path) -> None:
     worker asked the kernel for a SIGTERM when its parent dies, so none is left serving."""
     port = free_port()
     root = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    env["TMPDIR"] = str(tmp_path)
     with running_fake(text=ANSWER) as fake:
         config = _config(tmp_path, fake.base_url, port)
-        argv = [str(PLUMBLINE), "serve", "--config", str(config), "--workers", "2"]
-        proc = subprocess.Popen(
-            argv,
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        proc = _serve_two(config, tmp_path, subprocess.DEVNULL)
         workers: set[int] = set()
         try:
             wait_for(lambda: proc.poll() is not None or _healthy(f"{root}/health"), 60)
