@@ -169,14 +169,18 @@ bench_run() {  # bench_run OUTFILE ARGS...
 
 start_floor() {  # the bare relay (bench/floor_proxy.py --wire: uvicorn + our wire) on :8403 -> replica 0,
   # and the same holding its head until vLLM's first block, as the gateway does, on :8405
-  [[ -f $GPU_RUN/floor.pid ]] && kill -0 "$(cat "$GPU_RUN/floor.pid")" 2>/dev/null && return 0
-  setsid python3 bench/floor_proxy.py --upstream http://127.0.0.1:8401 --port 8403 --wire \
-    > "$GPU_RUN/floor.log" 2>&1 < /dev/null &
-  echo $! > "$GPU_RUN/floor.pid"
-  setsid python3 bench/floor_proxy.py --upstream http://127.0.0.1:8401 --port 8405 --wire \
-    --late-head > "$GPU_RUN/floor-late.log" 2>&1 < /dev/null &
-  echo $! > "$GPU_RUN/floor-late.pid"
-  sleep 4
+  local name port extra started=
+  for name in floor floor-late; do
+    [[ -f $GPU_RUN/$name.pid ]] && kill -0 "$(cat "$GPU_RUN/$name.pid")" 2>/dev/null && continue
+    port=8403 extra=
+    [[ $name == floor-late ]] && port=8405 extra=--late-head
+    setsid python3 bench/floor_proxy.py --upstream http://127.0.0.1:8401 --port $port --wire \
+      $extra > "$GPU_RUN/$name.log" 2>&1 < /dev/null &
+    echo $! > "$GPU_RUN/$name.pid"
+    started=1
+  done
+  [[ -n $started ]] && sleep 4
+  return 0
 }
 
 stage_bench() {  # paired rounds per cell: direct, the gateway, the bare relay; vLLM's own histograms
