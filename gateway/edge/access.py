@@ -142,8 +142,16 @@ def reserve_estimate(body: dict[str, Any], raw_size: int, default_answer: int) -
 class Access:
     """Keys, allow-lists and budgets; a `RecordSink` that settles budgets from records."""
 
-    def __init__(self, config: AccessConfig, engine: Engine | None = None):
+    def __init__(
+        self,
+        config: AccessConfig,
+        engine: Engine | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        """`clock`: the wall clock budget windows are aligned to (a fixed one in tests, so a
+        window cannot turn over between two requests of one test)."""
         self.config = config
+        self.clock = clock
         self._keys = [(k.sha256, Key.from_config(k)) for k in config.keys]
         self._lock = threading.Lock()  # the private in-memory engine has one connection
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="access")
@@ -235,7 +243,7 @@ class Access:
         if key.tokens_per_window is not None and body is not None:
             estimate = reserve_estimate(body, raw_size, self.config.default_reserve_tokens)
             tokens = min(estimate, key.tokens_per_window)
-        now = time.time()
+        now = self.clock()
         window = int(now // key.window_s * key.window_s)
         ok = await self._db(lambda: self._reserve(key, window, tokens))
         if not ok:
@@ -323,7 +331,7 @@ class Access:
             "requests_per_window": requests_per_window,
             "tokens_per_window": tokens_per_window,
             "window_s": window_s,
-            "created": time.time(),
+            "created": self.clock(),
             "revoked": None,
         }
         with self._lock:
@@ -332,7 +340,7 @@ class Access:
 
     def revoke_key(self, key_id: str) -> bool:
         with self._lock:
-            done = stored.revoke(self.engine, key_id, time.time())
+            done = stored.revoke(self.engine, key_id, self.clock())
         self._cache.clear()
         return done
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -41,6 +40,10 @@ def config_with(fake_url: str, keys: list[dict[str, Any]] | None = None, **acces
 
 def key(id: str, plaintext: str, **kw: Any) -> dict[str, Any]:
     return {"id": id, "sha256": hash_key(plaintext), **kw}
+
+
+# A minute into an hour-long budget window: a fixed clock, so no window turns over mid-test.
+IN_A_WINDOW = 1_800_000_000.0 + 60
 
 
 def guarded_app(config: Config, sinks: list[Any], access: Access | None = None) -> Any:
@@ -164,13 +167,14 @@ def test_request_budget_holds_under_concurrency(fake: FakeHandle) -> None:
                 )
             )
 
-    with serving(guarded_app(config, [])) as root:
+    access = Access(config.access, clock=lambda: IN_A_WINDOW)
+    with serving(guarded_app(config, [], access)) as root:
         replies = asyncio.run(burst(root))
     codes = sorted(r.status_code for r in replies)
     assert codes == [200] * 5 + [429] * 15
     limited = next(r for r in replies if r.status_code == 429)
     assert_error(limited, 429, "rate_limit_error", "5 requests per 3600s")
-    assert 1 <= int(limited.headers["retry-after"]) <= 3600
+    assert int(limited.headers["retry-after"]) == 3600 - 60  # the window's rest
     assert len(fake.requests()) == 5
 
 
@@ -180,10 +184,10 @@ def test_token_budget_reserves_then_settles_with_counted_tokens(fake: FakeHandle
         fake.base_url, [key("alice", CLIENT, tokens_per_window=100, window_s=3600)]
     )
     sink = ListSink()
-    access = Access(config.access)
+    access = Access(config.access, clock=lambda: IN_A_WINDOW)
     with serving(guarded_app(config, [sink], access)) as root:
         replies = [chat(root, bearer(CLIENT), max_tokens=50).status_code for _ in range(8)]
-        requests, tokens = access.usage("alice", int(time.time() // 3600 * 3600))
+        requests, tokens = access.usage("alice", int(IN_A_WINDOW // 3600 * 3600))
     used = sum(r.prompt_tokens + r.completion_tokens for r in sink.records)
     # Settled counters equal what the records counted; reservations (~50+ tokens each) stop
     # admission before the settled total reaches the budget.
@@ -261,10 +265,10 @@ def test_two_gateways_on_one_postgres_never_overshoot(pg_admin: str) -> None:
     url = pg.fresh_database(pg_admin).replace("postgresql://", "postgresql+psycopg://")
     engines = [sa.create_engine(url, pool_size=20) for _ in range(2)]
     migrate(engines[0])  # as the record store does before the guard attaches to it
-    accesses = [Access(config_from({}).access, engine=e) for e in engines]
+    accesses = [Access(config_from({}).access, e, clock=lambda: IN_A_WINDOW) for e in engines]
     try:
         assert _race(accesses, limit=25, attempts=20) == 25
-        assert accesses[0].usage("shared", int(time.time() // 3600 * 3600)) == (25, 25 * 20)
+        assert accesses[0].usage("shared", int(IN_A_WINDOW // 3600 * 3600)) == (25, 25 * 20)
     finally:
         for a in accesses:
             a.close()
@@ -276,7 +280,7 @@ def test_two_gateways_on_one_sqlite_file_never_overshoot(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'keys.db'}"
     engines = [sa.create_engine(url, connect_args={"timeout": 30}) for _ in range(2)]
     migrate(engines[0])
-    accesses = [Access(config_from({}).access, engine=e) for e in engines]
+    accesses = [Access(config_from({}).access, e, clock=lambda: IN_A_WINDOW) for e in engines]
     try:
         assert _race(accesses, limit=7, attempts=10) == 7
     finally:
