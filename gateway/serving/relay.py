@@ -159,7 +159,7 @@ class Relay:
         split, opened_in_prompt = self._think_mode(call, opened)
         tap: StreamTap | responses_tap.ResponsesStreamTap
         if opened.native:
-            tap = responses_tap.ResponsesStreamTap(call.record)
+            tap = responses_tap.ResponsesStreamTap(call.record, capture)
         else:
             tap = StreamTap(
                 call.record,

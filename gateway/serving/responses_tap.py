@@ -28,6 +28,7 @@ from gateway.errors import MalformedStream
 from gateway.ledger.record import Record
 from gateway.serving.accounting import percentile
 from gateway.serving.tap import cut_events
+from gateway.trust.capture import Capture
 
 TOKEN_EVENTS = {
     "response.output_text.delta": "answer",
@@ -85,10 +86,13 @@ def tap_whole(record: Record, raw: bytes) -> bytes:
 
 
 class ResponsesStreamTap:
-    """Same interface as `StreamTap` (feed / finish / abort / done); bytes are not rewritten."""
+    """Same interface as `StreamTap` (feed / finish / abort / done); bytes are not rewritten.
+    `capture`: the answer's text, reasoning and tool calls go to it as they stream (the
+    watchdog's sample, store_content's stored answer), as `StreamTap` hands a chat stream's."""
 
-    def __init__(self, record: Record):
+    def __init__(self, record: Record, capture: Capture | None = None):
         self.record = record
+        self.capture = capture
         self._buffer = b""
         self._last: float | None = None
         self._gaps: list[float] = []
@@ -148,12 +152,35 @@ class ResponsesStreamTap:
             if self._last is not None:
                 self._gaps.append(now - self._last)
             self._last = now
+            if self.capture is not None:
+                self._capture(token, obj)
+        elif kind == "response.output_item.added" and self.capture is not None:
+            item = obj.get("item")
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                self._tool(obj.get("output_index"), {"name": item.get("name")})
         elif kind in ("response.completed", "response.incomplete"):
             account(record, obj.get("response") or {})
         elif kind in ("response.failed", "error"):
             # The upstream's own failure event reaches the client unchanged; the record says so.
             record.status = 502
             record.error_class = kind
+
+    def _capture(self, token: str, obj: dict[str, Any]) -> None:
+        """One token event's piece of the answer, in the chat delta's shape the capture reads."""
+        assert self.capture is not None
+        piece = obj.get("delta")
+        if token == "answer":
+            self.capture.delta(0, {"content": piece})
+        elif token == "reasoning":
+            self.capture.delta(0, {"reasoning": piece})
+        elif isinstance(piece, str):  # a function call's arguments
+            self._tool(obj.get("output_index"), {"arguments": piece})
+
+    def _tool(self, index: Any, function: dict[str, Any]) -> None:
+        """A function call's name (when its item is added) or arguments, by its output index."""
+        assert self.capture is not None
+        call = {"index": index if isinstance(index, int) else 0, "function": function}
+        self.capture.delta(0, {"tool_calls": [call]})
 
     def finish(self) -> bytes:
         out = self._buffer

@@ -11,6 +11,7 @@ import orjson
 from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.record import Record
 from gateway.serving.responses_tap import ResponsesStreamTap
+from gateway.trust.capture import Capture, ContentKeeper, StoredContent
 from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 
@@ -93,6 +94,42 @@ def test_stream_tap_counts_usage_and_passes_bytes_unchanged() -> None:
     assert (
         record.ttft_s is not None and record.ttfa_s is not None and record.ttfa_s >= record.ttft_s
     )
+
+
+def test_stream_tap_hands_the_answer_to_the_capture() -> None:
+    """A native stream's text, reasoning and function call reach the capture as a chat
+    stream's do: what store_content stores and the watchdog samples."""
+    events = [
+        {"type": "response.created", "response": {"status": "in_progress"}},
+        {"type": "response.reasoning_text.delta", "delta": "thinking"},
+        {"type": "response.output_text.delta", "delta": "Hi"},
+        {"type": "response.output_text.delta", "delta": " there"},
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {"type": "function_call", "name": "get_weather", "arguments": ""},
+        },
+        {"type": "response.function_call_arguments.delta", "output_index": 1, "delta": '{"city"'},
+        {"type": "response.function_call_arguments.delta", "output_index": 1, "delta": ':"Oslo"}'},
+        {
+            "type": "response.completed",
+            "response": {"object": "response", "status": "completed", "output": []},
+        },
+    ]
+    raw = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    kept: list[StoredContent] = []
+    record = Record("r", "responses", "smol", True)
+    capture = Capture(record, None, keep_text=False, content=ContentKeeper(kept.append, 4096))
+    tap = ResponsesStreamTap(record, capture)
+    assert tap.feed(raw) + tap.finish() == raw  # the bytes still pass unchanged
+    capture.finish()
+    (row,) = [k.as_row() for k in kept]
+    assert orjson.loads(row["response"]) == {
+        "content": "Hi there",
+        "reasoning": "thinking",
+        "tool_calls": [{"name": "get_weather", "arguments": '{"city":"Oslo"}'}],
+        "finish_reason": "stop",
+    }
 
 
 def test_a_harness_request_is_served_translated(fake: FakeHandle) -> None:
