@@ -161,7 +161,7 @@ class StreamRelay(Response):
         name = self.opened.upstream.name
         record.error_class = type(error).__name__
         record.status = error.status if isinstance(error, UpstreamStreamError) else 502
-        if isinstance(error, TimeoutError) and self.waiting and record.ttft_s is None:
+        if isinstance(error, TimeoutError) and self.waiting and record.chunks == 0:
             message = f"upstream {name} sent no first event within {self.ttft_s:g}s"
         elif isinstance(error, TimeoutError):
             message = f"upstream {name} went silent mid-stream"
