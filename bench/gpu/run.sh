@@ -36,7 +36,7 @@ T0=$(date +%s)
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 collect() {
   cp "$LOG" "$OUT/run.log" 2>/dev/null
-  for f in env.txt bench.tsv bench.txt compare.md pair.txt gateway_perf.md eval.txt diag.txt diag.tsv lscpu.txt spy-gateway-c32.txt; do
+  for f in env.txt bench.tsv bench.txt compare.md pair.txt gateway_perf.md gateway_perf.tsv eval.txt diag.txt diag.tsv lscpu.txt spy-gateway-c32.txt; do
     [[ -f $GPU_RUN/$f ]] && cp "$GPU_RUN/$f" "$OUT/"
   done
   tar -czf "$OUT/logs.tgz" -C / --ignore-failed-read "${GPU_RUN#/}" \
@@ -216,8 +216,8 @@ stage_perf() {
     ${PERF_SCENARIOS:---scenario nonstream-c1 --scenario nonstream-c256 --scenario stream-c32 --scenario seed} \
     > "$GPU_RUN/gateway_perf.log" 2>&1
   local rc=$?
-  cp bench/results/gateway_perf.md "$GPU_RUN/gateway_perf.md" 2>/dev/null
-  cp bench/results/gateway_perf.tsv "$GPU_RUN/gateway_perf.tsv" 2>/dev/null
+  cp bench/results/gateway_perf_summary.md "$GPU_RUN/gateway_perf.md" 2>/dev/null
+  cp bench/results/gateway_perf_runs.tsv "$GPU_RUN/gateway_perf.tsv" 2>/dev/null
   tail -20 "$GPU_RUN/gateway_perf.log"
   return $rc
 }
