@@ -6,7 +6,8 @@
 #   setup     assemble + install vLLM (recipe's assemble.sh), the gateway's wheels, vllm-router;
 #             convert the GGUF; record versions, the GPU and its power limits
 #   up        `plumbline deploy vllm` two smollm2 replicas on GPU 0 (memory split, started one
-#             after the other), then `plumbline serve` in front of them; both left running
+#             after the other; REPLICAS=1: replica 0 alone, enough for the bench stage, which
+#             measures against it), then `plumbline serve` in front of them; both left running
 #   bench     `plumbline bench` router + promptopt: direct to replica 0, through the gateway and
 #             through the bare relay (bench/floor_proxy.py --wire on :8403; with --late-head, its
 #             head held until vLLM's first block as the gateway's is, on :8405), interleaved in
@@ -99,10 +100,10 @@ stage_setup() {
 }
 
 stage_up() {
-  say "up: deploy vllm (2 replicas on GPU 0)"
+  say "up: deploy vllm (${REPLICAS:-2} replica(s) on GPU 0)"
   : > "$GPU_RUN/empty.toml"; rm -f "$GPU_RUN/upstreams.toml"
   setsid bash -c "source '$HERE/env.sh'; plumbline deploy vllm --config '$GPU_RUN/empty.toml' \
-    --profile smollm2 --gpus 0 --replicas-per-gpu 2 --model /tmp/smollm2-hf \
+    --profile smollm2 --gpus 0 --replicas-per-gpu ${REPLICAS:-2} --model /tmp/smollm2-hf \
     --served-model-name smollm2 --register '$GPU_RUN/upstreams.toml' --allow-power-capped \
     --timeout-s ${DEPLOY_TIMEOUT_S:-420}" > "$GPU_RUN/deploy.log" 2>&1 < /dev/null &
   local pid=$! i
