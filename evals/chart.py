@@ -47,7 +47,9 @@ def accuracy_chart(arms: Mapping[str, Sequence[ItemResult]], path: Path) -> Path
     ax.set_xticklabels(families, rotation=20, ha="right")
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy (95% Wilson)")
-    ax.legend(fontsize="small")
+    # Fixed places, never loc="best": its search over every bar is slow, and matplotlib warns
+    # when it takes over a second (a loaded machine turned that warning into a failed report).
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -84,7 +86,7 @@ def frontier_chart(costs: Mapping[str, ArmCost], path: Path) -> Path | None:
             color="grey",
             label="frontier",
         )
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", loc="lower right")
     ax.set_xlabel("$ per million output tokens")
     ax.set_ylabel("accuracy (95% Wilson)")
     ax.set_ylim(0, 1)

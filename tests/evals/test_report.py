@@ -189,6 +189,22 @@ def test_scorer_detail_and_errors_are_shown_per_failed_item(tmp_path: Path) -> N
     assert "[details.md](details.md)" in paths["markdown"].read_text()
 
 
+def test_charts_place_their_legends_without_searching(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """loc="best" searches for a free spot and warns when that takes over a second, which a
+    loaded machine turns into a failed report: both charts put their legends in fixed places."""
+    from matplotlib.legend import Legend
+
+    def searched(*_: object, **__: object) -> None:
+        raise AssertionError("a chart's legend searched for the best place")
+
+    monkeypatch.setattr(Legend, "_find_best_position", searched)
+    results = run("cheap", "r1", 0.6, 1, cost=0.0001) + run("dear", "r2", 0.95, 2, cost=0.01)
+    paths = write_report(results, tmp_path / "out")
+    assert paths["chart"].stat().st_size > 0 and paths["frontier"].stat().st_size > 0
+
+
 def test_written_files(tmp_path: Path) -> None:
     results = run("local", "r1", 0.6, 1) + run("local", "r2", 0.6, 2) + run("api", "r3", 0.9, 3)
     paths = write_report(results, tmp_path / "out")
