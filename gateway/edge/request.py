@@ -53,7 +53,7 @@ async def read_json(request: Request, limit: int) -> Any:
     raw = await _body(request, limit)
     if BODY in request.scope:
         request.scope[BODY] = raw
-    if not raw.strip():
+    if not raw or raw.isspace():  # (no stripped copy of a long body made to find out)
         raise BadRequest("The request body is empty; expected a JSON object.")
     parsed = request.scope.pop(PARSED, None)
     if parsed is not None and parsed[0] is raw:  # the access guard parsed these very bytes
@@ -156,9 +156,8 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         stream=stream,
         lane="eval" if heads.get("x-plumbline-lane") == "eval" else "prod",
         max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
-        params_hash=params_hash(body),
     )
-    return Call(
+    call = Call(
         door=door,
         path=path,
         model=model,
@@ -170,3 +169,11 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         pin=pinned_upstream(heads, record.lane, gw.config.models[model].upstreams),
         prompt=request.scope.get(BODY),  # store_content: the prompt, as received
     )
+
+    def hash_params() -> None:
+        # The client's parameters; a successful attempt marks its upstream's instead (adapt).
+        if record.params_hash is None:
+            record.params_hash = params_hash(body)
+
+    call.defer(hash_params)
+    return call

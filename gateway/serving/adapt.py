@@ -145,15 +145,25 @@ def _takes(table: str, accepts: tuple[str, ...]) -> frozenset[str]:
     return TAKES[table] | frozenset(accepts)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Adapted:
     """The body for one upstream and what was done to it, marked on the record when the attempt
-    succeeds (a failed attempt's marks would describe an upstream that did not answer)."""
+    succeeds (a failed attempt's marks would describe an upstream that did not answer).
+    `defaults`: the kind of engine whose defaults fill what the body leaves unset, for its
+    params hash, which is worked out when first asked (dispatch asks once the request is sent:
+    the upstream does not wait for it)."""
 
     body: dict[str, Any]
     stripped: tuple[str, ...] = ()
     clamped: str | None = None
-    params_hash: str = ""
+    defaults: str | None = None
+    _digest: str | None = None
+
+    @property
+    def params_hash(self) -> str:
+        if self._digest is None:
+            self._digest = params_hash(self.body, defaults=self.defaults)
+        return self._digest
 
     def mark(self, record: Record) -> None:
         if self.stripped:  # marking nothing leaves `dropped` as it is: no import on every request
@@ -191,8 +201,7 @@ def adapt(
     clamped = None
     if window is not None:
         clamped = _clamp(out, upstream, window, bounds or prompt_bounds(out))
-    digest = params_hash(out, defaults=table_of(upstream))
-    return Adapted(out, tuple(stripped), clamped, digest)
+    return Adapted(out, tuple(stripped), clamped, table_of(upstream))
 
 
 def _fit(out: dict[str, Any], upstream: Upstream) -> list[str]:

@@ -3,7 +3,8 @@ relay serve (gateway/serving/dispatch.py, relay.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.ledger.record import Record
@@ -45,7 +46,21 @@ class Call:
     bounds: tuple[int, int] | None = None
     # store_content: the request's body as received, for its stored prompt (None when off).
     prompt: bytes | None = None
+    # Work the upstream does not wait for (the record's params hash, the text sample, the
+    # shadow's mirror): run once the request has been written to the first upstream tried,
+    # while that upstream reads and prefills it, or when dispatch ends without one (`flush`).
+    later: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def chat(self) -> bool:
         return self.path == "/chat/completions"
+
+    def defer(self, work: Callable[[], None]) -> None:
+        """Do `work` once the request is on its way (or dispatch has ended without sending)."""
+        self.later.append(work)
+
+    def flush(self) -> None:
+        """Run what was deferred, each piece once, in the order it was deferred."""
+        later = self.later
+        while later:
+            later.pop(0)()

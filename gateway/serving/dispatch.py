@@ -144,18 +144,30 @@ class Dispatcher:
         estimate = (0, 0) if embeddings else prompt_bounds(call.body)
         call.bounds = estimate
         known = {n: self.window(n) for n in base.upstreams}
-        own = [w for w in known.values() if w is not None]
         shapes = base.shapes
-        call.record.shape = classify(
-            call.body,
-            door=call.door,
-            long_context_tokens=shapes.long_context_tokens if shapes else None,
-            smallest_window=min(own) if own else None,
-            estimate=estimate,
-        )
-        route = self.route_for(call.model, call.record.shape)
+        gated = base.policy == "cheapest_within_floor"
+
+        def shape() -> None:
+            own = [w for w in known.values() if w is not None]
+            call.record.shape = classify(
+                call.body,
+                door=call.door,
+                long_context_tokens=shapes.long_context_tokens if shapes else None,
+                smallest_window=min(own) if own else None,
+                estimate=estimate,
+            )
+
+        if shapes is None and not gated:
+            # The shape routes nothing here (no rules, no gate): a label for the record, worked
+            # out while the upstream reads the request.
+            call.defer(shape)
+            route = base
+        else:
+            shape()
+            assert call.record.shape is not None
+            route = self.route_for(call.model, call.record.shape)
+            gated = route.policy == "cheapest_within_floor"
         keys = self.prefix.keys_for(call.body) if wants_affinity(route, call.record.lane) else []
-        gated = route.policy == "cheapest_within_floor"
         decision = self.decision(call.model, call.record.shape) if gated else None
         ask = Ask(
             features=Features(
@@ -232,8 +244,14 @@ class Dispatcher:
         path, data, native, adapted = self._request(call, upstream)
         self.pool.begin(upstream.name)
         exchange = _Exchange()
+
+        def sent() -> None:  # the request is written: what it did not wait for, done now
+            call.flush()
+            if adapted is not None:
+                adapted.params_hash  # noqa: B018 - worked out and kept for `mark`
+
         try:
-            first, parsed = await self._exchange(call, upstream, path, data, native, exchange)
+            first, parsed = await self._exchange(call, upstream, path, data, native, exchange, sent)
         except TimeoutError:
             raise self._timed_out(call, upstream, exchange, started) from None
         except AttemptError as e:
@@ -269,6 +287,7 @@ class Dispatcher:
         data: bytes,
         native: bool,
         exchange: _Exchange,
+        sent: Callable[[], None] | None = None,
     ) -> tuple[bytes, Any]:
         """A stream's first data event, or a whole answer's headers, within the first-byte
         budget; then a whole answer's body within what is left of `request_timeout_s` (a
@@ -276,7 +295,7 @@ class Dispatcher:
         started = self.clock.timer()
         async with asyncio.timeout(self._budget(call)) as bound:
             target = self.targets(upstream)
-            resp = exchange.resp = await post(self.wire, upstream, path, data, target)
+            resp = exchange.resp = await post(self.wire, upstream, path, data, target, sent)
             if call.stream:
                 if self.config.models[call.model].stream_head == "at_once":
                     return b"", None  # the relay takes the first event as any other

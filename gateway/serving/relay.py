@@ -113,17 +113,22 @@ class Relay:
         return Response(status_code=499)
 
     async def _respond(self, call: Call) -> Response:
-        pending = self.shadow.consider(call.model, call.path, call.body, call.record)
-        capture = (
-            None
-            if call.path == "/embeddings"
-            else self.sampler.start(
-                call.record, call.body, always=pending is not None, prompt=call.prompt
-            )
-        )
+        pending: Pending | None = None
+        capture: Capture | None = None
+
+        def watchers() -> None:  # the shadow's mirror and the text sample: while it is sent
+            nonlocal pending, capture
+            pending = self.shadow.consider(call.model, call.path, call.body, call.record)
+            if call.path != "/embeddings":
+                capture = self.sampler.start(
+                    call.record, call.body, always=pending is not None, prompt=call.prompt
+                )
+
+        call.defer(watchers)
         try:
             opened = await self.open(call)
         except GatewayError as e:
+            call.flush()  # nothing was sent, or the attempts failed: the record is completed
             call.record.status = e.status
             call.record.error_class = type(e).__name__
             if pending is not None:
@@ -132,6 +137,10 @@ class Relay:
                 capture.answered(e.json(), failed=True)
             self.finish(call.record)
             raise
+        except BaseException:  # cancelled: the record is finished by whoever handles that
+            call.flush()
+            raise
+        call.flush()  # run as the request was written (`Dispatcher._attempt`), or run now
         if call.stream:
             return self._stream(call, opened, capture, pending)
         return self._whole(call, opened, capture, pending)

@@ -90,6 +90,8 @@ class ResponsesStreamTap:
     `capture`: the answer's text, reasoning and tool calls go to it as they stream (the
     watchdog's sample, store_content's stored answer), as `StreamTap` hands a chat stream's."""
 
+    unlearnt = None  # it learns no shape (`StreamTap.learn`)
+
     def __init__(self, record: Record, capture: Capture | None = None):
         self.record = record
         self.capture = capture
@@ -98,6 +100,9 @@ class ResponsesStreamTap:
         self._gaps: list[float] = []
         self._tokens = 0
         self.done = False
+
+    def learn(self) -> None:
+        """Nothing to learn (`StreamTap.learn`)."""
 
     def feed(self, block: bytes, now: float | None = None) -> bytes:
         """`now`: when `block` arrived (the relay's clock), else read here."""

@@ -141,6 +141,8 @@ class StreamRelay(Response):
             outlet.write(out, True)
             if outlet.error is not None:
                 self._left()
+        if self.tap.unlearnt is not None:  # the first token is written: now the tap studies it
+            self.tap.learn()
 
     def _end(self) -> None:
         try:

@@ -106,10 +106,14 @@ class StreamTap(PlainTokens):
         self._reasoning_events = 0
         self._token_events = 0
         self.done = False
+        # The event this stream's shape is to be learnt from, once the block that brought it has
+        # been written (`learn`): the first token reaches the client before the tap studies it.
+        # (Learnt at once when more events of the same block follow it.)
+        self.unlearnt: tuple[bytes, dict[str, Any], bytes, bool] | None = None
         super().__init__(fast=not split_think)  # plain token events: see `PlainTokens`
 
     # -- bytes in, bytes out -------------------------------------------------------------
-    def feed(self, block: bytes, now: float | None = None) -> bytes:
+    def feed(self, block: bytes, now: float | None = None) -> bytes:  # noqa: C901 - inlined paths
         """The whole events of what arrived so far, relayed; `now`: when `block` arrived (the
         relay's clock), else read here."""
         if now is None:
@@ -143,6 +147,8 @@ class StreamTap(PlainTokens):
                         self._gaps.append(now - last)
                     self._last_token_at = now
                     return block if out_prefix is None else out_prefix + text + out_suffix
+        if self.unlearnt is not None:  # the relay did not ask for it after the last block
+            self.learn()
         if self._shape is not None and len(block) < self._room_for_two and not self._buffer:
             # The common block of a paced stream: one whole event (too short for two).
             plain = self._shaped(block, now, ended=True, count=False)
@@ -191,6 +197,8 @@ class StreamTap(PlainTokens):
                     continue
             learnt = self._shape is not None
             rendered = self._event(event, now)
+            if self.unlearnt is not None and pos < end:  # more of this block to take with it
+                self.learn()
             may_run = may_run or (not learnt and self._shape is not None)
             if rendered:
                 out.append(rendered)
@@ -246,9 +254,16 @@ class StreamTap(PlainTokens):
             except orjson.JSONEncodeError:  # nested deeper than orjson writes
                 raise MalformedStream("upstream sent an event nested too deep") from None
         rendered = b"data: " + payload + b"\n\n"
-        if self.fast and self._shape is None and not self._splitters:
-            self._learn(event, obj, rendered, changed)
+        if self.fast and self._shape is None and not self._splitters and self.unlearnt is None:
+            self.unlearnt = (event, obj, rendered, changed)
         return rendered
+
+    def learn(self) -> None:
+        """Learn the stream's shape from the event kept for it (`_learn`); the relay asks once
+        it has written the block, `feed` before the next one where it did not."""
+        unlearnt, self.unlearnt = self.unlearnt, None
+        if unlearnt is not None and self._shape is None and not self._splitters:
+            self._learn(*unlearnt)
 
     def _read(self, payload: bytes) -> tuple[dict[str, Any], bool | None]:
         """An event's JSON object, counted as a chunk (its provider, usage and the stream's

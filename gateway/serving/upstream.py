@@ -15,6 +15,7 @@ import email.utils
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,15 +213,21 @@ def _error_message(raw: bytes, upstream: Upstream) -> str:
 
 
 async def post(
-    wire: Wire, upstream: Upstream, path: str, data: bytes, target: Target | None = None
+    wire: Wire,
+    upstream: Upstream,
+    path: str,
+    data: bytes,
+    target: Target | None = None,
+    sent: Callable[[], None] | None = None,
 ) -> Reply:
     """Send one request; return the reply, its body not yet read, when its status is a
     success. The caller bounds the time (asyncio.timeout); `target` defaults to one prepared
-    now, callers on the hot path pass the one prepared for the upstream."""
+    now, callers on the hot path pass the one prepared for the upstream. `sent`: called once
+    the request is written (`Wire.post`)."""
     if target is None:
         target = Target.of(upstream)
     try:
-        reply = await wire.post(target.origin, path, target.head, data)
+        reply = await wire.post(target.origin, path, target.head, data, sent=sent)
     except ConnectFailed as e:
         raise AttemptError("connect_error", f"cannot reach {upstream.name}: {e}") from None
     except OSError as e:  # connected and sent, then closed or reset before an answer

@@ -21,6 +21,7 @@ import ssl
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -181,15 +182,19 @@ class Connection(asyncio.Protocol):
             self.close()
 
     # -- use ------------------------------------------------------------------------------
-    async def send(self, request: bytes) -> Reply:
+    async def send(self, request: bytes, sent: Callable[[], None] | None = None) -> Reply:
+        """Write `request`; the reply once its head is in. `sent` is called once the request is
+        written, before the wait: work the upstream need not wait for, done while it works."""
         assert self.transport is not None
         reply = self.reply = Reply(self)
         self._until_eof = False
         waiter = self._headers_waiter = asyncio.get_running_loop().create_future()
         self.transport.write(request)
         try:
+            if sent is not None:
+                sent()
             await waiter
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled, or `sent` failed: the answer will not be read
             self.close()
             raise
         finally:
@@ -240,9 +245,17 @@ class Wire:
         self._busy: set[Connection] = set()
 
     async def post(
-        self, origin: Origin, path: str, head: bytes, body: bytes, method: bytes = b"POST"
+        self,
+        origin: Origin,
+        path: str,
+        head: bytes,
+        body: bytes,
+        method: bytes = b"POST",
+        sent: Callable[[], None] | None = None,
     ) -> Reply:
-        """Send `body` to `origin`; the reply once its status and headers are in."""
+        """Send `body` to `origin`; the reply once its status and headers are in. `sent`: called
+        once the request is written (`Connection.send`); when a kept connection turns out
+        closed, the request is written anew and `sent` called again (it must be idempotent)."""
         request = b"".join(
             (
                 method,
@@ -261,13 +274,13 @@ class Wire:
         conn = self._checkout(origin)
         if conn is not None:
             try:
-                return await conn.send(request)
+                return await conn.send(request, sent)
             except WireError:
                 if conn.reply is not None and conn.reply.received:
                     raise
                 # a kept connection the server had closed: nothing was read, send it anew
         conn = await self._connect(origin)
-        return await conn.send(request)
+        return await conn.send(request, sent)
 
     def _checkout(self, origin: Origin) -> Connection | None:
         idle = self._pools.get(origin)
