@@ -19,6 +19,9 @@
 #             floor-wire against the fake upstream (the seed scenario and the looping ones)
 #   pair      `plumbline bench` router through the gateway over both replicas
 #   eval      `plumbline eval run --suite smoke` through the gateway on the GPU replicas
+#   ttft      bench/ttft_path.py against replica 0: where the time to first token goes inside the
+#             gateway (both stream heads) and the bare relays, one request at a time; again with
+#             the relay on a core of its own (TTFT_PIN, 15:14)
 #   diag      where a slower stream through the gateway comes from: router C1 and C32, direct,
 #             gateway and the bare relay (bench/floor_proxy.py --wire) interleaved over two
 #             rounds, each cell with vLLM's own latency histograms around it
@@ -37,7 +40,8 @@ T0=$(date +%s)
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 collect() {
   cp "$LOG" "$OUT/run.log" 2>/dev/null
-  for f in env.txt bench.tsv bench.txt compare.md pair.txt gateway_perf.md gateway_perf.tsv eval.txt diag.txt diag.tsv lscpu.txt spy-gateway-c32.txt; do
+  for f in env.txt bench.tsv bench.txt compare.md pair.txt gateway_perf.md gateway_perf.tsv eval.txt diag.txt diag.tsv lscpu.txt spy-gateway-c32.txt \
+    ttft_path.md ttft_path_pinned.md; do
     [[ -f $GPU_RUN/$f ]] && cp "$GPU_RUN/$f" "$OUT/"
   done
   tar -czf "$OUT/logs.tgz" -C / --ignore-failed-read "${GPU_RUN#/}" \
@@ -236,6 +240,17 @@ stage_eval() {
   grep -A3 -i fingerprint "$GPU_RUN/evals/$run/run.json" | head -20
 }
 
+stage_ttft() {
+  say "ttft: the time to first token inside the relay, against replica 0"
+  python3 bench/ttft_path.py --upstream http://127.0.0.1:8401/v1 --model smollm2 \
+    --requests "${TTFT_REQUESTS:-200}" --out "$GPU_RUN/ttft_path.md" > "$GPU_RUN/ttft_path.log" 2>&1 \
+    || { tail -20 "$GPU_RUN/ttft_path.log"; return 1; }
+  python3 bench/ttft_path.py --upstream http://127.0.0.1:8401/v1 --model smollm2 \
+    --requests "${TTFT_REQUESTS:-200}" --pin "${TTFT_PIN:-15:14}" --out "$GPU_RUN/ttft_path_pinned.md" \
+    >> "$GPU_RUN/ttft_path.log" 2>&1 || { tail -20 "$GPU_RUN/ttft_path.log"; return 1; }
+  cat "$GPU_RUN/ttft_path.md" "$GPU_RUN/ttft_path_pinned.md"
+}
+
 diag_cell() {  # diag_cell LABEL URL C PROMPTS_PER_SLOT [taskset CPUs for the load generator]
   local label=$1 url=$2 c=$3 pps=$4 pin=${5:-} gw c0
   gw=$(cat "$GPU_RUN/gateway.pid"); c0=$(cpu_of "$gw")
@@ -289,7 +304,7 @@ while [[ $# -gt 0 ]]; do
   stage=$1; shift
   case $stage in
     carry) stage_carry || rc=1 ;;
-    setup|up|gateway|bench|pair|perf|eval|diag) "stage_$stage" || { rc=1; say "stage $stage failed"; break; } ;;
+    setup|up|gateway|bench|pair|perf|eval|diag|ttft) "stage_$stage" || { rc=1; say "stage $stage failed"; break; } ;;
     *) echo "unknown stage $stage" >&2; rc=2; break ;;
   esac
 done
