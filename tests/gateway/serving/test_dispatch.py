@@ -274,3 +274,32 @@ def test_first_block_of_a_stream_that_ends_at_once() -> None:
     with pytest.raises(AttemptError) as caught:
         asyncio.run(_first_block(reply))  # type: ignore[arg-type]
     assert caught.value.outcome == "stream_error" and reply.released
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_record_is_complete_whether_the_deferred_work_ran_after_sending_or_not(
+    fake: FakeHandle, fake2: FakeHandle, stream: bool
+) -> None:
+    """The params hash and the shape label are worked out once the request is written (the
+    upstream does not wait for them): an answered request's record carries the upstream's hash
+    (the one its header says) and a shape, and so does one refused before anything was sent
+    (its prompt fits no upstream's window), with the client's parameters' hash."""
+    ups = [
+        {"name": n, "kind": "vllm", "base_url": u, "model": "fake-model", "context_window": 512}
+        for n, u in (("a", fake.base_url), ("b", fake2.base_url))
+    ]
+    models = {"smol": {"upstreams": ["a"], "fallback": ["b"]}}
+    cfg = config_from({"server": {"health_interval_s": 0}, "upstreams": ups, "models": models})
+    sink = ListSink()
+    with gateway(cfg, sink) as (root, _):
+        answered = chat(root, stream)
+        body = {**BODY, "stream": stream, "messages": [{"role": "user", "content": "x " * 4000}]}
+        refused = httpx.post(f"{root}/v1/chat/completions", json=body, timeout=30)
+    assert answered.status_code == 200 and refused.status_code == 400
+    ok, no = sink.records
+    assert ok.params_hash == answered.headers["x-plumbline-params-hash"]
+    assert ok.shape is not None and ok.upstream == "a"
+    assert no.status == 400 and no.attempts == [] and no.shape is not None
+    assert no.params_hash is not None and len(no.params_hash) == 16
+    assert no.params_hash != ok.params_hash  # the client's parameters, not an upstream's
+    assert len(fake.requests()) == 1  # the refused one was never sent

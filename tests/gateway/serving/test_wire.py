@@ -327,3 +327,46 @@ async def test_tls_origins_are_verified(tmp_path: Path, monkeypatch: pytest.Monk
         await wire.close()
     finally:
         srv.close()
+
+
+async def test_sent_runs_once_written_before_the_answer_and_a_failure_closes() -> None:
+    """`sent` is what the upstream need not wait for: it runs once the request is written, while
+    the server has not answered (this server answers a request only once `sent` has run for
+    it). When it fails, the request's connection is closed rather than kept with an answer
+    nobody reads."""
+    bodies: list[bytes] = []
+    calls: list[int] = []  # how many requests the server had read when `sent` ran
+    more = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            _, body = await read_request(reader)
+            bodies.append(body)
+            mine = len(bodies)
+            while len(calls) < mine:  # no answer before `sent` has run for this request
+                more.clear()
+                await asyncio.wait_for(more.wait(), 5)
+            writer.write(answer(body))
+            await writer.drain()
+
+    def sent() -> None:
+        calls.append(len(bodies))
+        more.set()
+
+    def failing() -> None:
+        sent()
+        raise RuntimeError("a fault in the deferred work")
+
+    async with server(handler) as (origin, peers):
+        wire = Wire(5.0)
+        reply = await wire.post(origin, "/x", HEAD, b'{"n":1}', sent=sent)
+        assert reply.status == 200 and await reply.read() == b'{"n":1}'
+        reply.release()
+        assert calls == [0]  # once, before the server had even read the request
+        with pytest.raises(RuntimeError):
+            await wire.post(origin, "/x", HEAD, b'{"n":2}', sent=failing)
+        reply = await wire.post(origin, "/x", HEAD, b'{"n":3}', sent=sent)
+        assert await reply.read() == b'{"n":3}'
+        await wire.close()
+    assert len(calls) == 3  # once a request, the failed one too
+    assert len(peers) == 2  # the failed request's connection was not used again
