@@ -3,11 +3,14 @@ relay serve (gateway/serving/dispatch.py, relay.py)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.ledger.record import Record
+
+log = logging.getLogger("plumbline")
 
 
 class Translator(Protocol):
@@ -60,7 +63,13 @@ class Call:
         self.later.append(work)
 
     def flush(self) -> None:
-        """Run what was deferred, each piece once, in the order it was deferred."""
+        """Run what was deferred, each piece once, in the order it was deferred. A piece that
+        fails is logged and the rest still run: bookkeeping never fails the request it is for
+        (nor leaves the upstream's in-flight count behind, as failing inside the send would)."""
         later = self.later
         while later:
-            later.pop(0)()
+            work = later.pop(0)
+            try:
+                work()
+            except Exception:
+                log.exception("work deferred until the request was sent failed")

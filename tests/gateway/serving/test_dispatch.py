@@ -303,3 +303,28 @@ def test_the_record_is_complete_whether_the_deferred_work_ran_after_sending_or_n
     assert no.params_hash is not None and len(no.params_hash) == 16
     assert no.params_hash != ok.params_hash  # the client's parameters, not an upstream's
     assert len(fake.requests()) == 1  # the refused one was never sent
+
+
+def test_a_deferred_piece_that_fails_is_logged_and_fails_nothing_else(
+    fake: FakeHandle, fake2: FakeHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bookkeeping that breaks (here the text sampler) is logged; the request is answered, its
+    record finished with the pieces deferred after it, and the upstream's in-flight count
+    returns to zero."""
+    sink = ListSink()
+    app = create_app(config(fake.base_url, fake2.base_url), sinks=[sink], record=False)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("sampler fault")
+
+    with serving_server(app) as (root, _):
+        gw = app.state.gateway
+        gw.relay.sampler.start = broken
+        for stream in (False, True):
+            assert chat(root, stream).status_code == 200
+        inflight = gw.pool.states["a"].inflight
+    assert [r.status for r in sink.records] == [200, 200]
+    assert all(r.shape is not None and r.params_hash for r in sink.records)
+    assert inflight == 0
+    faults = [r for r in caplog.records if "deferred" in r.getMessage()]
+    assert len(faults) == 2 and all("sampler fault" in (r.exc_text or "") for r in faults)
