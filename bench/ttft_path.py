@@ -277,6 +277,19 @@ def timeline(
     )
 
 
+def table(
+    title: str, steps: tuple[tuple[str, str], ...], cells: dict[str, dict[str, float]]
+) -> list[str]:
+    """One Markdown table: a row per step some target passed, a column per target."""
+    lines = ["", title, "", "| step | " + " | ".join(cells) + " |", "|---" * (len(cells) + 1) + "|"]
+    for name, label in steps:
+        row = [of.get(name) for of in cells.values()]
+        if any(c is not None for c in row):
+            shown = " | ".join("–" if c is None else f"{c:.0f}" for c in row)
+            lines.append(f"| {label} | {shown} |")
+    return lines
+
+
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     targets = list(results)
     upstream = args.upstream or (
@@ -289,29 +302,17 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         f"{args.requests} streams one at a time to each target ({args.warmup} left out), "
         f"`/v1/completions`, {args.words}-word prompt, {args.tokens} tokens; upstream "
         f"{upstream}.",
-        "",
+    ]
+    lines += table(
         "Median µs from uvicorn reading the request (– where the target has no such step):",
-        "",
-        "| step | " + " | ".join(targets) + " |",
-        "|---" * (len(targets) + 1) + "|",
-    ]
-    for name, label in BEFORE:
-        cells = [results[t]["before"].get(name) for t in targets]
-        if any(c is not None for c in cells):
-            shown = " | ".join("–" if c is None else f"{c:.0f}" for c in cells)
-            lines.append(f"| {label} | {shown} |")
-    lines += [
-        "",
+        BEFORE,
+        {t: results[t]["before"] for t in targets},
+    )
+    lines += table(
         "Median µs from the upstream's first data event reaching the relay:",
-        "",
-        "| step | " + " | ".join(targets) + " |",
-        "|---" * (len(targets) + 1) + "|",
-    ]
-    for name, label in AFTER:
-        cells = [results[t]["after"].get(name) for t in targets]
-        if any(c is not None for c in cells):
-            shown = " | ".join("–" if c is None else f"{c:.0f}" for c in cells)
-            lines.append(f"| {label} | {shown} |")
+        AFTER,
+        {t: results[t]["after"] for t in targets},
+    )
     lines += ["", "| client | " + " | ".join(targets) + " |", "|---" * (len(targets) + 1) + "|"]
     for key, label in (("p50", "TTFT p50, ms"), ("mean", "TTFT mean, ms")):
         lines.append(f"| {label} | " + " | ".join(f"{results[t][key]:.3f}" for t in targets) + " |")
