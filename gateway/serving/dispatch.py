@@ -165,8 +165,7 @@ class Dispatcher:
         else:
             shape()
             assert call.record.shape is not None
-            route = self.route_for(call.model, call.record.shape)
-            gated = route.policy == "cheapest_within_floor"
+            route = self.route_for(call.model, call.record.shape)  # a shape keeps the policy
         keys = self.prefix.keys_for(call.body) if wants_affinity(route, call.record.lane) else []
         decision = self.decision(call.model, call.record.shape) if gated else None
         ask = Ask(

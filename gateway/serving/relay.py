@@ -126,9 +126,11 @@ class Relay:
 
         call.defer(watchers)
         try:
-            opened = await self.open(call)
+            try:
+                opened = await self.open(call)
+            finally:  # run as the request was written (`Dispatcher._attempt`), or run now
+                call.flush()
         except GatewayError as e:
-            call.flush()  # nothing was sent, or the attempts failed: the record is completed
             call.record.status = e.status
             call.record.error_class = type(e).__name__
             if pending is not None:
@@ -137,10 +139,6 @@ class Relay:
                 capture.answered(e.json(), failed=True)
             self.finish(call.record)
             raise
-        except BaseException:  # cancelled: the record is finished by whoever handles that
-            call.flush()
-            raise
-        call.flush()  # run as the request was written (`Dispatcher._attempt`), or run now
         if call.stream:
             return self._stream(call, opened, capture, pending)
         return self._whole(call, opened, capture, pending)
