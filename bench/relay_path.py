@@ -156,7 +156,15 @@ async def _open(kind: str, gateway: bool, first: bytes, pool: Any, silence: Any)
     upstream = next(iter(pool.config.upstreams))
     opened = Opened(upstream=upstream, response=reply, first=block)
     pool.pool.begin(upstream.name)
-    relay = StreamRelay(call, opened, tap, {}, pool=pool.pool, silence=silence, done=lambda: None)
+    relay = StreamRelay(
+        call,
+        taps=lambda upstream, native: tap,
+        headers=lambda opened: {},
+        pool=pool.pool,
+        silence=silence,
+        done=lambda: None,
+    )
+    relay.bind(opened)
     return conn, asyncio.get_running_loop().create_task(relay({}, _never, cycle.send))
 
 

@@ -56,9 +56,9 @@ BEFORE = (
 )
 AFTER = (
     ("event", "upstream's first data event in"),
-    ("open<", "dispatch returns (first event checked)"),
     ("client_head", "head to the client"),
     ("client_first", "first event to the client"),
+    ("open<", "dispatch returns (first event checked)"),
 )
 
 

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.edge.request import SEND
 from gateway.errors import BadRequest, GatewayError, describe
 
 log = logging.getLogger("plumbline")
@@ -40,6 +41,7 @@ class Edge:
         self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[SEND] = send  # a stream's head may go before its handler returns (`call_of`)
         try:
             response = await self.routes[scope["path"]](Request(scope, receive))
         except GatewayError as e:

@@ -29,6 +29,9 @@ PARSED = "plumbline.parsed"
 # store_content: where `read_json` leaves the body's bytes, as received, for `call_of` (the key is
 # in the scope only when the gateway keeps contents: `gateway.edge.app.KeepBody`).
 BODY = "plumbline.body"
+# The edge's scope key for the server's `send`: a stream begins from the upstream's callback,
+# before its handler returns (`gateway/serving/stream_relay.py`).
+SEND = "plumbline.send"
 
 
 def headers_of(request: Request) -> dict[str, str]:
@@ -168,6 +171,7 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         session=heads.get(gw.config.server.session_header.lower()),
         pin=pinned_upstream(heads, record.lane, gw.config.models[model].upstreams),
         prompt=request.scope.get(BODY),  # store_content: the prompt, as received
+        send=request.scope.get(SEND) if stream else None,
     )
 
     def hash_params() -> None:

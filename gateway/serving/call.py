@@ -6,9 +6,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.ledger.record import Record
+
+if TYPE_CHECKING:
+    from gateway.config import Upstream
+    from gateway.serving.upstream import Opened
 
 log = logging.getLogger("plumbline")
 
@@ -24,6 +28,23 @@ class Translator(Protocol):
     def whole(self, chat: dict[str, Any]) -> bytes: ...
 
     def feed(self, sse: bytes) -> bytes: ...
+
+
+class Head(Protocol):
+    """A stream that can begin from the upstream connection's callback: given to dispatch
+    (`Call.head`) by the relay when the server's `send` is in hand (the edge's requests).
+
+    `prepare` is called once an attempt's request is written, while that upstream prefills
+    (what the stream needs that does not wait for its first event, built then); `begin` once
+    that attempt's first data event has been checked, in the callback that brought it: the
+    client's head and that event are written there and then, and the stream is relayed from then
+    on. Until `begin`, nothing has reached the client and dispatch may still move on."""
+
+    def prepare(self, upstream: Upstream, native: bool) -> None: ...
+
+    def begin(self, opened: Opened) -> None: ...
+
+    def abandon(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -53,6 +74,9 @@ class Call:
     # shadow's mirror): run once the request has been written to the first upstream tried,
     # while that upstream reads and prefills it, or when dispatch ends without one (`flush`).
     later: list[Callable[[], None]] = field(default_factory=list)
+    # Streams served by the edge: the server's `send` (the relay makes the call's `head` of it).
+    send: Callable[[Any], Any] | None = None
+    head: Head | None = None
 
     @property
     def chat(self) -> bool:

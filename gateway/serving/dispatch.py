@@ -8,7 +8,10 @@ Retry-After). A first-byte timeout is not retried on the same upstream: it moves
 The first byte is a stream's first data event (SSE comments before it, like OpenRouter's
 `: OPENROUTER PROCESSING`, are not), a whole answer's response headers
 (`server.first_byte_timeout_s`; its body then has `server.request_timeout_s` in all). Once
-`open` returns, the caller owns the response; dispatch never switches upstream after that.
+`open` returns, the caller owns the response; dispatch never switches upstream after that. A
+stream whose call has a head (`Call.head`, the relay's, when the edge serves it) is the head's
+sooner: its first event is checked in the callback that brings it and handed to the head there,
+so the client has it without waiting for the dispatching task to wake (`_FirstEvent`).
 
 Which upstreams, in which order, is routing's (gateway/serving/routing.py `plan`); dispatch
 executes the attempts. Waits go through `Dispatcher.sleep` (asyncio.sleep unless a test gives
@@ -18,6 +21,7 @@ another), time through its `Clock`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -48,6 +52,8 @@ from gateway.serving.wire import Wire
 
 if TYPE_CHECKING:
     from gateway.trust.gate import GateDecision
+
+log = logging.getLogger("plumbline")
 
 
 def _retryable(error: BaseException) -> bool:
@@ -201,7 +207,6 @@ class Dispatcher:
             if opened is not None:
                 if keys:
                     self.prefix.remember(keys, name)
-                self._served_by(call, name)
                 return opened
         raise give_up(call.model, tried)
 
@@ -243,15 +248,21 @@ class Dispatcher:
         path, data, native, adapted = self._request(call, upstream)
         self.pool.begin(upstream.name)
         exchange = _Exchange()
+        headed = call.stream and not self._at_once(call)  # a head, if the call has one, begins
 
-        def sent() -> None:  # the request is written: what it did not wait for, done now
-            call.flush()
-            if adapted is not None:
-                adapted.params_hash  # noqa: B018 - worked out and kept for `mark`
+        def sent() -> None:
+            self._sent(call, upstream, adapted, native, headed)
+
+        def accepted(first: bytes, parsed: Any) -> Opened:
+            return self._accepted(call, upstream, exchange, adapted, native, started, first, parsed)
 
         try:
-            first, parsed = await self._exchange(call, upstream, path, data, native, exchange, sent)
+            first, parsed = await self._exchange(
+                call, upstream, path, data, native, exchange, sent, accepted if headed else None
+            )
         except TimeoutError:
+            if exchange.opened is not None:  # begun just before the bound: the stream stands
+                return exchange.opened
             raise self._timed_out(call, upstream, exchange, started) from None
         except AttemptError as e:
             # A 4xx that is the request's fault is the upstream answering, not failing: counted
@@ -261,22 +272,61 @@ class Dispatcher:
                 exchange.resp.release()
             raise
         except asyncio.CancelledError:
-            # The client went away (or the server is stopping): close the upstream request so
-            # the engine stops generating, and keep the in-flight count right.
-            self.pool.end(upstream.name)
-            self._note(call, upstream.name, "cancelled", None, started)
-            if exchange.resp is not None:
-                exchange.resp.close()
+            self._cancelled(call, upstream, exchange, started)
             raise
         except OSError as e:  # the answer began, then the connection failed while it was read
             self._failed(call, upstream.name, "stream_error", None, started)
             raise AttemptError("stream_error", f"{upstream.name}: {e}") from None
+        return exchange.opened or accepted(first, parsed)
+
+    @staticmethod
+    def _sent(
+        call: Call, upstream: Upstream, adapted: Adapted | None, native: bool, headed: bool
+    ) -> None:
+        """The request is written: what it did not wait for, done now (the upstream prefills)."""
+        call.flush()
+        if adapted is not None:
+            adapted.params_hash  # noqa: B018 - worked out and kept for `mark`
+        if headed and call.head is not None:
+            call.head.prepare(upstream, native)
+
+    def _accepted(
+        self,
+        call: Call,
+        upstream: Upstream,
+        exchange: _Exchange,
+        adapted: Adapted | None,
+        native: bool,
+        started: float,
+        first: bytes,
+        parsed: Any,
+    ) -> Opened:
+        """The attempt succeeded: its bookkeeping, then the answer is the caller's."""
         assert exchange.resp is not None
         self._note(call, upstream.name, "ok", exchange.resp.status, started)
         self.pool.succeeded(upstream.name)
         if adapted is not None:
             adapted.mark(call.record)
-        return Opened(upstream, exchange.resp, first, native, parsed)
+        self._served_by(call, upstream.name)
+        opened = exchange.opened = Opened(upstream, exchange.resp, first, native, parsed)
+        return opened
+
+    def _cancelled(
+        self, call: Call, upstream: Upstream, exchange: _Exchange, started: float
+    ) -> None:
+        """The client went away (or the server is stopping) during an attempt."""
+        if exchange.opened is not None and call.head is not None:
+            call.head.abandon()  # the stream had begun: it ends as a client gone
+            return
+        # Close the upstream request so the engine stops generating, and keep the in-flight
+        # count right.
+        self.pool.end(upstream.name)
+        self._note(call, upstream.name, "cancelled", None, started)
+        if exchange.resp is not None:
+            exchange.resp.close()
+
+    def _at_once(self, call: Call) -> bool:
+        return self.config.models[call.model].stream_head == "at_once"
 
     async def _exchange(
         self,
@@ -287,17 +337,28 @@ class Dispatcher:
         native: bool,
         exchange: _Exchange,
         sent: Callable[[], None] | None = None,
+        accepted: Callable[[bytes, Any], Opened] | None = None,
     ) -> tuple[bytes, Any]:
         """A stream's first data event, or a whole answer's headers, within the first-byte
         budget; then a whole answer's body within what is left of `request_timeout_s` (a
-        stream's silences are bounded by `Silence` once it is relayed)."""
+        stream's silences are bounded by `Silence` once it is relayed). With `accepted` (a
+        stream with a head), the first event is checked in the callback that brings it, and
+        accepted there and handed to the head (`_FirstEvent`)."""
         started = self.clock.timer()
         async with asyncio.timeout(self._budget(call)) as bound:
             target = self.targets(upstream)
             resp = exchange.resp = await post(self.wire, upstream, path, data, target, sent)
             if call.stream:
-                if self.config.models[call.model].stream_head == "at_once":
+                if self._at_once(call):
                     return b"", None  # the relay takes the first event as any other
+                head = call.head  # made as the request was written (`Call.flush`)
+                if accepted is not None and head is not None:
+                    checked = _FirstEvent(
+                        resp,
+                        lambda first: _validate(call, first, native),
+                        lambda first, parsed: head.begin(accepted(first, parsed)),
+                    )
+                    return await checked.done
                 first = await _first_block(resp)
             else:
                 exchange.answered = True
@@ -346,6 +407,72 @@ class _Exchange:
 
     resp: Reply | None = None
     answered: bool = False  # a whole answer's headers came: a timeout now is the body's
+    opened: Opened | None = None  # accepted (a stream with a head: begun, the client's now)
+
+
+class _FirstEvent:
+    """A stream's first data event, waited for in the upstream connection's callbacks rather
+    than in the dispatching task: checked (`check` raises AttemptError) and handed on (`begin`)
+    in the callback that completes it, so that nothing waits for the task to wake between the
+    event's arrival and the client's write. `done` is the (first block, its JSON), or the
+    attempt's error; blocks after a failed check are the closed attempt's, ignored."""
+
+    __slots__ = ("done", "_check", "_begin", "_chunks", "_held")
+
+    def __init__(
+        self,
+        resp: Reply,
+        check: Callable[[bytes], Any],
+        begin: Callable[[bytes, Any], None],
+    ):
+        self.done: asyncio.Future[tuple[bytes, Any]] = asyncio.get_running_loop().create_future()
+        self._check = check
+        self._begin = begin
+        self._chunks: list[bytes] = []
+        self._held = b""
+        resp.pipe(self._data, self._end, self._error)
+
+    def _data(self, block: bytes) -> None:
+        if self.done.done():
+            return
+        self._chunks.append(block)
+        held = self._held + block
+        if b"\r" in held:
+            held = held.replace(b"\r\n", b"\n")
+        start = _first_data(held)
+        if start < 0 or b"\n\n" not in held[start:]:
+            # nothing whole yet: keep only a partial line while no data event has begun
+            self._held = held if start >= 0 else held[held.rfind(b"\n") + 1 :]
+            return
+        self._complete(b"".join(self._chunks))
+
+    def _complete(self, first: bytes) -> None:
+        try:
+            parsed = self._check(first)
+        except AttemptError as e:
+            self.done.set_exception(e)
+            return
+        try:
+            self._begin(first, parsed)  # the stream's from here: the head takes the pipe
+        except Exception as e:  # a fault of ours before the head went: the request fails
+            log.exception("beginning a stream failed")
+            self.done.set_exception(e)
+            return
+        self.done.set_result((first, parsed))
+
+    def _end(self) -> None:
+        if self.done.done():
+            return
+        if self._chunks:  # the stream ended inside its first event: checked as it came
+            self._complete(b"".join(self._chunks))
+            return
+        self.done.set_exception(
+            AttemptError("stream_error", "upstream closed the stream before any event")
+        )
+
+    def _error(self, error: BaseException) -> None:
+        if not self.done.done():
+            self.done.set_exception(error)
 
 
 def _first_data(block: bytes) -> int:

@@ -79,10 +79,18 @@ class Outlet:
         pump.send(None)  # to its first `_READY`
         return pump
 
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The response's head."""
+        if self.error is not None or self.closed:
+            return
+        self._put({"type": "http.response.start", "status": status, "headers": headers}, True)
+
     def write(self, data: bytes, more: bool = True) -> None:
         if self.error is not None or self.closed:
             return
-        message = {"type": "http.response.body", "body": data, "more_body": more}
+        self._put({"type": "http.response.body", "body": data, "more_body": more}, more)
+
+    def _put(self, message: dict[str, Any], more: bool) -> None:
         if self._task is not None:
             self._backlog.append(message)
             return
@@ -102,12 +110,12 @@ class Outlet:
         pump = self._pump
         try:
             await _until_ready(pump, waiting)
-            if not message["more_body"]:
+            if not message.get("more_body", True):
                 self._close()
             while self._backlog and not self.closed:
                 message = self._backlog.pop(0)
                 await _until_ready(pump, pump.send(message))
-                if not message["more_body"]:
+                if not message.get("more_body", True):
                     self._close()
         except asyncio.CancelledError:
             self._pump = self._primed()  # the cancelled send ended the pump

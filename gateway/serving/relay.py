@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import orjson
@@ -30,7 +31,7 @@ from gateway.serving.upstream import Opened
 from gateway.trust.capture import Capture
 
 if TYPE_CHECKING:
-    from gateway.config import Profile
+    from gateway.config import Profile, Upstream
     from gateway.serving.pool import Pool
     from gateway.serving.silence import Silence
     from gateway.trust.capture import TextSampler
@@ -113,18 +114,10 @@ class Relay:
         return Response(status_code=499)
 
     async def _respond(self, call: Call) -> Response:
-        pending: Pending | None = None
-        capture: Capture | None = None
-
-        def watchers() -> None:  # the shadow's mirror and the text sample: while it is sent
-            nonlocal pending, capture
-            pending = self.shadow.consider(call.model, call.path, call.body, call.record)
-            if call.path != "/embeddings":
-                capture = self.sampler.start(
-                    call.record, call.body, always=pending is not None, prompt=call.prompt
-                )
-
-        call.defer(watchers)
+        answer = _Answer()
+        call.defer(lambda: self._watch(call, answer))
+        if call.stream:  # its relay, made while the upstream reads the request
+            call.defer(lambda: self._relay(call, answer))
         try:
             try:
                 opened = await self.open(call)
@@ -133,15 +126,46 @@ class Relay:
         except GatewayError as e:
             call.record.status = e.status
             call.record.error_class = type(e).__name__
-            if pending is not None:
-                self.shadow.primary_done(pending, call.record, None)
-            if capture is not None:
-                capture.answered(e.json(), failed=True)
+            if answer.pending is not None:
+                self.shadow.primary_done(answer.pending, call.record, None)
+            if answer.capture is not None:
+                answer.capture.answered(e.json(), failed=True)
             self.finish(call.record)
             raise
-        if call.stream:
-            return self._stream(call, opened, capture, pending)
-        return self._whole(call, opened, capture, pending)
+        relay = answer.relay
+        if relay is None:
+            return self._whole(call, opened, answer.capture, answer.pending)
+        if not relay.begun:  # dispatch did not begin it (`stream_head = "at_once"`, no `send`)
+            relay.bind(opened)
+        return relay
+
+    def _watch(self, call: Call, answer: _Answer) -> None:
+        """The shadow's mirror and the text sample: while the request is sent."""
+        answer.pending = self.shadow.consider(call.model, call.path, call.body, call.record)
+        if call.path != "/embeddings":
+            answer.capture = self.sampler.start(
+                call.record, call.body, always=answer.pending is not None, prompt=call.prompt
+            )
+
+    def _relay(self, call: Call, answer: _Answer) -> None:
+        """A stream's relay; the call's head when the server's `send` is in hand (dispatch then
+        begins it from the first event's callback)."""
+
+        def done() -> None:
+            self.observed(call, answer.capture, answer.pending)
+            self.finish(call.record)
+
+        relay = answer.relay = StreamRelay(
+            call,
+            taps=lambda upstream, native: self._tap(call, upstream, native, answer.capture),
+            headers=lambda opened: self._stream_headers(call, opened),
+            pool=self.pool,
+            silence=self.silence,
+            done=done,
+            ttft_s=self.ttft_s,
+        )
+        if call.send is not None:
+            call.head = relay
 
     def observed(self, call: Call, capture: Capture | None, pending: Pending | None) -> None:
         """The answer is complete: set the capture's flags and hand it to the shadow pairing."""
@@ -150,9 +174,9 @@ class Relay:
         if pending is not None:
             self.shadow.primary_done(pending, call.record, capture)
 
-    def _think_mode(self, call: Call, opened: Opened) -> tuple[bool, bool]:
+    def _think_mode(self, call: Call, upstream: Upstream) -> tuple[bool, bool]:
         """(split every content token, the template opened <think> in the prompt)."""
-        if not call.chat or opened.upstream.reasoning != "gateway":
+        if not call.chat or upstream.reasoning != "gateway":
             return False, False
         profile = self.profile_for(call.model)
         kwargs = call.body.get("chat_template_kwargs") or {}
@@ -160,44 +184,31 @@ class Relay:
         opened_in_prompt = bool(profile and profile.think_in_prompt and thinking is not False)
         return True, opened_in_prompt
 
-    def _stream(
-        self, call: Call, opened: Opened, capture: Capture | None, pending: Pending | None
-    ) -> StreamRelay:
-        split, opened_in_prompt = self._think_mode(call, opened)
-        tap: StreamTap | responses_tap.ResponsesStreamTap
-        if opened.native:
-            tap = responses_tap.ResponsesStreamTap(call.record, capture)
-        else:
-            tap = StreamTap(
-                call.record,
-                client_wants_usage=call.client_wants_usage,
-                split_think=split,
-                opened_in_prompt=opened_in_prompt,
-                chat=call.chat,
-                capture=capture,
-                model=call.body.get("model") or call.model,  # the name asked (an alias too)
-                prompt_tokens=lambda: prompt_estimate(call.body),
-            )
+    def _tap(
+        self, call: Call, upstream: Upstream, native: bool, capture: Capture | None
+    ) -> StreamTap | responses_tap.ResponsesStreamTap:
+        """A stream's tap, for the upstream it is relayed from."""
+        if native:
+            return responses_tap.ResponsesStreamTap(call.record, capture)
+        split, opened_in_prompt = self._think_mode(call, upstream)
+        return StreamTap(
+            call.record,
+            client_wants_usage=call.client_wants_usage,
+            split_think=split,
+            opened_in_prompt=opened_in_prompt,
+            chat=call.chat,
+            capture=capture,
+            model=call.body.get("model") or call.model,  # the name asked (an alias too)
+            prompt_tokens=lambda: prompt_estimate(call.body),
+        )
+
+    @staticmethod
+    def _stream_headers(call: Call, opened: Opened) -> dict[str, str]:
         first = opened.parsed
         if isinstance(first, dict) and isinstance(first.get("provider"), str):
             # OpenRouter names the provider on every chunk: the first one is in hand already.
             call.record.provider = first["provider"]
-        headers = answer_headers(call.record, opened)
-
-        def done() -> None:
-            self.observed(call, capture, pending)
-            self.finish(call.record)
-
-        return StreamRelay(
-            call,
-            opened,
-            tap,
-            headers,
-            pool=self.pool,
-            silence=self.silence,
-            done=done,
-            ttft_s=self.ttft_s,
-        )
+        return answer_headers(call.record, opened)
 
     def _whole(
         self,
@@ -247,7 +258,7 @@ class Relay:
             return tap_embeddings(record, opened.first)
         if opened.native:
             return responses_tap.tap_whole(record, opened.first)
-        split, opened_in_prompt = self._think_mode(call, opened)
+        split, opened_in_prompt = self._think_mode(call, opened.upstream)
         return tap_body(
             record,
             opened.first,
@@ -282,6 +293,15 @@ def answer_headers(record: Record, opened: Opened) -> dict[str, str]:
     if record.clamped:
         headers["x-plumbline-clamped"] = record.clamped  # gateway/serving/adapt.py
     return headers
+
+
+@dataclass(slots=True)
+class _Answer:
+    """What watches and relays one call's answer, made once its request is written."""
+
+    pending: Pending | None = None  # the shadow's mirror of it
+    capture: Capture | None = None  # its text sample
+    relay: StreamRelay | None = None  # a stream's
 
 
 class Answered(Response):

@@ -27,10 +27,11 @@ from gateway.serving.outlet import Outlet
 from gateway.serving.upstream import Opened, sanitise
 
 if TYPE_CHECKING:
-    from gateway.serving.call import Call
+    from gateway.config import Upstream
+    from gateway.serving.call import Call, Translator
     from gateway.serving.pool import Pool
     from gateway.serving.responses_tap import ResponsesStreamTap
-    from gateway.serving.silence import Silence
+    from gateway.serving.silence import Silence, Watched
     from gateway.serving.tap import StreamTap
 
 log = logging.getLogger("plumbline")
@@ -39,67 +40,126 @@ log = logging.getLogger("plumbline")
 class StreamRelay(Response):
     """A relayed stream, as an ASGI response.
 
-    Dispatch has read the first block; the rest arrive as callbacks from the upstream
-    connection (`Reply.pipe`), each one tapped, translated for the front door when it speaks
-    another API, and written to the client by the `Outlet` in the same callback. The task that
-    serves the request sleeps until the stream ends; a watcher task notices the client leaving.
+    Its blocks arrive as callbacks from the upstream connection (`Reply.pipe`), each one tapped,
+    translated for the front door when it speaks another API, and written to the client by the
+    `Outlet` in the same callback. The task that serves the request sleeps until the stream
+    ends; a watcher task notices the client leaving.
+
+    It begins one of two ways. Served by the edge (the server's `send` is in the call), it is
+    the call's `Head` (`gateway/serving/call.py`): its tap is made while the upstream prefills
+    (`prepare`), and dispatch hands it the checked first event in the callback that brought it
+    (`begin`), which writes the head and that event at once. Otherwise (`stream_head =
+    "at_once"`, or no `send` in hand) dispatch returns the opened stream, `bind` takes it, and
+    the head goes when the server calls the response.
     """
 
     media_type = "text/event-stream"
+    # Set by `bind`, before any block is relayed.
+    opened: Opened
+    tap: StreamTap | ResponsesStreamTap
+    watched: Watched
 
     def __init__(
         self,
         call: Call,
-        opened: Opened,
-        tap: StreamTap | ResponsesStreamTap,
-        headers: dict[str, str],
         *,
+        taps: Callable[[Upstream, bool], StreamTap | ResponsesStreamTap],
+        headers: Callable[[Opened], dict[str, str]],
         pool: Pool,
         silence: Silence,
         done: Callable[[], None],
         ttft_s: float | None = None,
     ):
-        """`done`: the answer has ended and the upstream is freed, called once: the record is
-        complete (the relay hands it on). `ttft_s`: how long the first event may take when
-        dispatch did not wait for it (`stream_head = "at_once"`); the silence limit if None."""
+        """`taps`: a tap for an upstream (and whether it is relayed natively); `headers`: the
+        gateway's headers for an opened stream. `done`: the answer has ended and the upstream is
+        freed, called once: the record is complete (the relay hands it on). `ttft_s`: how long
+        the first event may take when dispatch did not wait for it (`stream_head = "at_once"`);
+        the silence limit if None."""
         self.status_code = 200
         self.background = None
-        self.init_headers({**headers, "cache-control": "no-cache"})
         self.call = call
-        self.opened = opened
-        self.tap = tap
+        self.taps = taps
+        self.headers_of = headers
         self.pool = pool
         self.silence = silence
         self.done = done
-        self.translator = None if opened.native else call.translator
+        self.ttft_s = silence.limit_s if ttft_s is None else ttft_s
+        # `prepare`'s tap, and the attempt it was made for (its upstream, relayed natively).
+        self.prepared: tuple[str, bool, StreamTap | ResponsesStreamTap] | None = None
+        self.translator: Translator | None = None
         self.outlet: Outlet | None = None
         self.ended: asyncio.Future[None] | None = None
+        self.waiting = False
+        self.begun = False  # the head has gone to the client (or is going)
+        self.gone = False
+        self.closed = False
+
+    # -- the call's head (dispatch) --------------------------------------------------------
+    def prepare(self, upstream: Upstream, native: bool) -> None:
+        """An attempt's request is written: its tap, made while the upstream prefills."""
+        self.prepared = (upstream.name, native, self.taps(upstream, native))
+
+    def begin(self, opened: Opened) -> None:
+        """The attempt's first event is checked: the head and that event go to the client now
+        (in the upstream connection's callback), and the rest are relayed as they come."""
+        send = self.call.send
+        assert send is not None
+        self.bind(opened)
+        reply = opened.response
+        self.ended = asyncio.get_running_loop().create_future()
+        self.outlet = Outlet(send, reply.pause, reply.resume)
+        self._start()
+
+    def abandon(self) -> None:
+        """The request was cancelled after `begin`, before the server called the response."""
+        self._left()
+        self._close()
+
+    def bind(self, opened: Opened) -> None:
+        """The opened stream this relays (the tap made for its upstream, if `prepare` was not)."""
+        self.opened = opened
+        prepared = self.prepared
+        if prepared is not None and prepared[:2] == (opened.upstream.name, opened.native):
+            self.tap = prepared[2]
+        else:
+            self.tap = self.taps(opened.upstream, opened.native)
+        self.translator = None if opened.native else self.call.translator
+        self.init_headers({**self.headers_of(opened), "cache-control": "no-cache"})
         # A head sent before the first event (`stream_head = "at_once"`): that event may take
         # what dispatch would have waited for it.
         self.waiting = not opened.first
-        self.ttft_s = silence.limit_s if ttft_s is None else ttft_s
-        self.watched = silence.watch(opened.response, self.ttft_s if self.waiting else None)
-        self.gone = False
-        self.closed = False
-        call.record.status = 200
+        self.watched = self.silence.watch(opened.response, self.ttft_s if self.waiting else None)
+        self.call.record.status = 200
+
+    def _start(self) -> None:
+        """The head, the first block if dispatch read one, then the rest as they come."""
+        assert self.outlet is not None and self.ended is not None
+        self.begun = True
+        self.outlet.start(200, self.raw_headers)
+        if self.outlet.error is not None:
+            self._left()
+            return
+        if self.opened.first:
+            self._data(self.opened.first)
+        if not self.ended.done():
+            self.opened.response.pipe(self._data, self._end, self._broken)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()
-        reply = self.opened.response
-        self.ended = loop.create_future()
-        self.outlet = Outlet(send, reply.pause, reply.resume)
+        if not self.begun:
+            reply = self.opened.response
+            self.ended = loop.create_future()
+            self.outlet = Outlet(send, reply.pause, reply.resume)
+        assert self.ended is not None and self.outlet is not None
         watcher = loop.create_task(self._watch(receive))
         beat = None
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            if self.opened.first:
-                self._data(self.opened.first)
+            if not self.begun:
+                self._start()
             # A door that keeps a silent stream alive (the Responses door's heartbeats).
             heartbeats = getattr(self.translator, "heartbeats", None)
             if heartbeats is not None and not self.ended.done():
                 beat = loop.create_task(heartbeats(self._beat))
-            if not self.ended.done():
-                reply.pipe(self._data, self._end, self._broken)
             await self.ended
             await self.outlet.drained()
         except asyncio.CancelledError:

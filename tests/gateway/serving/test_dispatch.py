@@ -21,7 +21,7 @@ import pytest
 from gateway.edge.app import create_app
 from gateway.errors import AttemptError
 from gateway.fakes.upstream import FakeHandle
-from gateway.serving.dispatch import _first_block
+from gateway.serving.dispatch import _first_block, _FirstEvent
 from gateway.serving.upstream import _retry_after
 from tests.harness import ListSink, config_from, serving_server
 
@@ -274,6 +274,84 @@ def test_first_block_of_a_stream_that_ends_at_once() -> None:
     with pytest.raises(AttemptError) as caught:
         asyncio.run(_first_block(reply))  # type: ignore[arg-type]
     assert caught.value.outcome == "stream_error" and reply.released
+
+
+class Piped:
+    """The callback side of a reply (`pipe`): the test calls what was piped, as a socket would."""
+
+    def pipe(self, on_data: Any, on_end: Any, on_error: Any) -> None:
+        self.on_data, self.on_end, self.on_error = on_data, on_end, on_error
+
+
+def first_event(check: Any = orjson.loads) -> tuple[Piped, _FirstEvent, list[tuple[bytes, Any]]]:
+    begun: list[tuple[bytes, Any]] = []
+    reply = Piped()
+    waiting = _FirstEvent(
+        reply,  # type: ignore[arg-type]
+        lambda first: check(first[first.index(b"data:") + 5 :]),
+        lambda first, parsed: begun.append((first, parsed)),
+    )
+    return reply, waiting, begun
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+def test_the_first_event_begins_the_stream_in_the_callback_that_completes_it(crlf: bool) -> None:
+    """Waited for in the connection's callbacks: comments and a cut event begin nothing; the
+    block that completes the first data event begins the stream there and then, with everything
+    that came (the head's `begin`), before the dispatching task has run again."""
+
+    async def main() -> None:
+        reply, waiting, begun = first_event()
+        blocks = [b": OPENROUTER PROC", b"ESSING\n\n", b'data: {"choices"', b": []}\n\n"]
+        if crlf:
+            blocks = [b.replace(b"\n", b"\r\n") for b in blocks]
+        for block in blocks[:3]:
+            reply.on_data(block)
+        assert begun == [] and not waiting.done.done()
+        reply.on_data(blocks[3])
+        assert begun == [(b"".join(blocks), {"choices": []})]  # no await in between
+        assert waiting.done.result() == begun[0]
+        reply.on_data(b'data: {"later": 1}\n\n')  # the head's from now on: not seen here
+        reply.on_end()
+        assert len(begun) == 1
+
+    asyncio.run(main())
+
+
+def test_a_first_event_that_fails_its_check_begins_nothing() -> None:
+    """The check's AttemptError is the attempt's (dispatch moves on): nothing reached the client,
+    and what the closed attempt still sends is ignored."""
+
+    def check(payload: bytes) -> Any:
+        raise AttemptError("upstream_error", "upstream answered 200 with an error")
+
+    async def main() -> None:
+        reply, waiting, begun = first_event(check)
+        reply.on_data(b'data: {"error": "no"}\n\n')
+        reply.on_error(OSError("closed by the gateway"))
+        with pytest.raises(AttemptError) as caught:
+            await waiting.done
+        assert caught.value.outcome == "upstream_error" and begun == []
+
+    asyncio.run(main())
+
+
+def test_a_stream_that_ends_before_or_inside_its_first_event() -> None:
+    """No byte at all: the attempt's stream_error. A first event cut off by the end is checked as
+    it came (as `_first_block` reads it)."""
+
+    async def main() -> None:
+        reply, waiting, begun = first_event()
+        reply.on_end()
+        with pytest.raises(AttemptError) as caught:
+            await waiting.done
+        assert caught.value.outcome == "stream_error" and begun == []
+        reply, waiting, begun = first_event()
+        reply.on_data(b'data: {"choices": []}')
+        reply.on_end()
+        assert begun == [(b'data: {"choices": []}', {"choices": []})]
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("stream", [False, True])
