@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gateway.ledger.record import Record
 
 if TYPE_CHECKING:
+    from starlette.types import Send
+
     from gateway.config import Upstream
     from gateway.serving.upstream import Opened
 
@@ -75,7 +77,7 @@ class Call:
     # while that upstream reads and prefills it, or when dispatch ends without one (`flush`).
     later: list[Callable[[], None]] = field(default_factory=list)
     # Streams served by the edge: the server's `send` (the relay makes the call's `head` of it).
-    send: Callable[[Any], Any] | None = None
+    send: Send | None = None
     head: Head | None = None
 
     @property

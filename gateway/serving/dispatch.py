@@ -417,7 +417,7 @@ class _FirstEvent:
     event's arrival and the client's write. `done` is the (first block, its JSON), or the
     attempt's error; blocks after a failed check are the closed attempt's, ignored."""
 
-    __slots__ = ("done", "_check", "_begin", "_chunks", "_held")
+    __slots__ = ("done", "_check", "_begin", "_chunks", "_scan")
 
     def __init__(
         self,
@@ -429,22 +429,15 @@ class _FirstEvent:
         self._check = check
         self._begin = begin
         self._chunks: list[bytes] = []
-        self._held = b""
+        self._scan = _Scan()
         resp.pipe(self._data, self._end, self._error)
 
     def _data(self, block: bytes) -> None:
         if self.done.done():
             return
         self._chunks.append(block)
-        held = self._held + block
-        if b"\r" in held:
-            held = held.replace(b"\r\n", b"\n")
-        start = _first_data(held)
-        if start < 0 or b"\n\n" not in held[start:]:
-            # nothing whole yet: keep only a partial line while no data event has begun
-            self._held = held if start >= 0 else held[held.rfind(b"\n") + 1 :]
-            return
-        self._complete(b"".join(self._chunks))
+        if self._scan.whole(block):
+            self._complete(b"".join(self._chunks))
 
     def _complete(self, first: bytes) -> None:
         try:
@@ -513,21 +506,36 @@ def _validate(call: Call, first: bytes, native: bool = False) -> Any:
     return obj
 
 
-async def _first_block(resp: Reply) -> bytes:
-    """Read until the first whole data event is in hand (or the stream ends): comments and
+class _Scan:
+    """A stream's blocks, one after another, until its first data event is whole: comments and
     keep-alives before it (OpenRouter's `: OPENROUTER PROCESSING`) are not a first byte."""
-    chunks: list[bytes] = []
-    held = b""
-    while block := await resp.read_some():
-        chunks.append(block)
-        held += block
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held = b""
+
+    def whole(self, block: bytes) -> bool:
+        """With `block`, the first data event is in hand."""
+        held = self.held + block
         if b"\r" in held:
             held = held.replace(b"\r\n", b"\n")
         start = _first_data(held)
         if start >= 0 and b"\n\n" in held[start:]:
+            return True
+        # nothing of a data event yet: keep only a partial line
+        self.held = held if start >= 0 else held[held.rfind(b"\n") + 1 :]
+        return False
+
+
+async def _first_block(resp: Reply) -> bytes:
+    """Read until the first whole data event is in hand (or the stream ends; `_Scan`)."""
+    chunks: list[bytes] = []
+    scan = _Scan()
+    while block := await resp.read_some():
+        chunks.append(block)
+        if scan.whole(block):
             break
-        if start < 0:  # nothing of a data event yet: keep only a partial line
-            held = held[held.rfind(b"\n") + 1 :]
     else:
         if not chunks:
             resp.release()

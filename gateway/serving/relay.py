@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.responses import Response
@@ -190,17 +190,23 @@ class Relay:
         """A stream's tap, for the upstream it is relayed from."""
         if native:
             return responses_tap.ResponsesStreamTap(call.record, capture)
-        split, opened_in_prompt = self._think_mode(call, upstream)
         return StreamTap(
             call.record,
             client_wants_usage=call.client_wants_usage,
-            split_think=split,
-            opened_in_prompt=opened_in_prompt,
-            chat=call.chat,
-            capture=capture,
-            model=call.body.get("model") or call.model,  # the name asked (an alias too)
             prompt_tokens=lambda: prompt_estimate(call.body),
+            **self._tapping(call, upstream, capture),
         )
+
+    def _tapping(self, call: Call, upstream: Upstream, capture: Capture | None) -> dict[str, Any]:
+        """What a chat or completions tap, streamed or whole, is told of the call."""
+        split, opened_in_prompt = self._think_mode(call, upstream)
+        return {
+            "split_think": split,
+            "opened_in_prompt": opened_in_prompt,
+            "chat": call.chat,
+            "capture": capture,
+            "model": call.body.get("model") or call.model,  # the name asked (an alias too)
+        }
 
     @staticmethod
     def _stream_headers(call: Call, opened: Opened) -> dict[str, str]:
@@ -258,16 +264,11 @@ class Relay:
             return tap_embeddings(record, opened.first)
         if opened.native:
             return responses_tap.tap_whole(record, opened.first)
-        split, opened_in_prompt = self._think_mode(call, opened.upstream)
         return tap_body(
             record,
             opened.first,
             parsed=opened.parsed,
-            split_think=split,
-            opened_in_prompt=opened_in_prompt,
-            chat=call.chat,
-            capture=capture,
-            model=call.body.get("model") or call.model,  # the name asked (an alias too)
+            **self._tapping(call, opened.upstream, capture),
         )
 
 
