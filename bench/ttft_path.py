@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The marks, in the order a request passes them; "<" ends a step, ">" begins one.
 BEFORE = (
     ("read", "uvicorn reads the request"),
+    ("asgi>", "the request's task starts"),
     ("guard>", "access guard"),
     ("edge>", "edge handler"),
     ("validate>", "validation"),
@@ -121,6 +122,7 @@ def instrument() -> None:
         await respond(self, message)
 
     httptools_impl.RequestResponseCycle.send = send  # type: ignore[method-assign]
+    _wrap(httptools_impl.RequestResponseCycle, "run_asgi", "asgi>")
     instrument_wire()
 
 
