@@ -14,7 +14,9 @@
 #             paired rounds (--rounds), vLLM's own histograms around each run (--server-metrics),
 #             the gateway as GATEWAY_WORKERS (4) uvicorn workers on :8404 and with every route's
 #             stream_head = "at_once" on :8406 (GATEWAY_AT_ONCE=1) when `up` started them;
-#             the paired comparison with its intervals in compare.md
+#             BENCH_TARGETS picks some of them (gateway gateway-at-once floor floor-late
+#             gateway-wN; e.g. "gateway": direct and the gateway alone, twice the rounds a
+#             minute); the paired comparison, intervals and verdicts in compare.md
 #   perf      bench/gateway_perf.py on this machine's cores: direct, plumbline, vllm-router,
 #             floor-wire against the fake upstream (the seed scenario and the looping ones)
 #   pair      `plumbline bench` router through the gateway over both replicas
@@ -188,22 +190,45 @@ start_floor() {  # the bare relay (bench/floor_proxy.py --wire: uvicorn + our wi
   return 0
 }
 
-stage_bench() {  # paired rounds per cell: direct, the gateway, the bare relay; vLLM's own histograms
-  local s GATEWAY_WORKERS_TARGET= GATEWAY_AT_ONCE_TARGET=
-  start_floor
-  [[ -f $GPU_RUN/gateway-w.pid ]] && kill -0 "$(cat "$GPU_RUN/gateway-w.pid")" 2>/dev/null \
-    && GATEWAY_WORKERS_TARGET=1
-  [[ -f $GPU_RUN/gateway-a.pid ]] && kill -0 "$(cat "$GPU_RUN/gateway-a.pid")" 2>/dev/null \
-    && GATEWAY_AT_ONCE_TARGET=1
+target_url() {  # target_url NAME: where a bench target listens (`up` and start_floor start them)
+  case $1 in
+    gateway) echo http://127.0.0.1:8400/v1 ;;
+    floor) echo http://127.0.0.1:8403/v1 ;;
+    gateway-w*) echo http://127.0.0.1:8404/v1 ;;
+    floor-late) echo http://127.0.0.1:8405/v1 ;;
+    gateway-at-once) echo http://127.0.0.1:8406/v1 ;;
+    *) return 1 ;;
+  esac
+}
+
+bench_targets() {  # the targets beside direct: BENCH_TARGETS as given, else all that are up
+  local pid
+  if [[ -n ${BENCH_TARGETS:-} ]]; then
+    echo "$BENCH_TARGETS"
+    return
+  fi
+  echo gateway floor floor-late
+  pid=$GPU_RUN/gateway-a.pid
+  [[ -f $pid ]] && kill -0 "$(cat "$pid")" 2>/dev/null && echo gateway-at-once
+  pid=$GPU_RUN/gateway-w.pid
+  [[ -f $pid ]] && kill -0 "$(cat "$pid")" 2>/dev/null && echo "gateway-w${GATEWAY_WORKERS:-4}"
+}
+
+stage_bench() {  # paired rounds per cell: direct and each target; vLLM's own histograms; verdicts
+  # against BENCH_MIN_RATIO (0.99) and BENCH_MAX_TTFT_MS (+1 ms, drift out as well as raw)
+  local s t url targets=() names
+  names=$(echo $(bench_targets))  # one line, space-separated
+  for t in $names; do
+    url=$(target_url "$t") || { say "bench: unknown target $t"; return 1; }
+    targets+=(--target "$t=$url")
+  done
+  [[ " $names " == *" floor"* ]] && start_floor
   for s in ${BENCH_SHAPES:-router promptopt}; do
-    say "bench: $s, direct / gateway / bare relay interleaved over ${BENCH_ROUNDS:-6} rounds"
-    bench_run bench.txt --target direct=http://127.0.0.1:8401/v1 \
-      --target gateway=http://127.0.0.1:8400/v1 --target floor=http://127.0.0.1:8403/v1 \
-      --target floor-late=http://127.0.0.1:8405/v1 \
-      ${GATEWAY_AT_ONCE_TARGET:+--target "gateway-at-once=http://127.0.0.1:8406/v1"} \
-      ${GATEWAY_WORKERS_TARGET:+--target "gateway-w${GATEWAY_WORKERS:-4}=http://127.0.0.1:8404/v1"} \
+    say "bench: $s, direct and $(echo $names) interleaved over ${BENCH_ROUNDS:-6} rounds"
+    bench_run bench.txt --target direct=http://127.0.0.1:8401/v1 "${targets[@]}" \
       --model smollm2 --shape "$s" --concurrency "${BENCH_C:-1,32}" \
       --prompts-per-slot "${BENCH_PPS:-8}" --rounds "${BENCH_ROUNDS:-6}" \
+      --min-ratio "${BENCH_MIN_RATIO:-0.99}" --max-ttft-delta-ms "${BENCH_MAX_TTFT_MS:-1}" \
       --server-metrics "${METRICS_URL:-http://127.0.0.1:8401/metrics}" --compare-out "$GPU_RUN/compare.md"
   done
 }
