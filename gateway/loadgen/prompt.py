@@ -80,12 +80,15 @@ class Tokenizer:
 
 
 async def detect_tokenizer(
-    session: aiohttp.ClientSession, root: str, model: str, endpoint: Endpoint
+    session: aiohttp.ClientSession, root: str, model: str | None, endpoint: Endpoint
 ) -> Tokenizer:
     """Probe `root` for a tokenizer endpoint; fall back to the approximation.
 
     Chat prompts count exactly only on vLLM (its ``/tokenize`` applies the chat template).
+    `model` None: the server is not asked for a model by name and tokenizes with its own (a
+    tokenizer node beside the target, which may serve it under another name).
     """
+    named = {} if model is None else {"model": model}
 
     def probe(kind: str, path: str, body: Callable[[str], dict], read: Callable[[dict], int]):
         async def count(text: str) -> int:
@@ -98,8 +101,8 @@ async def detect_tokenizer(
     def vllm_body(text: str) -> dict:
         if endpoint == "chat":
             messages = [{"role": "user", "content": text}]
-            return {"model": model, "messages": messages, "add_generation_prompt": True}
-        return {"model": model, "prompt": text}
+            return {**named, "messages": messages, "add_generation_prompt": True}
+        return {**named, "prompt": text}
 
     candidates = [probe("vllm", "/tokenize", vllm_body, lambda j: int(j["count"]))]
     if endpoint == "completions":
@@ -107,7 +110,7 @@ async def detect_tokenizer(
             probe(
                 "llama-cpp-python",
                 "/extras/tokenize/count",
-                lambda t: {"model": model, "input": t},
+                lambda t: {**named, "input": t},
                 lambda j: int(j["count"]),
             ),
             probe("llamacpp", "/tokenize", lambda t: {"content": t}, lambda j: len(j["tokens"])),

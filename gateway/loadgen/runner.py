@@ -133,7 +133,10 @@ async def run_one(
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         root = (config.tokenizer_url or target.root).rstrip("/")
-        tokenizer = await detect_tokenizer(session, root, target.model, config.endpoint)
+        # A tokenizer node is not asked for the target's model name (a gateway's route name
+        # is not the node's): it tokenizes with its own model.
+        model = None if config.tokenizer_url else target.model
+        tokenizer = await detect_tokenizer(session, root, model, config.endpoint)
         label = f"{target.label} {shape.name} C{concurrency}"
         if config.rounds > 1:
             label += f" round {run.round}/{config.rounds}"

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import astuple
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
 from rich.console import Console
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from gateway.fakes.upstream import running_fake
 from gateway.loadgen import (
@@ -28,6 +34,8 @@ from gateway.loadgen import (
     read_events,
     run_bench,
 )
+from gateway.loadgen.prompt import detect_tokenizer
+from tests.harness import serving_app
 
 SMALL = Shape("tiny", input=24, output=8, prefix=0)
 PREFIXED = Shape("tinyprefix", input=12, output=6, prefix=20)
@@ -239,3 +247,46 @@ def test_events_are_read_from_bytes():
     )
     assert read_events(sample, [b'data:{"choices":[{"text":"x"}]}', b"data: [DONE]"], 1.5)
     assert sample.events == 3 and list(sample.gaps) == [0.0, 0.5]
+
+
+def tokenizer_node(served: str, asked: list[dict]) -> Starlette:
+    """vLLM's /tokenize as far as names go: a model it does not serve is a 404; unnamed, its
+    own. One token a word, as the fake upstream counts them."""
+
+    async def tokenize(request: Request) -> JSONResponse:
+        body = await request.json()
+        asked.append(body)
+        if body.get("model") not in (None, served):
+            error = {"message": f"The model `{body['model']}` does not exist.", "code": 404}
+            return JSONResponse({"error": error}, status_code=404)
+        return JSONResponse({"count": len(body["prompt"].split())})
+
+    return Starlette(routes=[Route("/tokenize", tokenize, methods=["POST"])])
+
+
+def test_a_tokenizer_node_is_not_asked_for_the_targets_model(fake):
+    # A gateway's route (`smollm2-pair`) is not a name the replica beside it serves: asked for
+    # it, vLLM's /tokenize answered 404 and the run fell back to the approximation.
+    asked: list[dict] = []
+    target = parse_target(f"pair={fake.base_url}", "a-route-name")
+    with serving_app(tokenizer_node("smollm2", asked)) as node:
+        row = run_bench(config(fake, targets=[target], tokenizer_url=node, warmup=0))[0]
+    assert asked and all("model" not in b for b in asked)
+    assert (row.tokenizer, row.prompt_fit, row.errors) == ("vllm", "exact", 0)
+
+
+def test_detect_tokenizer_names_the_model_it_is_given():
+    asked: list[dict] = []
+
+    async def kinds(root: str) -> list[str]:
+        async with aiohttp.ClientSession() as session:
+            return [
+                (await detect_tokenizer(session, root, model, "completions")).kind
+                for model in ("m", None, "other")
+            ]
+
+    with serving_app(tokenizer_node("m", asked)) as node:
+        assert asyncio.run(kinds(node)) == ["vllm", "vllm", "approx"]
+    # two probes each ("the", "the the"); a name the node does not serve is refused
+    named = [b.get("model", "-") for b in asked if "prompt" in b]
+    assert named == ["m", "m", "-", "-", "other"]
