@@ -15,8 +15,8 @@
 #             the gateway as GATEWAY_WORKERS (4) uvicorn workers on :8404 and with every route's
 #             stream_head = "at_once" on :8406 (GATEWAY_AT_ONCE=1) when `up` started them;
 #             BENCH_TARGETS picks some of them (gateway gateway-at-once floor floor-late
-#             gateway-wN; e.g. "gateway": direct and the gateway alone, twice the rounds a
-#             minute); the paired comparison, intervals and verdicts in compare.md
+#             gateway-wN; e.g. "gateway": direct and the gateway alone, more rounds in the
+#             same time); the paired comparison, intervals and verdicts in compare.md
 #   perf      bench/gateway_perf.py on this machine's cores: direct, plumbline, vllm-router,
 #             floor-wire against the fake upstream (the seed scenario and the looping ones)
 #   pair      `plumbline bench` router through the gateway over both replicas
@@ -224,7 +224,7 @@ stage_bench() {  # paired rounds per cell: direct and each target; vLLM's own hi
   done
   [[ " $names " == *" floor"* ]] && start_floor
   for s in ${BENCH_SHAPES:-router promptopt}; do
-    say "bench: $s, direct and $(echo $names) interleaved over ${BENCH_ROUNDS:-6} rounds"
+    say "bench: $s, direct and $names interleaved over ${BENCH_ROUNDS:-6} rounds"
     bench_run bench.txt --target direct=http://127.0.0.1:8401/v1 "${targets[@]}" \
       --model smollm2 --shape "$s" --concurrency "${BENCH_C:-1,32}" \
       --prompts-per-slot "${BENCH_PPS:-8}" --rounds "${BENCH_ROUNDS:-6}" \
