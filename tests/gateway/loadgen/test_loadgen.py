@@ -26,6 +26,7 @@ from gateway.loadgen import (
     Shape,
     append_tsv,
     bench_main,
+    detect_tokenizer,
     fit_words,
     parse_concurrencies,
     parse_shape,
@@ -34,7 +35,6 @@ from gateway.loadgen import (
     read_events,
     run_bench,
 )
-from gateway.loadgen.prompt import detect_tokenizer
 from tests.harness import serving_app
 
 SMALL = Shape("tiny", input=24, output=8, prefix=0)
@@ -256,6 +256,8 @@ def tokenizer_node(served: str, asked: list[dict]) -> Starlette:
     async def tokenize(request: Request) -> JSONResponse:
         body = await request.json()
         asked.append(body)
+        if "prompt" not in body:  # llama.cpp's probe ({"content": …}): not vLLM's shape
+            return JSONResponse({"error": {"message": "prompt is required"}}, status_code=400)
         if body.get("model") not in (None, served):
             error = {"message": f"The model `{body['model']}` does not exist.", "code": 404}
             return JSONResponse({"error": error}, status_code=404)
