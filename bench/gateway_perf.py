@@ -8,6 +8,9 @@ limit) and driven by a cheap aiohttp client through every scenario:
     nonstream-c256  the same, 256 workers
     stream-c32      256-chunk unpaced streams, 32 workers looping
     seed            2,048 concurrent streams of 64 tokens paced at 10 tok/s, each sent once
+    seed-2wave      the same 2,048 workers each sending two such streams back to back (4,096
+                    streams, 2,048 at a time: a fleet that keeps its slots full)
+    seed-2wave-fresh  the two waves with a new connection per request (no keep-alive)
 
 Every target is started once and kept up; each scenario then runs `--repeat` rounds (3 by
 default) that visit the targets in turn — A B C, A B C, A B C — so a drift in the machine's load
@@ -19,7 +22,7 @@ logprobs (top 5), so each chunk carries what a real one does; `--text plain` is 
 For each (target, scenario, round): req/s, chunks/s, latency and time to first chunk (p50/p99,
 and what the proxy adds over ``direct`` in the same round), errors, the proxy's CPU time per
 request and per streamed chunk (utime + stime of its process tree from /proc, before and after),
-and the proxy's peak RSS after the seed scenario. Each cell of the summary is the median of the
+and the proxy's peak RSS after each seed scenario. Each cell of the summary is the median of the
 rounds and their range (min–max). Rounds are appended to ``bench/results/gateway_perf_runs.tsv``,
 the summary to ``bench/results/gateway_perf_summary.md``, both to
 ``bench/results/gateway_perf-<time>.json``. See bench/README.md.
@@ -72,6 +75,18 @@ SCENARIOS = {
         Scenario("nonstream-c256", 256, False, 16),
         Scenario("stream-c32", 32, True, 256),
         Scenario("seed", 2048, True, 64, pace_tps=10.0, once=True, timeout_s=60.0),
+        Scenario("seed-2wave", 2048, True, 64, pace_tps=10.0, once=True, timeout_s=60.0, waves=2),
+        Scenario(
+            "seed-2wave-fresh",
+            2048,
+            True,
+            64,
+            pace_tps=10.0,
+            once=True,
+            timeout_s=60.0,
+            waves=2,
+            fresh=True,
+        ),
     )
 }
 TARGETS = (
@@ -320,7 +335,7 @@ async def measure(
             url = proc.base_url + "/chat/completions"
             tally = await drive(url, sc, MODEL, seconds, proc.headers, extra=extra)
             cpu = cpu_seconds(proc.pid) - cpu0
-            rss = peak_rss_mb(proc.pid) if sc.name == "seed" else math.nan
+            rss = peak_rss_mb(proc.pid) if sc.name.startswith("seed") else math.nan
             r = row(target, sc, tally, cpu, base.get((sc.name, round_)), rss, round_, text)
             if target == "direct":
                 base[(sc.name, round_)] = r

@@ -20,7 +20,10 @@ import aiohttp
 @dataclass(frozen=True)
 class Scenario:
     """One load shape. `pace_tps` is the fake upstream's per-token pacing (None: unpaced).
-    `door`: chat requests (`/chat/completions`) or completions (`/completions`, a prompt)."""
+    `door`: chat requests (`/chat/completions`) or completions (`/completions`, a prompt).
+    `waves`: with `once`, each worker sends that many requests back to back (two waves of
+    2,048 keep the slots full, as a harness fleet does). `fresh`: a new connection per request
+    (no keep-alive), so every request pays the accept and the proxy's upstream connect."""
 
     name: str
     concurrency: int
@@ -30,6 +33,8 @@ class Scenario:
     once: bool = False
     timeout_s: float = 120.0  # one request's budget
     door: str = "chat"
+    waves: int = 1
+    fresh: bool = False
 
 
 @dataclass
@@ -129,7 +134,7 @@ async def drive(
     payload = body(scenario, model, extra)
     headers = dict(headers or {})
     timeout = aiohttp.ClientTimeout(total=scenario.timeout_s)
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    connector = aiohttp.TCPConnector(limit=0, force_close=scenario.fresh)
     async with aiohttp.ClientSession(connector=connector) as session:
         warm = {**payload, "max_tokens": 1}
         await asyncio.gather(
@@ -139,7 +144,8 @@ async def drive(
         deadline = time.perf_counter() + seconds
 
         async def worker() -> None:
-            await one(session, url, payload, headers, tally, timeout)
+            for _ in range(max(scenario.waves, 1)):
+                await one(session, url, payload, headers, tally, timeout)
             while not scenario.once and time.perf_counter() < deadline:
                 await one(session, url, payload, headers, tally, timeout)
 

@@ -125,3 +125,46 @@ def test_the_late_head_floor_holds_its_head_until_the_first_block(
         set_fake_default(fake, {"hang_after_chunks": None, "hang": None})
         bare.stop()
         late.stop()
+
+
+async def _count_connections(fresh: bool) -> tuple[int, int, set[int]]:
+    """Two waves of 3 workers against a tiny streaming server that notes each request's client
+    port: (requests tallied, errors, the distinct client ports seen)."""
+    from aiohttp import web
+
+    from bench.perf_load import Scenario, drive
+
+    ports: list[int] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        ports.append(request.transport.get_extra_info("peername")[1])  # type: ignore[union-attr]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": []}\n\n')
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        sc = Scenario("two-waves", 3, True, 4, once=True, waves=2, fresh=fresh)
+        tally = await drive(f"http://127.0.0.1:{port}/v1/chat/completions", sc, "m", 5, warmup=0)
+    finally:
+        await runner.cleanup()
+    return tally.requests, tally.errors, set(ports)
+
+
+async def test_two_waves_send_each_worker_twice_and_fresh_opens_a_connection_each() -> None:
+    requests, errors, ports = await _count_connections(fresh=True)
+    assert (requests, errors) == (6, 0)
+    assert len(ports) == 6  # every request on a connection of its own
+    requests, errors, ports = await _count_connections(fresh=False)
+    assert (requests, errors) == (6, 0)
+    assert len(ports) <= 3  # the second wave reuses the first wave's connections
+    assert {"seed-2wave", "seed-2wave-fresh"} <= set(SCENARIOS)
+    assert SCENARIOS["seed-2wave"].waves == 2 and SCENARIOS["seed-2wave-fresh"].fresh
