@@ -17,6 +17,8 @@
 #             BENCH_TARGETS picks some of them (gateway gateway-at-once floor floor-late
 #             gateway-wN; e.g. "gateway": direct and the gateway alone, more rounds in the
 #             same time); the paired comparison, intervals and verdicts in compare.md
+#   perfsetup the gateway's runtime wheels and vllm-router from a carried .pcarry folder (wheels/,
+#             router/), for the perf stage alone: no vLLM payload, no GGUF
 #   perf      bench/gateway_perf.py on this machine's cores: direct, plumbline, vllm-router,
 #             floor-wire against the fake upstream (the seed scenario and the looping ones)
 #   pair      `plumbline bench` router through the gateway over both replicas
@@ -82,12 +84,7 @@ stage_setup() {
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" /tmp/parts/*.whl \
       >> "$GPU_RUN/assemble.log" 2>&1 || return 1
   fi
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/venvs/router/lib \
-    "$CARRY"/router/*.whl >> "$GPU_RUN/assemble.log" 2>&1 || return 1
-  mkdir -p /tmp/venvs/router/bin
-  printf '#!/bin/sh\nPYTHONPATH=/tmp/venvs/router/lib:$PYTHONPATH exec python3 -c "from vllm_router.launch_router import main; main()" "$@"\n' \
-    > /tmp/venvs/router/bin/vllm-router
-  chmod +x /tmp/venvs/router/bin/vllm-router
+  install_router "$CARRY"/router || return 1
   say "setup: convert GGUF"
   [[ -f /tmp/smollm2-hf/config.json ]] || python3 "$CARRY/recipe/convert_gguf.py" "" /tmp/smollm2-hf \
     > "$GPU_RUN/convert.log" 2>&1 || { tail -20 "$GPU_RUN/convert.log"; return 1; }
@@ -239,10 +236,30 @@ stage_pair() {
     --shape router --concurrency "${PAIR_C:-256}" --prompts-per-slot "${BENCH_PPS:-4}"
 }
 
+install_router() {  # the vllm-router wheel(s) in $1 into /tmp/venvs/router, with a launcher
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/venvs/router/lib \
+    "$1"/*.whl >> "$GPU_RUN/assemble.log" 2>&1 || return 1
+  mkdir -p /tmp/venvs/router/bin
+  printf '#!/bin/sh\nPYTHONPATH=/tmp/venvs/router/lib:$PYTHONPATH exec python3 -c "from vllm_router.launch_router import main; main()" "$@"\n' \
+    > /tmp/venvs/router/bin/vllm-router
+  chmod +x /tmp/venvs/router/bin/vllm-router
+}
+
+stage_perfsetup() {
+  say "perfsetup: the gateway's wheels and vllm-router from .pcarry"
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
+    .pcarry/wheels/*.whl > "$GPU_RUN/assemble.log" 2>&1 || { tail -20 "$GPU_RUN/assemble.log"; return 1; }
+  install_router .pcarry/router || return 1
+  { echo "# versions"; date -u +%FT%TZ; uname -r; nproc; free -g | head -2; python3 --version
+    lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Socket'; } > "$GPU_RUN/env.txt" 2>&1
+  cat "$GPU_RUN/env.txt"
+}
+
 stage_perf() {
   say "perf: gateway_perf.py on $(nproc) cores"
   python3 bench/gateway_perf.py --venvs /tmp/venvs --seconds "${PERF_SECONDS:-6}" \
-    --target direct --target plumbline --target vllm-router --target floor-wire \
+    ${PERF_REPEAT:+--repeat $PERF_REPEAT} \
+    ${PERF_TARGETS:---target direct --target plumbline --target vllm-router --target floor-wire} \
     ${PERF_SCENARIOS:---scenario nonstream-c1 --scenario nonstream-c256 --scenario stream-c32 --scenario seed} \
     > "$GPU_RUN/gateway_perf.log" 2>&1
   local rc=$?
@@ -329,7 +346,7 @@ while [[ $# -gt 0 ]]; do
   stage=$1; shift
   case $stage in
     carry) stage_carry || rc=1 ;;
-    setup|up|gateway|bench|pair|perf|eval|diag|ttft) "stage_$stage" || { rc=1; say "stage $stage failed"; break; } ;;
+    setup|perfsetup|up|gateway|bench|pair|perf|eval|diag|ttft) "stage_$stage" || { rc=1; say "stage $stage failed"; break; } ;;
     *) echo "unknown stage $stage" >&2; rc=2; break ;;
   esac
 done
