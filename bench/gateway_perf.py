@@ -95,6 +95,7 @@ TARGETS = (
     "litellm",
     "vllm-router",
     "plumbline-w2",
+    "plumbline-w4",
     "plumbline-norecord",
     "floor",
     "floor-wire",
