@@ -1,5 +1,6 @@
-"""The report queries on `requests`: per (model, upstream) usage totals, and the request
-intervals that node hours are the union of (`gateway.ledger.store.Store.usage`, `intervals`).
+"""The report queries on `requests`: per (model, upstream) usage totals, the request intervals
+that node hours are the union of, and that union's length computed in the database
+(`gateway.ledger.store.Store.usage`, `intervals`, `busy_seconds`).
 """
 
 from __future__ import annotations
@@ -73,3 +74,34 @@ def intervals_query(upstreams: Sequence[str], since: float, until: float | None)
     return sa.select(t.c.time, sa.func.coalesce(t.c.e2e_s, 0.0)).where(
         t.c.upstream.in_(list(upstreams)), *window(since, until)
     )
+
+
+def busy_seconds_query(
+    upstreams: Sequence[str], since: float, until: float | None, end_cap: float
+) -> sa.Select[Any]:
+    """Seconds covered by the union of the request intervals of `upstreams` in the window
+    (each clipped to `end_cap`), as one number the database computes: the classic gaps-and-
+    islands pass. Ordered by start, a request opens a new island when it starts after every
+    earlier one has ended (the running maximum of the ends before it); the islands' spans are
+    summed. Window functions run in SQLite (3.25+) and PostgreSQL alike, so housekeeping never
+    walks a day's intervals in Python."""
+    t = REQUESTS
+    end = t.c.time + sa.func.coalesce(t.c.e2e_s, 0.0)
+    end = sa.case((end > end_cap, sa.literal(end_cap)), (end < t.c.time, t.c.time), else_=end)
+    iv = (
+        sa.select(t.c.time.label("s"), end.label("e"))
+        .where(t.c.upstream.in_(list(upstreams)), *window(since, until))
+        .subquery("iv")
+    )
+    order = (iv.c.s, iv.c.e)
+    before = sa.func.max(iv.c.e).over(order_by=order, rows=(None, -1))
+    marked = sa.select(iv.c.s, iv.c.e, before.label("before")).subquery("marked")
+    opens = sa.case((sa.or_(marked.c.before.is_(None), marked.c.s > marked.c.before), 1), else_=0)
+    island = sa.func.sum(opens).over(order_by=(marked.c.s, marked.c.e), rows=(None, 0))
+    grouped = sa.select(marked.c.s, marked.c.e, island.label("island")).subquery("grouped")
+    spans = (
+        sa.select((sa.func.max(grouped.c.e) - sa.func.min(grouped.c.s)).label("span"))
+        .group_by(grouped.c.island)
+        .subquery("spans")
+    )
+    return sa.select(sa.func.coalesce(sa.func.sum(spans.c.span), 0.0))

@@ -41,10 +41,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gateway.config import Config
-from gateway.ledger.cost import Usage, busy_hours
+from gateway.ledger.cost import Usage
 from gateway.ledger.database import create_engine, migrate, resolve_url, writing
 from gateway.ledger.partitions import DAY, PARTITIONS, day_start, partition_day, partition_ddl
-from gateway.ledger.queries import intervals_query, usage_of, usage_query
+from gateway.ledger.queries import busy_seconds_query, intervals_query, usage_of, usage_query
 from gateway.ledger.record import Record
 from gateway.ledger.rows import (
     CONTENTS,
@@ -384,9 +384,17 @@ class Store:
     def node_hours(
         self, config: Config, since: float, until: float | None = None
     ) -> dict[str, float]:
-        """Busy hours of each configured node: the union of its upstreams' request intervals."""
+        """Busy hours of each configured node: the union of its upstreams' request intervals,
+        computed in the database (`busy_seconds_query`): one number comes back, never a day of
+        intervals walked in Python while the gateway's requests wait for the GIL."""
+        end_cap = _time.time() if until is None else until
         out = {}
-        for node in config.nodes:
-            ups = [u.name for u in config.upstreams if u.node == node]
-            out[node] = busy_hours(self.intervals(ups, since, until))
+        with self.engine.connect() as conn:
+            for node in config.nodes:
+                ups = [u.name for u in config.upstreams if u.node == node]
+                if not ups:
+                    out[node] = 0.0
+                    continue
+                query = busy_seconds_query(ups, since, until, end_cap)
+                out[node] = float(conn.execute(query).scalar() or 0.0) / 3600.0
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import subprocess
 import sys
 import threading
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from gateway.config import AccessConfig
+from gateway.config import AccessConfig, Config
 from gateway.edge.access import Access, hash_key
+from gateway.ledger.cost import busy_hours
 from gateway.ledger.database import create_engine, migrate, resolve_url
 from gateway.ledger.record import Attempt, Record
 from gateway.ledger.rows import REQUESTS, metadata
@@ -342,3 +344,48 @@ def test_demotions_are_shared_per_gateway_and_expire(store: Store) -> None:
     store.share_demotions("g2", {"b": ["tool_call"]}, 160.0)
     assert store.demotions(since=110.0) == {"b": {"g2": ["tool_call"]}}
     assert store.demotions(since=170.0) == {}  # g2 went quiet
+
+
+# ---- node hours in the database ---------------------------------------------------------------
+
+
+def test_node_hours_are_the_union_of_intervals_computed_by_the_database(store: Store) -> None:
+    """The database's gaps-and-islands pass gives what the Python union gives over the same
+    intervals: overlapping, nested, touching and disjoint requests on two upstreams of one node,
+    one still running at the window's end (clipped), one of another node and one outside the
+    window left out."""
+    cfg = Config.model_validate(
+        {
+            "upstreams": [
+                {"name": n, "kind": "vllm", "base_url": "http://127.0.0.1:1/v1", "model": "q"}
+                | ({"node": node} if node else {})
+                for n, node in (("a", "box"), ("b", "box"), ("c", "other"), ("api", None))
+            ],
+            "models": {"m": {"upstreams": ["a", "b", "c", "api"]}},
+            "nodes": {
+                "box": {"cost_per_hour": 1.0, "utilisation": 1.0},
+                "other": {"cost_per_hour": 1.0, "utilisation": 1.0},
+                "idle": {"cost_per_hour": 1.0, "utilisation": 1.0},
+            },
+        }
+    )
+    since, until = 10_000.0, 20_000.0
+    rng = random.Random(7)
+    spans = [
+        (since + rng.uniform(0, 9_900), rng.choice([0.0, 1.0, 30.0, 400.0])) for _ in range(300)
+    ]
+    spans += [(since + 100.0, 50.0), (since + 150.0, 10.0), (since + 160.0, 5.0)]  # touching
+    spans += [(until - 5.0, 600.0)]  # still running at the window's end: clipped to it
+    rows = [
+        full_record(f"r{i}", t, upstream="ab"[i % 2], e2e_s=e2e) for i, (t, e2e) in enumerate(spans)
+    ]
+    rows += [full_record("other", since + 1.0, upstream="c", e2e_s=5000.0)]
+    rows += [full_record("early", since - 500.0, upstream="a", e2e_s=5000.0)]  # before the window
+    rows += [full_record("no-e2e", since + 9_990.0, upstream="b", e2e_s=None)]
+    store.write([record_row(r) for r in rows])
+    expected = busy_hours([(t, min(t + e, until)) for t, e in spans] + [(since + 9_990.0,) * 2])
+    hours = store.node_hours(cfg, since, until)
+    assert hours["box"] == pytest.approx(expected, rel=1e-9)
+    assert hours["other"] == pytest.approx(5000.0 / 3600)
+    assert hours["idle"] == 0.0
+    assert 0 < hours["box"] < (until - since) / 3600
