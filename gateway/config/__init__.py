@@ -51,7 +51,10 @@ class _Frozen(BaseModel):
 
 
 class Upstream(_Frozen):
+    # The upstream's name in routes, records, metrics and error bodies (never its URL).
     name: Name
+    # Its dialect: a vLLM server, a llama.cpp server, or an OpenAI-compatible API (OpenRouter
+    # is recognised by its host).
     kind: Literal["vllm", "openai", "llamacpp"]
     # Base URL including /v1, e.g. http://127.0.0.1:8401/v1
     base_url: str = Field(pattern=r"^https?://")
@@ -109,8 +112,12 @@ class Upstream(_Frozen):
 class RouteConfig(_Frozen):
     """A public model name: which upstreams serve it, how to pick, what to fall back to."""
 
+    # The vendor recipe applied to every request on this route (a built-in or [profiles.NAME]).
     profile: Name | None = None
+    # The upstreams that serve it, by name.
     upstreams: list[Name] = Field(min_length=1)
+    # How a request picks among them: the least in flight, the replica that saw the prompt's
+    # prefix, a weighted split, or the cheapest within the quality gate's noise floor.
     policy: Literal["least_outstanding", "prefix_affinity", "weighted", "cheapest_within_floor"] = (
         "least_outstanding"
     )

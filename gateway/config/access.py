@@ -21,7 +21,9 @@ class _Frozen(BaseModel):
 class ApiKey(_Frozen):
     """One key, by the hex sha256 of its plaintext (never the key itself)."""
 
+    # The key's name in records, metrics and budgets (never the key).
     id: Name
+    # Hex sha256 of the key's plaintext (`plumbline` never stores the key itself).
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     # client: the /v1 API; admin: /admin routes, /metrics and /console; metrics: /metrics
     # only; console: the web console (/console) only.

@@ -17,6 +17,9 @@ class _Frozen(BaseModel):
 
 
 class Sampling(_Frozen):
+    """The vendor's recommended sampling values, filled in where the client set none."""
+
+    # Each is the OpenAI / vLLM field of the same name; unset: the client's or the server's.
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1)

