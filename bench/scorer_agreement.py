@@ -154,7 +154,8 @@ def ifeval_sweep(rev: str | None) -> dict[str, Any]:
     kinds = (
         module_at(rev, "evals/families/ifeval_instructions.py", "ifeval_at_rev") if rev else None
     )
-    agree, total = 0, 0
+    agree: Counter[str] = Counter()
+    total: Counter[str] = Counter()
     disagree: Counter[str] = Counter()
     for label, ids, kwargs, prompt, response in ifeval_pairs():
         text = response.split("</think>")[-1]
@@ -165,14 +166,16 @@ def ifeval_sweep(rev: str | None) -> dict[str, Any]:
             answer = {"instruction_id_list": ids, "kwargs": kwargs, "prompt": prompt}
             item = Item("p", "ifeval", ({"role": "user", "content": prompt},), answer, "ifeval")
             suite = ifeval.score(item, Reply(response)).correct
-        total += 1
+        subset = "combined items" if label.startswith("combined/") else "one instruction"
+        total[subset] += 1
         if suite == reference:
-            agree += 1
+            agree[subset] += 1
         else:
             disagree[f"{'suite stricter' if reference else 'suite looser'}: {label}"] += 1
     return {
-        "pairs": total,
-        "agreement": agree / total,
+        "pairs": sum(total.values()),
+        "agreement": sum(agree.values()) / sum(total.values()),
+        "per_subset": {k: {"pairs": total[k], "agreement": agree[k] / total[k]} for k in total},
         "disagreements": dict(disagree.most_common()),
     }
 
@@ -211,6 +214,8 @@ def main() -> None:
         if family in result:
             r = result[family]
             print(f"{family:7s} {r['pairs']:6d} pairs  agreement {100 * r['agreement']:.2f}%")
+            for part, sub in {**r.get("per_category", {}), **r.get("per_subset", {})}.items():
+                print(f"          {part:18s} {sub['pairs']:6d}  {100 * sub['agreement']:.2f}%")
             for key, count in list(r["disagreements"].items())[:8]:
                 print(f"          {count:5d}  {key}")
     if "tools" in result:

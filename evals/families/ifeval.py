@@ -35,6 +35,10 @@ from gateway.trust.degeneration import reply_degeneration
 
 NAME = "ifeval"
 PARTS = ("strict", "loose")
+HEADLINE = (
+    "accuracy is IFEval's prompt-level strict verdict from lm-eval's instruction registry "
+    "(loose: the reference's relaxed reading)"
+)
 DEFAULT_N = 60
 
 TASKS: tuple[str, ...] = (

@@ -43,6 +43,10 @@ from evals.item import Item, Reply, Verdict
 
 NAME = "tools"
 PARTS = ("tools_strict",)
+HEADLINE = (
+    "accuracy is bfcl_eval's own AST checker (BFCL's leaderboard verdict: strings compared "
+    "without spaces or ,./-_*^); tools_strict is the suite's stricter reading, never the headline"
+)
 DEFAULT_N = 80
 
 # category -> (file stem, share of the default suite)
