@@ -278,7 +278,8 @@ def score_ast(item: Item, reply: Reply) -> Verdict:
         return Verdict("correct", detail, parsed, parts)
     if parsed is None:
         return Verdict("malformed", unreadable, None, parts)
-    return Verdict("wrong", checked.error or checked.error_type, parsed, parts)
+    detail = checked.error or checked.error_type
+    return Verdict("wrong", f"no tool call ({detail})" if not calls else detail, parsed, parts)
 
 
 def _bfcl(item: Item, calls: list[tuple[str, Any]], expected: list[dict[str, Any]]) -> Checked:

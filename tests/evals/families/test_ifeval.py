@@ -54,6 +54,19 @@ def test_headline_agrees_with_the_reference_on_at_least_99_percent(wrap: str) ->
     assert agree / len(ifeval_probes.CASES) >= 0.99, misses
 
 
+def test_built_items_agree_with_the_reference_on_constructed_answers() -> None:
+    """Items of several instructions, answered with every probe of their first one: the
+    suite's verdict on the item against the reference's over all its instructions."""
+    pairs, agree = 0, 0
+    for it in ITEMS:
+        ids, kwargs = it.answer["instruction_id_list"], it.answer["kwargs"]
+        for case in (c for c in ifeval_probes.CASES if c.instruction == ids[0]):
+            reference = ifeval_probes.reference_all(ids, kwargs, case.response)
+            pairs += 1
+            agree += ifeval.score(it, Reply(case.response)).correct == reference
+    assert pairs > 150 and agree / pairs >= 0.99
+
+
 def test_the_probes_hold_the_known_tricks_with_the_references_verdicts() -> None:
     """Not guesses: each is what the reference says, and the suite says the same."""
     verdicts = {

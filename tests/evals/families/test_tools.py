@@ -174,6 +174,8 @@ def test_parallel_calls_match_in_any_order_and_count_must_agree() -> None:
     assert _score(item, a, a) == "wrong"
     assert _score(item, a, b, b) == "wrong"
     assert _score(item) == "wrong"
+    detail = family.score_ast(item, Reply("I would call geo_route twice.")).detail
+    assert detail.startswith("no tool call (") and "Wrong number of functions" in detail
 
 
 def test_irrelevance_follows_bfcl_and_tools_strict_refuses_any_attempt() -> None:
