@@ -120,7 +120,10 @@ def score(item: Item, reply: Reply) -> Verdict:
     if "instruction_id_list" not in item.answer:
         return Verdict("error", "item built by an earlier ifeval builder (no reference ids)")
     ids: list[str] = item.answer["instruction_id_list"]
-    followed = follows(item.answer["prompt"], ids, item.answer["kwargs"], text)
+    try:
+        followed = follows(item.answer["prompt"], ids, item.answer["kwargs"], text)
+    except Exception as exc:  # noqa: BLE001 - the reference has no verdict for this answer
+        return Verdict("wrong", f"the IFEval reference raised {type(exc).__name__}: {exc}")
     failed = [i for i, ok in zip(ids, followed.strict, strict=True) if not ok]
     return Verdict(
         "correct" if all(followed.strict) else "wrong",
