@@ -146,3 +146,9 @@ def test_an_item_asks_the_references_own_wording() -> None:
     assert (
         "In your entire response, refrain from the use of any commas." in it.messages[0]["content"]
     )
+
+
+def test_an_answer_the_reference_cannot_judge_is_not_correct_and_says_why() -> None:
+    it = item(("keywords:frequency", {"keyword": "light", "frequency": 2, "relation": "between"}))
+    verdict = ifeval.score(it, Reply("Light and light."))
+    assert verdict.outcome == "wrong" and "the IFEval reference raised ValueError" in verdict.detail
