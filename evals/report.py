@@ -33,6 +33,7 @@ from evals.breakdown import COST_TITLE, cost_section, errors_section, parts_sect
 from evals.breakdown import details as details_section
 from evals.chart import accuracy_chart, frontier_chart
 from evals.cost import ArmCost, arm_costs, node_map, price_nodes
+from evals.families import headline_of
 from evals.result import ItemResult, engines
 from evals.section import HTML_PAGE, Section, html_section, markdown_section
 from evals.stats import (
@@ -180,8 +181,16 @@ def _family_section(arms: dict[str, list[ItemResult]]) -> Section:
         "reasoning leaks",
         "mean out tokens",
     )
-    notes = ("Accuracy counts every item in the denominator; only `correct` is right.",)
+    notes = (
+        "Accuracy counts every item in the denominator; only `correct` is right.",
+        *_headline_notes({r.family for rs in arms.values() for r in rs}),
+    )
     return Section("Accuracy by family", headers, tuple(rows), notes)
+
+
+def _headline_notes(families: set[str]) -> list[str]:
+    """Where a benchmark's own reference decides a family's accuracy, say whose verdict it is."""
+    return [f"{f}: {headline_of(f)}" for f in sorted(families) if headline_of(f)]
 
 
 def _pair_row(p: Paired) -> tuple[str, ...]:

@@ -8,6 +8,8 @@ A family module exposes three things:
     PARTS     (optional) the sub-scores its verdicts carry in `Verdict.parts`; the report counts
               every item of the family in each one's denominator, an item that could not show
               it (truncated, timed out, errored, unparsed) as failing it
+    HEADLINE  (optional) whose verdict the family's accuracy is, where a benchmark's own
+              reference decides it; the report prints it beside the accuracy table
 
 Items carry their scorer as a string so a stored item can be re-scored later without the
 builder. `score` applies the rules every family shares before dispatching:
@@ -45,24 +47,33 @@ _MODULES: tuple[str, ...] = (
 
 
 @cache
-def _load() -> tuple[dict[str, Builder], dict[str, Scorer], dict[str, tuple[str, ...]]]:
+def _load() -> tuple[
+    dict[str, Builder], dict[str, Scorer], dict[str, tuple[str, ...]], dict[str, str]
+]:
     families: dict[str, Builder] = {}
     scorers: dict[str, Scorer] = {}
     parts: dict[str, tuple[str, ...]] = {}
+    headlines: dict[str, str] = {}
     for path in _MODULES:
         module: ModuleType = import_module(path)
         families[module.NAME] = module.build
         parts[module.NAME] = tuple(getattr(module, "PARTS", ()))
+        headlines[module.NAME] = getattr(module, "HEADLINE", "")
         for name, scorer in module.SCORERS.items():
             if name in scorers:
                 raise ValueError(f"scorer {name!r} is defined twice ({path})")
             scorers[name] = scorer
-    return families, scorers, parts
+    return families, scorers, parts, headlines
 
 
 def parts_of(family: str) -> tuple[str, ...]:
     """The sub-scores a family declares (none for a family this registry does not know)."""
     return _load()[2].get(family, ())
+
+
+def headline_of(family: str) -> str:
+    """Whose verdict a family's accuracy is ("" where the suite's own scorer decides)."""
+    return _load()[3].get(family, "")
 
 
 def __getattr__(name: str) -> Any:

@@ -1,35 +1,44 @@
-"""Instruction following: IFEval-style verifiable instructions, checked offline.
+"""Instruction following: IFEval's verifiable instructions, checked by IFEval's reference code.
 
 What it measures: whether the *answer* (never the reasoning) obeys explicit, mechanically
-checkable constraints — case, length, layout, keywords, start/end markers. A model that lets
-its chain of thought leak into the answer fails here first (reference 002: 0.317 against 0.833
-with and without a reasoning parser).
+checkable constraints — case, length, layout, keywords, language, start/end markers. A model
+that lets its chain of thought leak into the answer fails here first (reference 002: 0.317
+against 0.833 with and without a reasoning parser).
 
 Where the items come from: twenty base writing tasks in this file, each combined with one to
-three instructions drawn with a fixed seed from the 24 checker kinds of
-`evals/families/ifeval_instructions.py` (IFEval's taxonomy, re-implemented there without nltk or
-any download; IFEval's `language` checker is left out because no offline detector is reliable
-enough on short texts). Combinations that cannot both hold (lowercase and uppercase; JSON and
-paragraphs; an end phrase and a postscript) are excluded by `conflicts`.
+three instructions of IFEval's registry, worded by the registry itself (`build_description`)
+with arguments drawn from the seed (`evals/families/ifeval_instructions.py`). Combinations the
+registry's own `INSTRUCTION_CONFLICTS` refuses are never drawn. The registry is lm-eval's copy
+of Google's IFEval checkers, loaded offline (`evals/families/ifeval_registry.py`); the two
+instructions that need nltk's punkt data (number of sentences, capital-word frequency) are not
+asked, every other one is, `language:response_language` included.
 
-Scoring (`ifeval`): *strict* — every instruction holds on the answer as given; *loose* — IFEval's
-relaxed reading: an instruction holds if it holds on any of the answer's variants with the
-first line, the last line or both removed, each with and without markdown `*` characters.
-The outcome is `correct` only when strict holds; `Verdict.parts` carries `strict` and `loose`.
-An unterminated `<think>` is `unparsed`; repetition collapse is `degenerate`.
+Scoring (`ifeval`): the outcome is the reference's *strict* prompt-level verdict
+(`test_instruction_following_strict`: every instruction holds on the answer as given), so the
+headline reads as IFEval's prompt-level strict accuracy. `Verdict.parts` carries `strict` (the
+same) and `loose` (the reference's `test_instruction_following_loose`: any of the answer's
+variants with the first line, the last line or both removed, each with and without `*`). The
+suite keeps no checker of its own, so there is no other sub-score.
+What the reference is given is the answer: text after the last `</think>` (reasoning is never
+graded); an unterminated `<think>` or an empty answer is `unparsed`, repetition collapse is
+`degenerate` — both before the reference is asked.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any
 
-from evals.families.ifeval_instructions import KINDS, conflicts, describe
+from evals.families.ifeval_instructions import DRAWS
+from evals.families.ifeval_registry import conflicts, describe, follows, offline_ids
 from evals.item import Item, Reply, Verdict
 from gateway.trust.degeneration import reply_degeneration
 
 NAME = "ifeval"
 PARTS = ("strict", "loose")
+HEADLINE = (
+    "accuracy is IFEval's prompt-level strict verdict from lm-eval's instruction registry "
+    "(loose: the reference's relaxed reading)"
+)
 DEFAULT_N = 60
 
 TASKS: tuple[str, ...] = (
@@ -59,31 +68,30 @@ TASKS: tuple[str, ...] = (
 
 
 def build(seed: int = 0, n: int = DEFAULT_N, **_: object) -> list[Item]:
-    """`n` items; item k's first instruction cycles through every kind, 0-2 more are drawn."""
+    """`n` items; item k's first instruction cycles through every offered id, 0-2 more drawn."""
     rng = random.Random(f"ifeval:{seed}")
-    kinds = sorted(KINDS)
+    ids = offline_ids()
     tasks = list(TASKS)
     rng.shuffle(tasks)
     items: list[Item] = []
     for k in range(n):
         task = tasks[k % len(tasks)]
-        chosen = [kinds[k % len(kinds)]]
+        chosen = [ids[k % len(ids)]]
         for _extra in range(rng.randint(0, 2)):
-            options = [c for c in kinds if not any(conflicts(c, x) for x in chosen)]
+            options = [c for c in ids if not any(conflicts(c, x) for x in chosen)]
             if options:
                 chosen.append(rng.choice(options))
-        instructions: list[dict[str, Any]] = [
-            {"kind": c, "kwargs": KINDS[c].draw(rng, task)} for c in chosen
-        ]
-        text = "\n".join(describe(i["kind"], i["kwargs"]) for i in instructions)
+        kwargs = [DRAWS[c](rng, task) for c in chosen]
+        text = "\n".join(describe(c, kw) for c, kw in zip(chosen, kwargs, strict=True))
+        prompt = f"{task}\n\n{text}"
         items.append(
             Item(
                 id=f"ifeval-{k:03d}",
                 family=NAME,
-                messages=({"role": "user", "content": f"{task}\n\n{text}"},),
-                answer={"instructions": instructions},
+                messages=({"role": "user", "content": prompt},),
+                answer={"instruction_id_list": chosen, "kwargs": kwargs, "prompt": prompt},
                 scorer="ifeval",
-                meta={"seed": seed, "kinds": chosen},
+                meta={"seed": seed, "kinds": chosen, "reference": "lm-eval ifeval"},
             )
         )
     return items
@@ -92,40 +100,36 @@ def build(seed: int = 0, n: int = DEFAULT_N, **_: object) -> list[Item]:
 # ----------------------------------------------------------------------------- scoring
 
 
-def loose_variants(text: str) -> list[str]:
-    """IFEval's relaxed readings: first/last line removed, markdown `*` removed."""
-    lines = text.split("\n")
-    bases = [
-        text,
-        "\n".join(lines[1:]).strip(),
-        "\n".join(lines[:-1]).strip(),
-        "\n".join(lines[1:-1]).strip(),
-    ]
-    variants = bases + [b.replace("*", "") for b in bases]
-    return [v for v in variants if v.strip()]
+def response(reply: Reply) -> str | None:
+    """What the reference is given: the content after the last `</think>`, not stripped.
 
-
-def follows(text: str, instruction: dict[str, Any], loose: bool = False) -> bool:
-    kind = KINDS[instruction["kind"]]
-    texts = loose_variants(text) if loose else [text]
-    return any(kind.check(t, instruction["kwargs"]) for t in texts)
+    None when there is no answer (`Reply.answer_text`: empty, or a `<think>` left open)."""
+    if reply.answer_text() is None or reply.content is None:
+        return None
+    close = reply.content.rfind("</think>")
+    return reply.content[close + len("</think>") :] if close >= 0 else reply.content
 
 
 def score(item: Item, reply: Reply) -> Verdict:
     found = reply_degeneration(reply.content, reply.reasoning)
     if found:
         return Verdict("degenerate", f"{found.rule}: {found.detail}")
-    text = reply.answer_text()
+    text = response(reply)
     if text is None:
         return Verdict("unparsed", "no answer (empty, or an unterminated <think>)")
-    instructions = item.answer["instructions"]
-    strict = [follows(text, i) for i in instructions]
-    loose = [follows(text, i, loose=True) for i in instructions]
-    failed = [i["kind"] for i, ok in zip(instructions, strict, strict=True) if not ok]
+    if "instruction_id_list" not in item.answer:
+        return Verdict("error", "item built by an earlier ifeval builder (no reference ids)")
+    ids: list[str] = item.answer["instruction_id_list"]
+    try:
+        followed = follows(item.answer["prompt"], ids, item.answer["kwargs"], text)
+    except Exception as exc:  # noqa: BLE001 - the reference has no verdict for this answer
+        return Verdict("wrong", f"the IFEval reference raised {type(exc).__name__}: {exc}")
+    failed = [i for i, ok in zip(ids, followed.strict, strict=True) if not ok]
     return Verdict(
-        "correct" if all(strict) else "wrong",
+        "correct" if all(followed.strict) else "wrong",
         f"failed: {', '.join(failed)}" if failed else "",
-        parts={"strict": all(strict), "loose": all(loose)},
+        extracted=followed.strict,
+        parts={"strict": all(followed.strict), "loose": all(followed.loose)},
     )
 
 

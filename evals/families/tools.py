@@ -6,28 +6,25 @@ for irrelevance items, correctly calls nothing when no offered tool fits.
 Where the items come from: the data files shipped inside the `bfcl-eval` wheel (Apache-2.0),
 pinned by sha256: `data/BFCL_v4_<category>.json` and `data/possible_answer/...` (JSON lines).
 Categories: simple (simple_python), multiple, parallel, parallel_multiple and irrelevance,
-sampled per category with the seed. Only the data is used; no `bfcl_eval` code is imported.
+sampled per category with the seed.
 
 Tools are converted to OpenAI function tools: BFCL's `dict` -> `object`, `float` -> `number`,
 `tuple` -> `array`, `any` -> untyped; dotted names such as `math.factorial` -> `math_factorial`
-(OpenAI names must match `^[a-zA-Z0-9_-]{1,64}$`).
+(OpenAI names must match `^[a-zA-Z0-9_-]{1,64}$`; BFCL converts the same way for
+function-calling models).
 
-Scorer `bfcl_ast` — BFCL's AST matching rules, read from the converted schema:
-- exactly as many calls as the ground truth has; parallel calls match in any order;
-- each call names the expected function; every required parameter is present; every given
-  parameter is in the schema and in the answer set; a parameter absent from the call must list
-  "" (optional) among its allowed values;
-- types: integer is an int (not a bool, not 5.0); number accepts an int; boolean is a bool;
-  array a list; object a dict. When the allowed values are strings for a non-string parameter
-  (a "variable" in BFCL), a string is accepted;
-- values: one of the allowed values (null only where the answer set lists it); lists
-  element-wise and in order; dicts key by key.
-  Strings compare case-insensitively, with surrounding whitespace and whitespace next to
-  punctuation ignored. Deliberately stricter than BFCL, which deletes spaces and ",./-_*^"
-  so that "3, 5", "3.5" and "35" compare equal.
-- irrelevance: correct only when no call is made.
-Outcomes: a call whose arguments are not a JSON object, or which names a tool that was not
-offered, is `malformed` (reported apart from wrong); no call where one was due is `wrong`.
+Scorer `bfcl_ast` — the outcome is BFCL's own verdict (`evals.families.bfcl_checker`: the
+installed `bfcl_eval` AST checker, run unmodified on the offered tools read back as BFCL
+descriptions; irrelevance by BFCL's rule, correct when no call decodes), so tools accuracy reads
+against the leaderboard's AST categories. BFCL's choices therefore hold in the headline: strings
+compare with spaces and ",./-_*^" deleted ("3, 5" = "35"), an explicit "" is accepted for an
+optional parameter, integer arrays refuse floats, and an undecodable call on an irrelevance item
+counts as no call.
+Sub-score `tools_strict` (`Verdict.parts`, `evals.families.tools_strict`): BFCL's verdict and
+the suite's stricter rules, punctuation kept in strings and no attempted call at all on an
+irrelevance item. It never replaces the headline.
+Outcomes: what BFCL refuses is `malformed` when a call cannot be read (arguments not a JSON
+object, or a tool that was not offered), else `wrong`, with BFCL's error text as the detail.
 """
 
 from __future__ import annotations
@@ -40,9 +37,16 @@ from typing import Any
 
 import orjson
 
+from evals.families.bfcl_checker import Checked, check_ast, check_irrelevance
+from evals.families.tools_strict import strict_error
 from evals.item import Item, Reply, Verdict
 
 NAME = "tools"
+PARTS = ("tools_strict",)
+HEADLINE = (
+    "accuracy is bfcl_eval's own AST checker (BFCL's leaderboard verdict: strings compared "
+    "without spaces or ,./-_*^); tools_strict is the suite's stricter reading, never the headline"
+)
 DEFAULT_N = 80
 
 # category -> (file stem, share of the default suite)
@@ -92,9 +96,8 @@ TYPES = {
     "boolean": "boolean",
     "array": "array",
 }
+BFCL_TYPES = {"object": "dict", "number": "float"}
 UNSAFE_NAME = re.compile(r"[^a-zA-Z0-9_-]")
-SPACE_BY_PUNCT = re.compile(r"\s*([^\w\s])\s*")
-SPACES = re.compile(r"\s+")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -139,7 +142,8 @@ def openai_tool(function: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _item(category: str, entry: dict[str, Any], truth: list[dict[str, Any]] | None) -> Item:
+def item_for(category: str, entry: dict[str, Any], truth: list[dict[str, Any]] | None) -> Item:
+    """The item of one BFCL entry (`truth` is its possible answers; None for irrelevance)."""
     messages = ({"role": "system", "content": SYSTEM}, *entry["question"][0])
     calls = [
         {"name": tool_name(name), "arguments": args}
@@ -157,172 +161,148 @@ def _item(category: str, entry: dict[str, Any], truth: list[dict[str, Any]] | No
     )
 
 
+def entries(category: str) -> list[tuple[dict[str, Any], list[dict[str, Any]] | None]]:
+    """Every BFCL entry of a category with its possible answers (None for irrelevance)."""
+    stem = CATEGORIES[category][0]
+    rows = _read(f"BFCL_v4_{stem}.json")
+    if category == "irrelevance":
+        return [(entry, None) for entry in rows]
+    answers = {a["id"]: a["ground_truth"] for a in _read(f"possible_answer/BFCL_v4_{stem}.json")}
+    return [(entry, answers[entry["id"]]) for entry in rows]
+
+
 def build(seed: int = 0, n: int = DEFAULT_N, **_: object) -> list[Item]:
     """`n` items stratified over the categories by their shares, sampled with the seed."""
     rng = random.Random(f"tools:{seed}")
     items: list[Item] = []
     remaining = n
-    for index, (category, (stem, share)) in enumerate(CATEGORIES.items()):
+    for index, (category, (_stem, share)) in enumerate(CATEGORIES.items()):
         count = remaining if index == len(CATEGORIES) - 1 else min(remaining, round(n * share))
         remaining -= count
-        entries = _read(f"BFCL_v4_{stem}.json")
-        answers = (
-            None
-            if category == "irrelevance"
-            else {a["id"]: a["ground_truth"] for a in _read(f"possible_answer/BFCL_v4_{stem}.json")}
-        )
-        for i in sorted(rng.sample(range(len(entries)), count)):
-            entry = entries[i]
-            items.append(_item(category, entry, answers[entry["id"]] if answers else None))
+        rows = entries(category)
+        for i in sorted(rng.sample(range(len(rows)), count)):
+            items.append(item_for(category, *rows[i]))
     return items
 
 
 # ----------------------------------------------------------------------------- scoring
 
 
+def bfcl_function(tool: dict[str, Any]) -> dict[str, Any]:
+    """An offered OpenAI tool as the BFCL function description it was converted from.
+
+    The inverse of `openai_tool` for everything BFCL's checker reads: `object` -> `dict`,
+    `number` -> `float`, an untyped schema -> `any`; `array` stays `array` (BFCL's checker treats
+    `tuple` and `array` alike), and the name stays the offered one (BFCL's own conversion for
+    function-calling models, `.` -> `_`, which is all `tool_name` changes in these answer sets).
+    """
+    function = tool["function"]
+    return {
+        "name": function["name"],
+        "description": function.get("description", ""),
+        "parameters": _bfcl_schema(function.get("parameters") or {}),
+    }
+
+
+def _bfcl_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in schema.items() if k not in ("properties", "items")}
+    out["type"] = BFCL_TYPES.get(schema.get("type", ""), schema.get("type", "any"))
+    if "properties" in schema:
+        out["properties"] = {k: _bfcl_schema(v) for k, v in schema["properties"].items()}
+    if "items" in schema:
+        out["items"] = _bfcl_schema(schema["items"])
+    return out
+
+
+def bfcl_category(item: Item) -> str:
+    """BFCL's test category of an item (what selects its checker); inferred for a bare item."""
+    category = item.meta.get("category")
+    if category in CATEGORIES:
+        return CATEGORIES[category][0]
+    expected, offered = len(item.answer["calls"]), len(item.tools or ())
+    if not expected:
+        return "irrelevance"
+    if expected > 1:
+        return "parallel_multiple" if offered > 1 else "parallel"
+    return "multiple" if offered > 1 else "simple_python"
+
+
 class Malformed(ValueError):
     """A tool call that cannot be read: arguments not a JSON object, or an unoffered tool."""
 
 
-def parse_calls(item: Item, reply: Reply) -> list[tuple[str, dict[str, Any]]]:
-    """The reply's tool calls as (name, arguments); raises Malformed."""
-    offered = {t["function"]["name"] for t in item.tools or ()}
+def raw_calls(reply: Reply) -> list[tuple[str, Any]]:
+    """The reply's tool calls as (name, raw arguments), as BFCL's decoder receives them."""
     calls = []
     for raw in reply.tool_calls:
         function = raw.get("function", raw)
-        name, arguments = function.get("name"), function.get("arguments")
+        calls.append((function.get("name"), function.get("arguments")))
+    return calls
+
+
+def parse_calls(item: Item, calls: list[tuple[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The calls with their arguments decoded; raises Malformed."""
+    offered = {t["function"]["name"] for t in item.tools or ()}
+    parsed = []
+    for name, arguments in calls:
         if name not in offered:
             raise Malformed(f"call to a tool that was not offered: {name!r}")
         if isinstance(arguments, str | bytes):
             try:
-                arguments = orjson.loads(arguments) if arguments.strip() else {}
+                arguments = orjson.loads(arguments)
             except orjson.JSONDecodeError as exc:
                 raise Malformed(f"{name}: arguments are not JSON ({exc})") from None
         if not isinstance(arguments, dict):
             raise Malformed(f"{name}: arguments are not a JSON object")
-        calls.append((name, arguments))
-    return calls
+        parsed.append((name, arguments))
+    return parsed
 
 
 def score_ast(item: Item, reply: Reply) -> Verdict:
+    """BFCL's verdict is the outcome; `tools_strict` adds the suite's stricter rules."""
+    calls = raw_calls(reply)
     try:
-        calls = parse_calls(item, reply)
+        parsed: list[tuple[str, dict[str, Any]]] | None = parse_calls(item, calls)
     except Malformed as exc:
-        return Verdict("malformed", str(exc))
+        parsed, unreadable = None, str(exc)
     expected = item.answer["calls"]
+    checked = _bfcl(item, calls, expected)
+    strict = checked.valid and parsed is not None
+    if strict and expected:
+        strict = strict_error(expected, parsed or []) is None
+    elif strict:
+        strict = not calls
+    parts = {"tools_strict": strict}
+    if checked.valid:
+        detail = "" if strict else _strict_detail(expected, calls, parsed)
+        return Verdict("correct", detail, parsed, parts)
+    if parsed is None:
+        return Verdict("malformed", unreadable, None, parts)
+    detail = checked.error or checked.error_type
+    return Verdict("wrong", f"no tool call ({detail})" if not calls else detail, parsed, parts)
+
+
+def _bfcl(item: Item, calls: list[tuple[str, Any]], expected: list[dict[str, Any]]) -> Checked:
     if not expected:
-        if calls:
-            return Verdict("wrong", f"called {calls[0][0]} on an irrelevant request", calls)
-        return Verdict("correct", "no call", calls)
-    if not calls:
-        return Verdict("wrong", "no tool call", calls)
-    if len(calls) != len(expected):
-        return Verdict("wrong", f"{len(calls)} calls, expected {len(expected)}", calls)
-    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in item.tools or ()}
-    error = match_error(expected, calls, schemas)
-    return Verdict("wrong", error, calls) if error else Verdict("correct", "", calls)
+        return check_irrelevance(calls)
+    functions = [bfcl_function(t) for t in item.tools or ()]
+    truth = [{c["name"]: c["arguments"]} for c in expected]
+    try:
+        return check_ast(functions, calls, truth, bfcl_category(item))
+    except Exception as exc:  # noqa: BLE001 - BFCL's checker has no verdict for this answer
+        return Checked(False, f"bfcl_eval's checker raised {type(exc).__name__}: {exc}", "raised")
 
 
-def match_error(
-    expected: list[dict[str, Any]], calls: list[tuple[str, dict[str, Any]]], schemas: dict[str, Any]
-) -> str | None:
-    """None when the calls can be paired one-to-one with the expected calls (any order)."""
-    errors: list[str] = []
-
-    def pair(i: int, free: frozenset[int]) -> bool:
-        if i == len(expected):
-            return True
-        for j in sorted(free):
-            error = call_error(expected[i], calls[j], schemas)
-            if error is None and pair(i + 1, free - {j}):
-                return True
-            if error:
-                errors.append(error)
-        return False
-
-    return None if pair(0, frozenset(range(len(calls)))) else (errors or ["no pairing"])[0]
-
-
-def call_error(
-    want: dict[str, Any], got: tuple[str, dict[str, Any]], schemas: dict[str, Any]
-) -> str | None:
-    """Why a call does not match one expected call, or None when it matches."""
-    name, args = got
-    if name != want["name"]:
-        return f"called {name}, expected {want['name']}"
-    schema = schemas[name]
-    properties = schema.get("properties", {})
-    allowed: dict[str, list[Any]] = want["arguments"]
-    for param in schema.get("required", []):
-        if param not in args:
-            return f"{name}: missing required {param!r}"
-    for param, value in args.items():
-        if param not in properties or param not in allowed:
-            return f"{name}: unexpected parameter {param!r}"
-        error = value_error(value, properties[param], allowed[param])
-        if error:
-            return f"{name}.{param}: {error}"
-    for param, options in allowed.items():
-        if param not in args and "" not in options:
-            return f"{name}: missing {param!r}, which is not optional"
-    return None
-
-
-def value_error(value: Any, schema: dict[str, Any], options: list[Any]) -> str | None:
-    """Type check with BFCL's coercions, then match one allowed value."""
-    kind = schema.get("type")
-    concrete = [o for o in options if o != ""]
-    if value is None:
-        return None if None in concrete else "null is not an allowed value"
-    is_variable = kind not in (None, "string") and any(isinstance(o, str) for o in concrete)
-    if is_variable and isinstance(value, str):
-        kind = "string"
-    elif not _has_type(value, kind):
-        return f"type {type(value).__name__} is not {kind}"
-    if kind == "number" and type(value) is int:
-        value = float(value)
-    if any(_same(value, option) for option in concrete):
-        return None
-    return f"{value!r} is not one of {concrete!r}"
-
-
-def _has_type(value: Any, kind: str | None) -> bool:
-    if kind is None:
-        return True
-    if kind == "number":
-        return type(value) in (int, float)
-    python = {"integer": int, "string": str, "boolean": bool, "array": list, "object": dict}
-    return type(value) is python.get(kind, object)
-
-
-def _same(value: Any, option: Any) -> bool:
-    if isinstance(value, str) and isinstance(option, str):
-        return _normal(value) == _normal(option)
-    if isinstance(value, list) and isinstance(option, list):
-        return len(value) == len(option) and all(map(_same, value, option))
-    if isinstance(value, dict) and isinstance(option, dict):
-        return _dict_matches(value, option)
-    if isinstance(value, bool) or isinstance(option, bool):
-        return value is option
-    return type(value) in (int, float) and type(option) in (int, float) and value == option
-
-
-def _dict_matches(value: dict[str, Any], option: dict[str, Any]) -> bool:
-    """A dict argument: BFCL lists allowed values per key, with "" marking an optional key."""
-    for key, got in value.items():
-        if key not in option:
-            return False
-        allowed = option[key] if isinstance(option[key], list) else [option[key]]
-        if not any(_same(got, a) for a in allowed if a != ""):
-            return False
-    return all(
-        key in value or (isinstance(allowed, list) and "" in allowed)
-        for key, allowed in option.items()
-    )
-
-
-def _normal(text: str) -> str:
-    return SPACES.sub(" ", SPACE_BY_PUNCT.sub(r"\1", text.strip())).casefold().replace("'", '"')
+def _strict_detail(
+    expected: list[dict[str, Any]],
+    calls: list[tuple[str, Any]],
+    parsed: list[tuple[str, dict[str, Any]]] | None,
+) -> str:
+    if not expected:
+        return f"tools_strict: attempted {len(calls)} call(s) on an irrelevant request"
+    if parsed is None:
+        return "tools_strict: a call does not parse"
+    return f"tools_strict: {strict_error(expected, parsed)}"
 
 
 SCORERS = {"bfcl_ast": score_ast}

@@ -212,3 +212,17 @@ def test_written_files(tmp_path: Path) -> None:
     page = paths["html"].read_text()
     assert page.startswith("<!doctype html>") and "<table>" in page and 'src="accuracy.png"' in page
     assert "![accuracy by family](accuracy.png)" in paths["markdown"].read_text()
+
+
+def test_the_report_says_whose_verdict_a_familys_accuracy_is() -> None:
+    results = [
+        ItemResult("local", f"{family}-{i}", f"d-{family}-{i}", family, "correct", "stop", run="r")
+        for family in ("tools", "ifeval", "math")
+        for i in range(3)
+    ]
+    notes = build_report(results).sections[1].notes
+    assert any(n.startswith("tools: accuracy is bfcl_eval's own AST checker") for n in notes)
+    assert any(n.startswith("ifeval: accuracy is IFEval's prompt-level strict") for n in notes)
+    assert not any(n.startswith("math:") for n in notes)
+    md = build_report(results).markdown("accuracy.png")
+    assert "tools_strict is the suite's stricter reading, never the headline" in md

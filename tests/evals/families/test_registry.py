@@ -46,6 +46,7 @@ def test_every_sub_score_a_family_shows_is_declared(family: str) -> None:
     assert set(verdict.parts) <= set(registry.parts_of(family))
     assert registry.parts_of(family) == {
         "ifeval": ("strict", "loose"),
+        "tools": ("tools_strict",),
         "editformat": ("well_formed", "applies", "applies_lenient", "tests_pass"),
     }.get(family, ())
     if registry.parts_of(family) and verdict.outcome == "malformed":
