@@ -4,6 +4,9 @@
     python bench/sandbox_humaneval.py --baseline OLD.py   an older evals/sandbox.py, loaded from
                                                           a file (`git show REV:evals/sandbox.py`),
                                                           run the old way: one program, exit 0
+    python bench/sandbox_humaneval.py --compare OLD.py    per-item overhead only: each canonical
+                                                          solution through OLD and this tree,
+                                                          alternately (fair under a varying load)
 
 For each item: the canonical solution (must pass), then each trick answer (must not pass):
 an early exit (sys.exit(0), os._exit(0), raise SystemExit) and an always-equal return object.
@@ -74,8 +77,12 @@ def passes(item: Any, code: str, baseline: ModuleType | None) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, help="an older evals/sandbox.py to compare")
+    parser.add_argument("--compare", type=Path, help="time an older evals/sandbox.py vs this")
     parser.add_argument("--limit", type=int, default=164, help="first N items only")
     args = parser.parse_args()
+    if args.compare:
+        compare(load(args.compare), family.humaneval_problems()[: args.limit])
+        return
     baseline = load(args.baseline) if args.baseline else None
     problems = family.humaneval_problems()[: args.limit]
     times, failed, tricked = [], [], {name: 0 for name in tricks("f")}
@@ -103,6 +110,22 @@ def main() -> None:
         f"per item (canonical): median {statistics.median(times) * 1000:.0f} ms, "
         f"p90 {q[-1] * 1000:.0f} ms, total {sum(times):.1f} s"
     )
+
+
+def compare(baseline: ModuleType, problems: list[dict[str, Any]]) -> None:
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for problem in problems:
+        item = family._humaneval_item(problem)
+        code = problem["prompt"] + problem["canonical_solution"]
+        for name, old in (("before", baseline), ("after", None)):
+            start = time.perf_counter()
+            assert passes(item, code, old), problem["task_id"]
+            times[name].append(time.perf_counter() - start)
+    for name, ts in times.items():
+        print(
+            f"{name}: median {statistics.median(ts) * 1000:.0f} ms, "
+            f"p90 {statistics.quantiles(ts, n=10)[-1] * 1000:.0f} ms over {len(ts)} items"
+        )
 
 
 if __name__ == "__main__":

@@ -27,14 +27,11 @@ import secrets
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Literal
-
-import orjson
 
 from evals.sandbox import probe
 
@@ -137,20 +134,24 @@ def _spawn(files: dict[str, str], config: dict[str, object], limits: Limits) -> 
         work = Path(tmp)
         for name, text in files.items():
             (work / name).write_text(text, encoding="utf-8")
+        from evals.sandbox import policy  # needs landlockpy/seccompy, which the probe found
+
+        rules = policy.ruleset(work)
         child_config = {
             **config,
-            "limits": _rlimits(limits),
+            **_rlimits(limits),
             "nonce_fd": nonce_r,
             "proof_fd": proof_w,
-            "landlock": bool(chosen.landlock_abi),
-            "seccomp": chosen.seccomp,
-            "packages": probe.packages(),
-            "read_paths": _read_paths(),
+            "landlock_fd": rules.fileno(),
         }
-        (work / "config.json").write_bytes(orjson.dumps(child_config))
+        lines = "".join(f"{key}={value}\n" for key, value in child_config.items())
+        (work / "config.txt").write_text(lines, encoding="utf-8")
+        (work / "filter.bpf").write_bytes(policy.seccomp_program(chosen.landlock_abi >= 6))
         try:
-            returncode = _wait(work, chosen.netns_prefix, (nonce_r, proof_w), limits)
+            fds = (nonce_r, proof_w, rules.fileno())
+            returncode = _wait(work, chosen.netns_prefix, fds, limits)
         finally:
+            rules.close()
             os.close(nonce_r)
             os.close(proof_w)
         proof = _read_all(proof_r)
@@ -164,10 +165,10 @@ def _spawn(files: dict[str, str], config: dict[str, object], limits: Limits) -> 
     return Result(status, returncode, stdout, stderr, chosen.name)
 
 
-def _wait(work: Path, prefix: tuple[str, ...], fds: tuple[int, int], limits: Limits) -> int | None:
+def _wait(work: Path, prefix: tuple[str, ...], fds: tuple[int, ...], limits: Limits) -> int | None:
     with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
         child = subprocess.Popen(
-            [*prefix, sys.executable, "-I", "-S", "-B", str(CHILD), "config.json"],
+            [*prefix, sys.executable, "-I", "-S", "-B", str(CHILD), "config.txt"],
             cwd=work,
             env={
                 "PATH": "/usr/bin:/bin",
@@ -191,38 +192,14 @@ def _wait(work: Path, prefix: tuple[str, ...], fds: tuple[int, int], limits: Lim
             child.wait()
 
 
-def _rlimits(limits: Limits) -> list[tuple[str, int]]:
-    return [
-        ("RLIMIT_CPU", limits.cpu_seconds),
-        ("RLIMIT_AS", limits.memory_bytes),
-        ("RLIMIT_FSIZE", limits.file_bytes),
-        ("RLIMIT_NPROC", limits.processes),
-        ("RLIMIT_CORE", 0),
-    ]
-
-
-@cache
-def _read_paths() -> list[str]:
-    """What the child may read (and map executable) besides its temp dir: the interpreter's
-    own tree, the shared libraries, time zones, a few devices. Not the evaluator's tree, not
-    the home directory, not /etc (past the loader's cache), not /proc."""
-    paths = {
-        sys.base_prefix,
-        str(Path(sys.executable).resolve().parent.parent),
-        sysconfig.get_paths()["stdlib"],
-        sysconfig.get_paths()["platstdlib"],
-        "/lib",
-        "/lib64",
-        "/usr/lib",
-        "/usr/lib64",
-        "/usr/share/zoneinfo",
-        "/etc/ld.so.cache",
-        "/etc/localtime",
-        "/dev/null",
-        "/dev/zero",
-        "/dev/urandom",
+def _rlimits(limits: Limits) -> dict[str, int]:
+    return {
+        "RLIMIT_CPU": limits.cpu_seconds,
+        "RLIMIT_AS": limits.memory_bytes,
+        "RLIMIT_FSIZE": limits.file_bytes,
+        "RLIMIT_NPROC": limits.processes,
+        "RLIMIT_CORE": 0,
     }
-    return sorted(paths)
 
 
 def _read_all(fd: int) -> bytes:

@@ -3,18 +3,16 @@
 Run as a script (`python -I -S -B child.py CONFIG`) in the item's temporary directory, never
 imported by the evaluator. In order:
 
-1. resource limits, soft = hard (setrlimit is then refused by seccomp, so they stay);
-2. the proof nonce is read from its pipe and the pipe closed (it is in no file, no argument,
-   no environment variable);
-3. Landlock: reads only under the interpreter's own directories and the temp dir, writes only
-   in the temp dir, no TCP/UDP (ABI >= 4/8), no signals or abstract sockets outside (ABI >= 6);
-4. seccomp: no new process or thread (fork, clone, exec), no socket, no ptrace / mount /
-   namespace / kernel-module / io_uring calls, no signal handler, no signal to another process,
-   no raising the limits back;
-5. an audit hook that refuses the interpreter's introspection (frames, gc, ctypes, tracing) so
-   the code under test cannot find the nonce in memory;
-6. the code runs; only if it returns normally (mode "program") or the harness's own `check`
-   returns on a guarded candidate (mode "check") is the nonce written to the proof pipe.
+1. resource limits, soft = hard (seccomp then refuses setrlimit, so they stay);
+2. confinement, as built by the evaluator (evals/sandbox/policy.py): no_new_privs, the Landlock
+   ruleset handed over as a descriptor, the compiled seccomp filter;
+3. the harness (closures over references taken before the code under test runs);
+4. the audit hook, which reads the proof nonce from its pipe into its own closure (the nonce
+   is in no file, argument, environment variable or reachable object) and refuses gc and
+   ctypes (which could find it), tracing, and the events the kernel refuses anyway;
+5. the code runs; only if it returns normally (mode "program") or the dataset's `check`
+   returns on the guarded candidate (mode "check") does `main` raise the proof event, on which
+   the hook writes the nonce to the proof pipe and exits.
 
 An exit of any kind (sys.exit, os._exit, SystemExit, a signal) leaves the proof pipe empty.
 """
@@ -22,18 +20,21 @@ An exit of any kind (sys.exit, os._exit, SystemExit, a signal) leaves the proof 
 from __future__ import annotations
 
 import builtins
-import contextlib
-import json
 import os
 import resource
 import sys
-from typing import TYPE_CHECKING, Any
 
+# No json, typing or contextlib here: the child imports only what it needs (startup is the
+# sandbox's cost per item). Annotations are strings, read by mypy alone.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 PLAIN = (bool, int, float, complex, str, bytes, type(None), list, tuple, dict, set, frozenset)
 PROOF_EVENT = "plumbline.sandbox.proof"
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+SYS_LANDLOCK_RESTRICT_SELF = 446  # the same number on every architecture
 # Refused by the audit hook. The kernel layers hold the filesystem, network and processes on
 # their own; these refusals give a clear message first, and keep the code under test from
 # reading the interpreter's memory (gc, ctypes) or rewinding the harness (tracing).
@@ -55,30 +56,16 @@ DENIED_EVENTS = (
     "pty.spawn",
     "socket.",
 )
-SECCOMP_DENIED = (
-    "fork", "vfork", "clone", "execve", "execveat", "socket", "socketpair", "ptrace",
-    "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "chroot",
-    "unshare", "setns", "init_module", "finit_module", "delete_module", "kexec_load",
-    "kexec_file_load", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
-    "userfaultfd", "reboot", "swapon", "swapoff", "acct", "open_by_handle_at",
-    "name_to_handle_at", "syslog", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "rt_sigaction", "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "rt_sigqueueinfo",
-    "rt_tgsigqueueinfo", "quotactl", "fanotify_init", "move_pages", "migrate_pages",
-    "setrlimit", "prlimit64", "mknod", "mknodat",
-)  # fmt: skip
-X32 = 0x40000000  # x86-64's x32 ABI numbers; its own execve/ptrace/... entries are 512-547
-X32_OWN = (518, 520, 521, 524, 528, 536, 538, 539, 540, 545)
 
 
 def main() -> None:
-    with open(sys.argv[1], encoding="utf-8") as f:
-        config = json.load(f)
-    for name, value in config["limits"]:
-        resource.setrlimit(getattr(resource, name), (value, value))
-    if config["landlock"]:
-        _landlock(config)
-    if config["seccomp"]:
-        _seccomp(config)
+    config = _config(sys.argv[1])
+    for name, value in config.items():
+        if name.startswith("RLIMIT_"):
+            resource.setrlimit(getattr(resource, name), (int(value), int(value)))
+    with open("filter.bpf", "rb") as f:
+        bpf = f.read()
+    _confine(int(config["landlock_fd"]), bpf)
     run, audit, proof_event = (
         _runner(config["mode"], config.get("entry_point", "")),
         sys.audit,
@@ -95,6 +82,12 @@ def main() -> None:
     audit(proof_event)  # reached only when the code (or check) returned normally
 
 
+def _config(path: str) -> dict[str, str]:
+    """`key=value` lines, written by the evaluator (evals/sandbox/__init__.py)."""
+    with open(path, encoding="utf-8") as f:
+        return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+
+
 def _read_nonce(fd: int) -> bytes:
     data = b""
     while chunk := os.read(fd, 64):
@@ -103,55 +96,38 @@ def _read_nonce(fd: int) -> bytes:
     return data
 
 
-def _landlock(config: dict) -> None:
-    sys.path[:0] = config["packages"]
-    from landlockpy import AccessFS, Ruleset, Scope, abi_version, fs_for_abi, net_for_abi
+def _confine(landlock_fd: int, bpf: bytes) -> None:
+    """Enforce what the evaluator built (evals/sandbox/policy.py): no new privileges, then the
+    Landlock ruleset handed over as a descriptor, then the compiled seccomp filter."""
+    import ctypes
 
-    del sys.path[: len(config["packages"])]
-    read_file = AccessFS.READ_FILE | AccessFS.EXECUTE
-    scoped = Scope.SIGNAL | Scope.ABSTRACT_UNIX_SOCKET
-    with Ruleset(handled_net=net_for_abi(abi_version()), scoped=scoped) as ruleset:
-        for path in config["read_paths"]:
-            if os.path.isdir(path):
-                ruleset.allow_path(path, read_file | AccessFS.READ_DIR)
-            elif os.path.exists(path):
-                ruleset.allow_path(path, read_file)
-        ruleset.allow_path(os.getcwd(), fs_for_abi(abi_version()))
-        ruleset.restrict()
+    libc = ctypes.CDLL(None, use_errno=True)
 
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"sandbox: {what} failed: {os.strerror(code)}")
 
-def _seccomp(config: dict) -> None:
-    sys.path[:0] = config["packages"]
-    import errno
+    class Program(ctypes.Structure):
+        _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
 
-    from seccompy import Filter, syscall_nr
-
-    del sys.path[: len(config["packages"])]
-    filt = Filter()
-    own = os.getpid()
-    for call in ("kill", "tkill", "tgkill"):
-        filt.allow(call, args={0: own})
-        filt.errno(call, errno.EPERM)
-        filt.errno(X32 | syscall_nr(call), errno.EPERM)
-    filt.errno("clone3", errno.ENOSYS)  # libc falls back to clone, which is refused below
-    filt.errno(X32 | syscall_nr("clone3"), errno.ENOSYS)
-    for call in SECCOMP_DENIED:
-        filt.errno(call, errno.EPERM)
-        filt.errno(X32 | syscall_nr(call), errno.EPERM)
-    for number in X32_OWN:
-        filt.errno(X32 | number, errno.EPERM)
-    filt.load()
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, landlock_fd, 0), "landlock_restrict_self")
+    os.close(landlock_fd)
+    code = ctypes.create_string_buffer(bpf, len(bpf))
+    program = Program(len(bpf) // 8, ctypes.cast(code, ctypes.c_void_p))
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0), "seccomp")
 
 
-def _audit_hook(config: dict[str, Any], main_frame: object) -> None:
+def _audit_hook(config: dict[str, str], main_frame: object) -> None:
     """The proof lives here and nowhere else: the nonce is read from its pipe into this hook's
     closure (audit hooks cannot be listed, and gc and ctypes are refused), and written to the
     proof pipe only on the proof event raised from `main`'s own frame, which is past the end of
     the code under test. The same hook refuses DENIED_EVENTS (unless a test turns that off)."""
-    nonce = _read_nonce(config["nonce_fd"])
-    proof_fd, deny = config["proof_fd"], config.get("audit_hook", True)
+    nonce = _read_nonce(int(config["nonce_fd"]))
+    proof_fd, deny = int(config["proof_fd"]), config.get("audit_hook", "1") == "1"
     flushes = (sys.stdout.flush, sys.stderr.flush)
-    write, exit_now, frame_of, suppress = os.write, os._exit, sys._getframe, contextlib.suppress
+    write, exit_now, frame_of = os.write, os._exit, sys._getframe
 
     def hook(
         event: str,
@@ -164,8 +140,10 @@ def _audit_hook(config: dict[str, Any], main_frame: object) -> None:
             if frame_of(1) is not main_frame:
                 raise refusal("sandbox: the proof is the harness's to give")
             for flush in flushes:
-                with suppress(OSError, ValueError):  # the code closed or broke its output
+                try:  # noqa: SIM105 (contextlib is not imported here)
                     flush()
+                except (OSError, ValueError):  # the code closed or broke its own output
+                    pass
             write(proof_fd, nonce)
             exit_now(0)
         if deny and event.startswith(denied):

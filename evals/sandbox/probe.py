@@ -25,7 +25,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +55,6 @@ class Mechanism:
         return f"landlock(abi {self.landlock_abi})+seccomp" + (
             "+netns" if self.netns_prefix else ""
         )
-
-
-def packages() -> list[str]:
-    """The directories the child imports landlockpy and seccompy from (it runs with -I -S)."""
-    import landlockpy
-    import seccompy
-
-    return sorted({str(Path(m.__file__ or "").parent.parent) for m in (landlockpy, seccompy)})
 
 
 def landlock_abi() -> int:
