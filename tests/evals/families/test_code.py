@@ -335,3 +335,25 @@ def test_code_is_refused_not_scored_where_no_mechanism_exists(
     finally:
         monkeypatch.undo()
         sandbox._smoke_failure.cache_clear()
+
+
+def test_a_candidate_reaching_check_through_frames_cannot_keep_its_patches(
+    problems: dict,
+) -> None:
+    # Right on the first call, after rebinding `abs` in check's own builtins (two frames up:
+    # the guard, then check); wrong after. check's namespace is put back after every call, so
+    # the second assertion still compares with the real `abs`.
+    problem = problems["HumanEval/4"]
+    code = (
+        "import sys\n"
+        "calls = []\n"
+        f"def {problem['entry_point']}(numbers):\n"
+        "    calls.append(1)\n"
+        "    sys._getframe(2).f_globals['__builtins__']['abs'] = lambda x: 0\n"
+        "    if len(calls) == 1:\n"
+        "        mean = sum(numbers) / len(numbers)\n"
+        "        return sum(abs(x - mean) for x in numbers) / len(numbers)\n"
+        "    return 12345.0\n"
+    )
+    verdict = family.score_tests(family._humaneval_item(problem), _fenced(code))
+    assert verdict.outcome == "wrong" and "AssertionError" in verdict.detail, verdict
