@@ -300,3 +300,26 @@ def test_signals_are_refused_by_seccomp_where_landlock_cannot_scope_them(
     monkeypatch.setattr(sandbox.probe, "chosen", lambda: older)
     result = run_python(program, FAST)
     assert result.status == "failed" and "Operation not permitted" in result.stderr
+
+
+def test_refused_when_the_confined_child_does_not_come_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The kernel says yes, but the confined child never proves it ran (twice): refused, with
+    # the child's own last words.
+    crashed = sandbox.Result("failed", 1, "", "OSError: sandbox: seccomp failed: EINVAL", "x")
+    monkeypatch.setattr(sandbox, "_spawn", lambda *a: crashed)
+    sandbox._smoke_failure.cache_clear()
+    try:
+        reason = sandbox.refused()
+        assert reason == (
+            "sandbox refused: the confined child did not start "
+            "(OSError: sandbox: seccomp failed: EINVAL)"
+        )
+        assert isolation() == "refused"
+        with pytest.raises(SandboxRefused, match="did not start"):
+            run_check("def f():\n    return 1\n", CHECK_F, "f", FAST)
+    finally:
+        monkeypatch.undo()
+        sandbox._smoke_failure.cache_clear()
+    assert sandbox.refused() is None
