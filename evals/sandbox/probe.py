@@ -19,6 +19,7 @@ seccomp, code is not run: `refused` says why, and every code item is recorded as
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import shutil
 import subprocess
@@ -34,10 +35,16 @@ class Mechanism:
     landlock_abi: int  # 0: none
     seccomp: bool
     netns_prefix: tuple[str, ...]  # empty: no network namespace
+    packages: bool = True  # landlockpy and seccompy importable
 
     @property
     def refused(self) -> str | None:
         """Why code cannot run here, or None when it can."""
+        if not self.packages:
+            return (
+                "sandbox refused: the landlockpy and seccompy packages are not installed "
+                "(pip install 'plumbline[evals]')"
+            )
         missing = []
         if not self.landlock_abi:
             missing.append("Landlock (kernel 5.13+ with landlock in the LSM list)")
@@ -55,6 +62,10 @@ class Mechanism:
         return f"landlock(abi {self.landlock_abi})+seccomp" + (
             "+netns" if self.netns_prefix else ""
         )
+
+
+def packages_installed() -> bool:
+    return all(importlib.util.find_spec(name) for name in ("landlockpy", "seccompy"))
 
 
 def landlock_abi() -> int:
@@ -98,7 +109,9 @@ def netns_prefix() -> tuple[str, ...]:
 @cache
 def chosen() -> Mechanism:
     """The mechanism for this process's lifetime, probed on first use and logged once."""
-    mechanism = Mechanism(landlock_abi(), seccomp_available(), netns_prefix())
+    mechanism = Mechanism(
+        landlock_abi(), seccomp_available(), netns_prefix(), packages=packages_installed()
+    )
     if mechanism.refused:
         log.warning("code sandbox: %s; code items will be refused", mechanism.refused)
     else:

@@ -283,7 +283,13 @@ def test_refused_when_the_probe_finds_no_mechanism(monkeypatch: pytest.MonkeyPat
     assert mechanism().name == isolation() != "refused"
 
 
-def test_refused_when_only_one_layer_is_there(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refused_when_the_packages_are_missing() -> None:
+    bare = sandbox.probe.Mechanism(landlock_abi=7, seccomp=True, netns_prefix=(), packages=False)
+    assert bare.refused and "landlockpy and seccompy packages are not installed" in bare.refused
+    assert sandbox.probe.packages_installed()
+
+
+def test_refused_when_only_one_layer_is_there() -> None:
     half = sandbox.probe.Mechanism(landlock_abi=7, seccomp=False, netns_prefix=())
     assert half.refused and "no seccomp" in half.refused and "Landlock" not in half.refused
     half = sandbox.probe.Mechanism(landlock_abi=0, seccomp=True, netns_prefix=("unshare",))
