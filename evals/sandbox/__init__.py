@@ -7,7 +7,7 @@ stdout/stderr to files) that confines itself before the code runs:
     limits      RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_CORE, soft = hard, and a
                 wall-clock timeout after which the process group is killed (a timeout is a fail)
     kernel      Landlock + seccomp (+ a network namespace where allowed): see `probe.py` for
-                what each holds and the chain; with neither, code is refused (`SandboxRefused`)
+                what each holds and the chain; without both, code is refused (`SandboxRefused`)
     proof       a pass is a random nonce, made here and handed over a pipe, that the child writes
                 back on a second pipe only after the code returned normally (`run_python`) or
                 the dataset's `check(candidate)` returned (`run_check`) — never the exit status,
@@ -126,44 +126,64 @@ def _run(files: dict[str, str], config: dict[str, object], limits: Limits) -> Re
 
 def _spawn(files: dict[str, str], config: dict[str, object], limits: Limits) -> Result:
     chosen = mechanism()
-    nonce = secrets.token_hex(32)
+    nonce = secrets.token_hex(32).encode()
     nonce_r, nonce_w = os.pipe()
     proof_r, proof_w = os.pipe()
-    os.write(nonce_w, nonce.encode())
-    os.close(nonce_w)
-    with tempfile.TemporaryDirectory(prefix="plumbline-sandbox-") as tmp:
-        work = Path(tmp)
-        for name, text in files.items():
-            (work / name).write_text(text, encoding="utf-8")
-        from evals.sandbox import policy  # needs landlockpy/seccompy, which the probe found
-
-        rules = policy.ruleset(work)
-        child_config = {
-            **config,
-            **_rlimits(limits),
-            "nonce_fd": nonce_r,
-            "proof_fd": proof_w,
-            "landlock_fd": rules.fileno(),
-        }
-        lines = "".join(f"{key}={value}\n" for key, value in child_config.items())
-        (work / "config.txt").write_text(lines, encoding="utf-8")
-        (work / "filter.bpf").write_bytes(policy.seccomp_program(chosen.landlock_abi >= 6))
+    pending = [nonce_r, proof_r, proof_w]  # the descriptors still ours to close
+    try:
         try:
-            fds = (nonce_r, proof_w, rules.fileno())
-            returncode = _wait(work, chosen.netns_prefix, fds, limits)
+            os.write(nonce_w, nonce)
         finally:
-            rules.close()
-            os.close(nonce_r)
-            os.close(proof_w)
-        proof = _read_all(proof_r)
-        stdout, stderr = (_tail(work / name) for name in ("stdout", "stderr"))
-    if proof == nonce.encode():
+            os.close(nonce_w)  # the child reads the nonce to its end
+        with tempfile.TemporaryDirectory(prefix="plumbline-sandbox-") as tmp:
+            work = Path(tmp)
+            returncode = _start(work, files, config, limits, chosen, (nonce_r, proof_w))
+            for fd in (nonce_r, proof_w):  # the child's copies are all that is left
+                pending.remove(fd)
+                os.close(fd)
+            pending.remove(proof_r)
+            proof = _read_all(proof_r)
+            stdout, stderr = (_tail(work / name) for name in ("stdout", "stderr"))
+    finally:
+        for fd in pending:
+            os.close(fd)
+    if proof == nonce:
         status: Status = "passed"
     elif returncode is None or returncode in (-signal.SIGXCPU, -signal.SIGKILL):
         status = "timeout"
     else:
         status = "failed"
     return Result(status, returncode, stdout, stderr, chosen.name)
+
+
+def _start(
+    work: Path,
+    files: dict[str, str],
+    config: dict[str, object],
+    limits: Limits,
+    chosen: probe.Mechanism,
+    pipes: tuple[int, int],
+) -> int | None:
+    """Write the run's files, build its Landlock ruleset, run the child to its end."""
+    from evals.sandbox import policy  # needs landlockpy/seccompy, which the probe found
+
+    for name, text in files.items():
+        (work / name).write_text(text, encoding="utf-8")
+    (work / "filter.bpf").write_bytes(policy.seccomp_program(chosen.landlock_abi >= 6))
+    rules = policy.ruleset(work)
+    try:
+        child_config = {
+            **config,
+            **_rlimits(limits),
+            "nonce_fd": pipes[0],
+            "proof_fd": pipes[1],
+            "landlock_fd": rules.fileno(),
+        }
+        lines = "".join(f"{key}={value}\n" for key, value in child_config.items())
+        (work / "config.txt").write_text(lines, encoding="utf-8")
+        return _wait(work, chosen.netns_prefix, (*pipes, rules.fileno()), limits)
+    finally:
+        rules.close()
 
 
 def _wait(work: Path, prefix: tuple[str, ...], fds: tuple[int, ...], limits: Limits) -> int | None:

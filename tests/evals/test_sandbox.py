@@ -1,9 +1,18 @@
+import os
 from pathlib import Path
 
 import pytest
 
 from evals import sandbox
-from evals.sandbox import Limits, SandboxRefused, isolation, mechanism, run_check, run_python
+from evals.sandbox import (
+    Limits,
+    SandboxRefused,
+    isolation,
+    mechanism,
+    policy,
+    run_check,
+    run_python,
+)
 
 FAST = Limits(cpu_seconds=2, wall_seconds=5, memory_bytes=256 << 20, file_bytes=1 << 20)
 
@@ -329,3 +338,18 @@ def test_refused_when_the_confined_child_does_not_come_back(
         monkeypatch.undo()
         sandbox._smoke_failure.cache_clear()
     assert sandbox.refused() is None
+
+
+def test_no_descriptor_is_left_open_by_a_run_that_passes_fails_or_breaks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    run_python("pass", FAST)
+    run_python("import os\nos._exit(3)", FAST)
+    monkeypatch.setattr(policy, "ruleset", lambda work: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        run_python("pass", FAST)
+    assert open_fds() == before
