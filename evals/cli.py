@@ -97,6 +97,8 @@ def run_cmd(
             raise typer.BadParameter(str(e)) from None
         meta, results = runner.load_run(run_dir)
         typer.echo(f"run {meta['run']}: {len(results)} results in {run_dir}")
+        sandboxed = meta.get("sandbox") or {}  # runs from before the sandbox was reported lack it
+        typer.echo(f"code sandbox: {sandboxed.get('refused') or sandboxed.get('isolation')}")
         if store is not None:
             store.write_eval_results([r.to_dict() for r in results], time.time())
             typer.echo(f"kept in the store: eval report {meta['run']} --from-store")

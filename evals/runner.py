@@ -39,7 +39,7 @@ import orjson
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from evals import families
+from evals import families, sandbox
 from evals.item import Item, Reply, items_digest
 from evals.result import ItemResult, error_class_of, read_results
 from evals.suite import build_items
@@ -220,7 +220,7 @@ class Runner:
             return ItemResult(
                 **answered,
                 outcome="error",
-                error_class="scorer",
+                error_class=getattr(e, "error_class", "scorer"),  # e.g. sandbox_refused
                 error=f"{type(e).__name__}: {e}"[:500],
             )
         return ItemResult(
@@ -278,6 +278,8 @@ class Runner:
             "window": window,
             "max_tokens": spec.max_tokens,
             "timeout_s": spec.timeout_s,
+            # What code items run under here (or why they are refused), see docs/sandbox.md.
+            "sandbox": sandbox.describe(),
             "started": time.time(),
         }
         self._write_meta(meta)

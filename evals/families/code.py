@@ -14,9 +14,14 @@ Answer format: one fenced ```python block (the last block that defines the funct
 without fences, the whole answer if it has a line of Python (prose alone is unparsed). Reasoning
 is never searched for code, and an unterminated `<think>` block is unanswered.
 
-Scorer `code_tests`: program = the problem's prompt (its imports and helpers), the model's code,
-the tests; run by `evals.sandbox.run_python`. Exit status 0 is correct; a failure, a crash or
-running out of time (CPU or wall clock) is wrong.
+Scorer `code_tests`: the answer (the problem's prompt, its imports and helpers, then the model's
+code) and the tests (the prompt's helpers and the dataset's `check(candidate)`) run confined by
+`evals.sandbox.run_check`, in separate namespaces. Correct only when the sandbox's proof comes
+back (a nonce the harness writes after `check` returned: an early exit of any kind is a fail,
+never "exit status 0"), and only plain built-in values may come back from the candidate (an
+always-equal object is refused). A failure, a crash or running out of time (CPU or wall clock)
+is wrong; where the machine has no isolation mechanism the item is refused (an `error` of class
+`sandbox_refused`), see docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any
 import orjson
 
 from evals.item import Item, Reply, Verdict
-from evals.sandbox import Limits, run_python
+from evals.sandbox import Limits, run_check
 
 NAME = "code"
 DEFAULT_N = 100
@@ -298,16 +303,33 @@ def extract_code(reply: Reply) -> str | None:
 
 
 def program(item: Item, code: str) -> str:
-    """Prompt (imports, helpers, the stub), then the model's code, then the tests."""
+    """What the sandbox runs as the answer: the prompt (imports, helpers, the stub), then the
+    model's code."""
+    return f"{item.answer['prefix']}\n\n{code}\n"
+
+
+def check_source(item: Item) -> str:
+    """The tests as a `check(candidate)` the sandbox calls on the guarded candidate, in a
+    namespace of their own (where the entry point's name is the guarded candidate too): the
+    prompt's helpers, then HumanEval's own `check` (its trailing `check(entry)` call dropped),
+    or a generated task's assertions as the body of a `check`."""
     answer = item.answer
-    return f"{answer['prefix']}\n\n{code}\n\n{answer['tests']}"
+    tests, call = answer["tests"].rstrip(), f"check({answer['entry_point']})"
+    if tests.endswith(call):
+        body = tests[: -len(call)]
+    else:
+        lines = "".join(f"    {line}\n" for line in tests.splitlines() if line.strip())
+        body = f"def check(candidate):\n{lines}"
+    return f"{answer['prefix']}\n\n{body}\n"
 
 
 def score_tests(item: Item, reply: Reply) -> Verdict:
+    """Correct only with the sandbox's proof that `check` returned; a refused sandbox raises
+    `SandboxRefused` (the runner records an error of that class, neither right nor wrong)."""
     code = extract_code(reply)
     if code is None:
         return Verdict("unparsed", "no code in the answer")
-    result = run_python(program(item, code), LIMITS)
+    result = run_check(program(item, code), check_source(item), item.answer["entry_point"], LIMITS)
     if result.passed:
         return Verdict("correct", result.isolation, code)
     detail = "execution timeout" if result.status == "timeout" else _last_line(result.stderr)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from evals.runner import load_run
+from evals.sandbox import isolation
 from gateway import cli
 from gateway.fakes.upstream import running_fake
 from tests.evals.test_dataset import write
@@ -34,6 +35,7 @@ def test_a_run_by_hand_is_kept_in_the_store_with_keep(tmp_path: Path) -> None:
     assert ran.exit_code == 0, ran.output
     [folder] = [p for p in runs.iterdir() if p.is_dir()]
     assert f"eval report {folder.name} --from-store" in ran.output
+    assert f"code sandbox: {isolation()}" in ran.output  # what code items ran under
     shutil.rmtree(folder)
     out = tmp_path / "report"
     report = ["eval", "report", folder.name, "--from-store", "--config", str(config)]

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from evals import runner
+from evals import runner, sandbox
 from evals.report import write_report
 from evals.stats import by_family, summarise
 from evals.suite import SUITES
@@ -225,3 +225,31 @@ def test_a_self_hosted_arm_is_priced_by_its_node_hours(tmp_path: Path) -> None:
     # The node's share: its busy hours (at most the items' summed latency) at $72 per hour.
     total = float(gpu_row.split(" | ")[2])
     assert 0 < total <= sum(r.latency_s or 0 for r in gpu_items) / 3600 * 72 + 1e-4
+
+
+def test_code_items_are_refused_not_scored_without_a_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the probe finds no isolation mechanism, every item that would run code is an
+    `error` of class `sandbox_refused` (neither right nor wrong), and the run's metadata says
+    why; with the mechanism, the metadata names it."""
+    none = sandbox.probe.Mechanism(landlock_abi=0, seccomp=False, netns_prefix=())
+    monkeypatch.setattr(sandbox.probe, "chosen", lambda: none)
+    sandbox._smoke_failure.cache_clear()
+    answer = "def f(x): return x"  # the fake answers with the words of its text
+    try:
+        with (
+            running_fake(text=answer) as fake,
+            running_gateway(gateway_for(ok=fake.base_url)) as url,
+        ):
+            path = runner.run(spec(url, ["ok"], tmp_path, run_id="refused"), show_progress=False)
+    finally:
+        monkeypatch.undo()
+        sandbox._smoke_failure.cache_clear()
+    meta, results = runner.load_run(path)
+    code = [r for r in results if r.family == "code"]
+    assert code and {(r.outcome, r.error_class) for r in code} == {("error", "sandbox_refused")}
+    assert all(r.error and "no Landlock" in r.error for r in code)
+    assert meta["sandbox"]["isolation"] == "refused"
+    assert "no Landlock" in meta["sandbox"]["refused"]
+    assert sandbox.describe() == {"isolation": sandbox.isolation(), "refused": None}

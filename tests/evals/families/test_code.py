@@ -1,7 +1,9 @@
 import re
+from pathlib import Path
 
 import pytest
 
+from evals import sandbox
 from evals.families import code as family
 from evals.item import Item, Reply, items_digest
 from evals.sandbox import Limits
@@ -183,3 +185,175 @@ def test_every_generated_task_is_solvable_from_its_specification(items: list[Ite
         solution = SOLUTIONS[item.meta["task"]](item.meta["params"])
         verdict = family.score_tests(item, _fenced(solution))
         assert verdict.correct, (item.id, verdict.detail, solution)
+
+
+# ----------------------------------------------------------------------------- the tricks
+# Constructed answers that must never score correct (an outside check found the first two
+# passing every HumanEval item), on a fixed sample of items; the canonical solutions of a
+# larger fixed sample must still pass (bench/sandbox_humaneval.py runs all 164).
+
+SAMPLE = slice(0, 164, 6)  # 28 HumanEval items, fixed
+TRICK_ITEMS = slice(0, 164, 41)  # 4 items
+
+
+def _humaneval(problems: dict, which: slice) -> list[tuple[Item, dict]]:
+    chosen = list(problems.values())[which]
+    return [(family._humaneval_item(p), p) for p in chosen]
+
+
+def test_canonical_solutions_of_a_fixed_sample_pass(problems: dict) -> None:
+    for item, problem in _humaneval(problems, SAMPLE):
+        verdict = family.score_tests(
+            item, _fenced(problem["prompt"] + problem["canonical_solution"])
+        )
+        assert verdict.correct, (item.id, verdict.detail)
+        assert verdict.detail == sandbox.isolation()
+
+
+ALWAYS_EQUAL = """
+class Same:
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __hash__(self): return 0
+    def __bool__(self): return True
+    def __lt__(self, other): return False
+    def __gt__(self, other): return False
+    def __abs__(self): return 0
+    def __sub__(self, other): return self
+    __rsub__ = __sub__
+    def __len__(self): return 0
+    def __iter__(self): return iter(())
+    def __getitem__(self, key): return self
+"""
+
+EXITS = {
+    "sys.exit(0)": "import sys\n{head}    sys.exit(0)\nsys.exit(0)\n",
+    "os._exit(0)": "import os\n{head}    os._exit(0)\nos._exit(0)\n",
+    "raise SystemExit": "{head}    raise SystemExit\nraise SystemExit\n",
+    "sys.exit in the body": "import sys\n{head}    sys.exit(0)\n",
+    "os._exit in the body": "import os\n{head}    os._exit(0)\n",
+    "SystemExit in the body": "{head}    raise SystemExit(0)\n",
+    "kill itself": "import os, signal\n{head}    os.kill(os.getpid(), signal.SIGKILL)\n",
+}
+EQUALS = {
+    "always-equal object": ALWAYS_EQUAL + "{head}    return Same()\n",
+    "always-equal in a list": ALWAYS_EQUAL + "{head}    return [Same()]\n",
+    "int subclass": "class I(int):\n    def __eq__(s, o): return True\n{head}    return I(0)\n",
+    "str subclass": "class S(str):\n    def __eq__(s, o): return True\n{head}    return S()\n",
+    "list subclass": "class L(list):\n    def __eq__(s, o): return True\n{head}    return L()\n",
+    "float subclass": "class F(float):\n    def __eq__(s, o): return True\n"
+    "    def __sub__(s, o): return 0.0\n{head}    return F()\n",
+    "a metaclass": "class M(type):\n    def __eq__(c, o): return True\n"
+    "    __hash__ = type.__hash__\n"
+    "class T(metaclass=M):\n    def __eq__(s, o): return True\n{head}    return T()\n",
+}
+
+
+@pytest.mark.parametrize("trick", [*EXITS, *EQUALS])
+def test_exits_and_always_equal_objects_never_pass(trick: str, problems: dict) -> None:
+    template = {**EXITS, **EQUALS}[trick]
+    for item, problem in _humaneval(problems, TRICK_ITEMS):
+        code = template.format(head=f"def {problem['entry_point']}(*args, **kwargs):\n")
+        verdict = family.score_tests(item, _fenced(code))
+        assert verdict.outcome == "wrong", (trick, item.id, verdict)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "import builtins\nbuiltins.abs = lambda x: 0\n",
+        "import builtins\nbuiltins.AssertionError = type('E', (Exception,), {})\n",
+        "import math\nmath.fabs = lambda x: 0.0\nmath.isclose = lambda *a, **k: True\n",
+        "import sys\nsys.modules['__main__'].__dict__.clear()\n",
+    ],
+)
+def test_patching_what_the_tests_use_does_not_help(patch: str, problems: dict) -> None:
+    # mean_absolute_deviation's check is `abs(candidate(x) - y) < 1e-6`; find_zero's uses
+    # math.fabs. Both patches made a wrong answer pass the sandbox that ran one program.
+    for task in ("HumanEval/4", "HumanEval/32"):
+        problem = problems[task]
+        item = family._humaneval_item(problem)
+        head = f"def {problem['entry_point']}(*args):\n"
+        in_body = "".join(f"    {line}\n" for line in patch.splitlines())
+        for code in (f"{patch}{head}    return 12345.0\n", f"{head}{in_body}    return 12345.0\n"):
+            verdict = family.score_tests(item, _fenced(code))
+            assert verdict.outcome == "wrong", (task, code, verdict)
+
+
+def _with_side_effect(problem: dict, effect: str, guarded: bool) -> str:
+    solution = problem["prompt"] + problem["canonical_solution"]
+    if guarded:  # a correct answer that also tries the effect and swallows the refusal
+        effect = "try:\n" + "".join(f"    {line}\n" for line in effect.splitlines())
+        effect += "except BaseException:\n    pass\n"
+    return effect + "\n" + solution
+
+
+def test_side_effects_from_an_answer_do_not_happen(problems: dict, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    marker = tmp_path / "marker"
+    effects = {
+        "write": f"open({str(marker)!r}, 'w').write('x')",
+        "delete": f"import os\nos.remove({str(victim)!r})",
+        "audit hook off, then a shell": "import sys\nsys.modules['__main__']._DENIED = ()\n"
+        f"import os\nassert os.system('touch {marker}') == 0",
+        "ctypes system()": "import ctypes\n"
+        f"assert ctypes.CDLL(None).system(b'touch {marker}') == 0",
+        "subprocess shell": "import subprocess\n"
+        f"subprocess.run('touch {marker}', shell=True, check=True)",
+        "socket": "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)",
+        "ctypes connect()": "import ctypes, struct\nlibc = ctypes.CDLL(None)\n"
+        "fd = libc.socket(2, 1, 0)\naddr = struct.pack('=HH4s8x', 2, 0x3500, bytes([1, 1, 1, 1]))\n"
+        "assert libc.connect(fd, addr, len(addr)) == 0",
+        "fork bomb": "import os\nwhile True:\n    os.fork()",
+        "memory hog": "x = []\nwhile True:\n    x.append(bytearray(1 << 26))",
+    }
+    item, problem = _humaneval(problems, TRICK_ITEMS)[0]
+    for name, effect in effects.items():
+        assert (
+            family.score_tests(item, _fenced(_with_side_effect(problem, effect, False))).outcome
+            == "wrong"
+        ), name
+        family.score_tests(item, _fenced(_with_side_effect(problem, effect, True)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["victim.txt"]
+    assert victim.read_text() == "keep"
+
+
+def test_code_is_refused_not_scored_where_no_mechanism_exists(
+    items: list[Item], problems: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    item = items[0]
+    problem = problems[item.meta["task_id"]]
+    none = sandbox.probe.Mechanism(landlock_abi=0, seccomp=False, netns_prefix=())
+    monkeypatch.setattr(sandbox.probe, "chosen", lambda: none)
+    sandbox._smoke_failure.cache_clear()
+    try:
+        with pytest.raises(sandbox.SandboxRefused, match="no Landlock"):
+            family.score_tests(item, _fenced(problem["prompt"] + problem["canonical_solution"]))
+        # No code, nothing to run: still unparsed, not refused.
+        assert family.score_tests(item, Reply("no code here")).outcome == "unparsed"
+    finally:
+        monkeypatch.undo()
+        sandbox._smoke_failure.cache_clear()
+
+
+def test_a_candidate_reaching_check_through_frames_cannot_keep_its_patches(
+    problems: dict,
+) -> None:
+    # Right on the first call, after rebinding `abs` in check's own builtins (two frames up:
+    # the guard, then check); wrong after. check's namespace is put back after every call, so
+    # the second assertion still compares with the real `abs`.
+    problem = problems["HumanEval/4"]
+    code = (
+        "import sys\n"
+        "calls = []\n"
+        f"def {problem['entry_point']}(numbers):\n"
+        "    calls.append(1)\n"
+        "    sys._getframe(2).f_globals['__builtins__']['abs'] = lambda x: 0\n"
+        "    if len(calls) == 1:\n"
+        "        mean = sum(numbers) / len(numbers)\n"
+        "        return sum(abs(x - mean) for x in numbers) / len(numbers)\n"
+        "    return 12345.0\n"
+    )
+    verdict = family.score_tests(family._humaneval_item(problem), _fenced(code))
+    assert verdict.outcome == "wrong" and "AssertionError" in verdict.detail, verdict
