@@ -139,4 +139,6 @@ class MessagesTranslator(ChatStream):
     def _failed(self, error: dict[str, Any]) -> list[bytes]:
         self._ended = True
         message = error.get("message") or "the upstream failed mid-stream"
-        return [sse("error", {"type": "error", "error": {"type": "api_error", "message": message}})]
+        # A gateway that is shutting down is "overloaded" in Anthropic's words (its 529).
+        kind = "overloaded_error" if error.get("type") == "service_unavailable" else "api_error"
+        return [sse("error", {"type": "error", "error": {"type": kind, "message": message}})]
