@@ -167,9 +167,13 @@ def test_responses_stream_cut_cleanly_fails_the_response(upstream: ScriptedUpstr
     app = create_app(gateway(upstream.base_url), sinks=[sink], record=False)
     with serving_server(app) as (root, _):
         client = openai.OpenAI(base_url=f"{root}/v1", api_key="-", max_retries=0)
-        kinds = [e.type for e in client.responses.create(model="smol", input="hi", stream=True)]
+        events = list(client.responses.create(model="smol", input="hi", stream=True))
+    kinds = [e.type for e in events]
     assert kinds[-2:] == ["error", "response.failed"]
     assert "response.completed" not in kinds
+    failed = events[-1].response  # what was said before the cut, marked unfinished
+    assert failed.status == "failed" and failed.output[0].status == "incomplete"
+    assert failed.output_text == "Hello"
     assert_cut(sink.records[0])
 
 
@@ -261,6 +265,44 @@ def test_upstream_cut_rate_in_the_cost_report(upstream: ScriptedUpstream, tmp_pa
     [row] = cost_rows(cfg, usage, economics(cfg, usage, {}))
     assert row.upstream_cut_rate == 0.5 and row.error_rate == 0.5
     store.close()
+
+
+def test_an_error_event_mid_stream_is_recorded_as_the_upstreams(upstream: ScriptedUpstream) -> None:
+    """An error the upstream reports inside a stream still open, after its first event: the
+    client is told what it said, the record keeps its class and status (not those of the
+    connection the gateway then closes)."""
+    failure = b'data: {"error":{"message":"engine overloaded","code":503}}\n\n'
+    first, kept_open = threading.Event(), threading.Event()
+    upstream.script(held([chunk("Hello")], first, [failure]))
+    upstream.answers[0].parts.insert(-1, kept_open)  # the error, then no end until released
+    sink = ListSink()
+    app = create_app(gateway(upstream.base_url), sinks=[sink], record=False)
+    lines: list[str] = []
+    try:
+        with (
+            serving_server(app) as (root, _),
+            httpx.stream(
+                "POST",
+                f"{root}/v1/chat/completions",
+                json={"model": "smol", "messages": HELLO, "stream": True},
+                timeout=20,
+            ) as resp,
+        ):
+            for line in resp.iter_lines():
+                lines.append(line)
+                if "Hello" in line:
+                    first.set()  # the error event comes in a block of its own
+            kept_open.set()
+    finally:
+        first.set()
+        kept_open.set()
+    error = data_events("\n".join(lines))[-1]["error"]
+    assert (
+        "upstream a: upstream reported an error mid-stream: engine overloaded" in error["message"]
+    )
+    [record] = sink.records
+    assert (record.status, record.error_class) == (503, "UpstreamStreamError")
+    assert record.finish_reason == "error" and not record.truncated
 
 
 # ---- stream_head = "at_once": a bad first event ----------------------------------------------
