@@ -32,6 +32,7 @@ from gateway.ledger.spool import RecordQueue
 from gateway.ledger.store import Store
 from gateway.ledger.truncation import cause
 from tests.gateway.scripted import (
+    Answer,
     ScriptedUpstream,
     chunk,
     held,
@@ -380,3 +381,34 @@ def test_a_stream_ended_by_the_shutdown_limit_gets_an_error_and_says_so(
     [record] = sink.records
     assert record.status == 503 and record.error_class == "GatewayShutdown"
     assert record.finish_reason is None and record.chunks >= 1
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_a_request_the_shutdown_limit_ends_before_its_answer_gets_a_503(
+    upstream: ScriptedUpstream, stream: bool
+) -> None:
+    """The upstream has not answered when the limit comes: the client gets a 503 saying the
+    gateway is shutting down (not uvicorn's bare 500), its record says the same."""
+    release = threading.Event()
+    upstream.script(Answer([release, *sse([chunk("late", finish="stop"), DONE]).parts]))
+    sink = ListSink()
+    app = create_app(gateway(upstream.base_url), sinks=[sink], record=False)
+    replies: list[httpx.Response] = []
+    try:
+        with serving_server(app, timeout_graceful_shutdown=0.5) as (root, srv):
+            asking = threading.Thread(
+                target=lambda: replies.append(
+                    post(root, "/chat/completions", {"messages": HELLO, "stream": stream})
+                )
+            )
+            asking.start()
+            wait_for(lambda: len(upstream.requests) == 1)
+            srv.should_exit = True
+            asking.join(20)
+    finally:
+        release.set()
+    [resp] = replies
+    assert resp.status_code == 503
+    assert resp.json()["error"]["code"] == "gateway_shutdown"
+    [record] = sink.records
+    assert (record.status, record.error_class) == (503, "GatewayShutdown")
