@@ -36,11 +36,12 @@ def ids_of(scope: Scope) -> tuple[str, str]:
     ids: tuple[str, str] | None = scope.get(SCOPE_KEY)
     if ids is None:
         own = new_id()
-        echo = own
+        sent = None
         for name, value in scope.get("headers") or ():
-            if name == _ECHO_BYTES and _USABLE.fullmatch(value):
-                echo = value.decode("ascii")
-        ids = scope[SCOPE_KEY] = (own, echo)
+            if name == _ECHO_BYTES:
+                sent = value  # of a repeated header the last, as `headers_of` reads them
+        usable = sent is not None and _USABLE.fullmatch(sent) is not None
+        ids = scope[SCOPE_KEY] = (own, sent.decode("ascii") if usable and sent else own)
     return ids
 
 

@@ -174,11 +174,13 @@ class StreamRelay(Response):
             heartbeats = getattr(self.translator, "heartbeats", None)
             if heartbeats is not None and not self.ended.done():
                 beat = loop.create_task(heartbeats(self._beat))
-            await asyncio.shield(self.ended)  # a cancellation leaves it to `_stopped` to settle
+            await self.ended
             await self.outlet.drained()
         except asyncio.CancelledError:
-            if self.gone or self.closed or self.ended.done():
+            if self.gone or self.closed or (self.ended.done() and not self.ended.cancelled()):
                 raise
+            # A cancellation while awaiting `ended` cancelled it: that is no end of the stream.
+            self.ended = loop.create_future()
             # The server's graceful shutdown ran out of time (a client that leaves is noticed by
             # `_watch`): the stream ends with an error event, its record says why.
             self._stopped()
