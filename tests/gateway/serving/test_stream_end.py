@@ -248,6 +248,22 @@ def test_a_stream_the_upstream_finished_is_complete_in_every_framing(
     assert [r.finish_reason for r in sink.records] == ["stop", "stop", None, "length"]
 
 
+def test_messages_door_ends_a_finished_stream_as_the_record_does(
+    upstream: ScriptedUpstream,
+) -> None:
+    """[DONE] without a finish reason is the upstream saying it finished: the Messages door says
+    `end_turn`, as the record says 200 (not an error the record does not know of)."""
+    upstream.script(sse([chunk("Hi"), DONE], "http10"))
+    sink = ListSink()
+    app = create_app(gateway(upstream.base_url), sinks=[sink], record=False)
+    with serving_server(app) as (root, _):
+        resp = post(root, "/messages", {"max_tokens": 64, "messages": HELLO, "stream": True})
+    kinds = [line[7:] for line in resp.text.splitlines() if line.startswith("event: ")]
+    assert kinds[-2:] == ["message_delta", "message_stop"] and "error" not in kinds
+    assert data_events(resp.text)[-2]["delta"]["stop_reason"] == "end_turn"
+    assert (sink.records[0].status, sink.records[0].error_class) == (200, None)
+
+
 def test_upstream_cut_rate_in_the_cost_report(upstream: ScriptedUpstream, tmp_path: Path) -> None:
     """Two streams, one cut: the stored rows give an upstream cut rate of one half."""
     upstream.script(
