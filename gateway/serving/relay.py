@@ -56,7 +56,7 @@ class Relay:
         price: Callable[[Record], None],
         finish: Callable[[Record], None],
         ttft_s: float | None = None,
-        redact: Callable[[str], str] = str,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.open = open  # dispatch: the opened upstream response, or an error before it
         self.profile_for = profile_for
@@ -67,7 +67,7 @@ class Relay:
         self.price = price  # the record's cost
         self.finish = finish  # the record to every sink; never raises
         self.ttft_s = ttft_s  # a stream's wait for its first event, once its head has gone
-        self.redact = redact  # upstream error text, before a client sees it
+        self.redact = redact  # upstream error text, before a client sees it (the relay's own)
 
     async def respond(
         self, call: Call, disconnected: Callable[[], Awaitable[None]] | None = None

@@ -32,6 +32,7 @@ from gateway.errors import (
     WireError,
 )
 from gateway.serving.outlet import Outlet
+from gateway.serving.redaction import Redactor
 from gateway.serving.upstream import Opened
 
 if TYPE_CHECKING:
@@ -79,14 +80,15 @@ class StreamRelay(Response):
         silence: Silence,
         done: Callable[[], None],
         ttft_s: float | None = None,
-        redact: Callable[[str], str] = str,
+        redact: Callable[[str], str] | None = None,
     ):
         """`taps`: a tap for an upstream (and whether it is relayed natively); `headers`: the
         gateway's headers for an opened stream. `done`: the answer has ended and the upstream is
         freed, called once: the record is complete (the relay hands it on). `ttft_s`: how long
         the first event may take when dispatch did not wait for it (`stream_head = "at_once"`);
         the silence limit if None. `redact`: what upstream error text goes through before the
-        client sees it (`gateway/serving/redaction.py`)."""
+        client sees it (`gateway/serving/redaction.py`: the config's; by default the patterns
+        alone)."""
         self.status_code = 200
         self.background = None
         self.call = call
@@ -96,7 +98,7 @@ class StreamRelay(Response):
         self.silence = silence
         self.done = done
         self.ttft_s = silence.limit_s if ttft_s is None else ttft_s
-        self.redact = redact
+        self.redact = redact or Redactor().text
         # `prepare`'s tap, and the attempt it was made for (its upstream, relayed natively).
         self.prepared: tuple[str, bool, StreamTap | ResponsesStreamTap] | None = None
         self.translator: Translator | None = None
