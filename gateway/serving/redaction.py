@@ -15,7 +15,9 @@ stream) reaches the client's error body, the stored contents and the log only th
     inside a longer encoded string), hex
     URLs (any scheme)                           [url]
     each configured upstream's host, and any    [host]
-    dotted host name (`gpu-7.internal.corp:9000`)
+    dotted host name (`gpu-7.internal.corp:9000`;
+    not a parameter's path with an index, nor a
+    Python name ending in a class: `_host`)
     IPv4 and IPv6 addresses, with their port    [address]
     absolute paths of two or more segments      [path]
     anything shaped like a credential           [redacted]
@@ -76,6 +78,20 @@ def _ipv6(match: re.Match[str]) -> str:
     if "::" in found or found.count(":") >= 5 or re.search(r"[A-Fa-f]", found):
         return "[address]"
     return found
+
+
+def _host(match: re.Match[str]) -> str:
+    """A dotted name is a host unless it reads as something else: a parameter's path with an
+    index (`tools.0.function.name`) or a Python name ending in a class (`torch.cuda.OutOfMemory
+    Error`). With a port it is a host whatever it reads as."""
+    found = match.group(0)
+    name, port, _ = found.partition(":")
+    if not port:
+        labels = name.split(".")
+        last = labels[-1]
+        if any(label.isdigit() for label in labels) or last not in (last.lower(), last.upper()):
+            return found
+    return "[host]"
 
 
 def base64_cores(secret: bytes) -> set[str]:
@@ -188,7 +204,7 @@ class Redactor:
         text = _IPV4.sub("[address]", text)
         text = _IPV6_BRACKETED.sub("[address]", text)
         text = _IPV6.sub(_ipv6, text)
-        text = _HOST.sub("[host]", text)
+        text = _HOST.sub(_host, text)
         text = _PATH.sub("[path]", text)
         text = _CREDENTIAL.sub("[redacted]", text)
         if self.leaks(text):

@@ -125,6 +125,9 @@ def test_an_ordinary_error_is_kept_as_it_was() -> None:
         "max_tokens must be at least 1, got 0.",
         "Rate limit reached; retry at 12:30:45.",
         "Input validation error: `temperature` must be strictly positive",
+        "Invalid value for 'tools.0.function.name': must match ^[a-zA-Z0-9_-]+$",
+        "Invalid 'messages.1.content': string too long",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory",
     ):
         assert redact(text) == text
 
