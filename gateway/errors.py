@@ -11,6 +11,7 @@
     ├── RateLimited           429 rate_limit_error        (a key's budget; carries Retry-After)
     ├── ModelNotFound         404 invalid_request_error   (code model_not_found)
     ├── UpstreamUnavailable   503 service_unavailable     (no candidate could be tried)
+    ├── GatewayShutdown       503 service_unavailable     (the graceful shutdown's limit ended it)
     ├── AllUpstreamsFailed    502 upstream_error          (every attempt failed; keeps each cause)
     │   └── UpstreamTimeout   504 timeout_error
     └── NotAnAsset            404 invalid_request_error   (the console: no such static file)
@@ -35,9 +36,12 @@ and caught there, never rendered as they are; where one ends a request, the clie
     └── ConnectFailed         a 502 error event after it (the stream relay)
     ReplyTimeout (TimeoutError)  the silence sweep gave up: a 502 error event, "went silent"
     MalformedStream           the upstream sent what is not JSON: a 502 AllUpstreamsFailed (an
-    └── UpstreamStreamError   error event mid-stream); it reported an error inside the
-                              stream: an error event, recorded with its status (400-599, else
-                              502)
+    ├── UpstreamStreamError   error event mid-stream); it reported an error inside the
+    │                         stream: an error event, recorded with its status (400-599, else
+    │                         502)
+    └── UpstreamCut           it ended the stream (cleanly, at the HTTP level) before it said
+                              it had finished (no finish reason, no [DONE]): an error event,
+                              recorded as a 502 the upstream cut (truncated)
 """
 
 from __future__ import annotations
@@ -148,6 +152,14 @@ class AllUpstreamsFailed(GatewayError):
         self.causes = causes or []
 
 
+class GatewayShutdown(GatewayError):
+    """The gateway is stopping and its graceful shutdown's limit ended the request."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "gateway_shutdown"
+
+
 class UpstreamTimeout(AllUpstreamsFailed):
     status = 504
     type = "timeout_error"
@@ -230,6 +242,12 @@ class UpstreamStreamError(MalformedStream):
     def __init__(self, message: str, status: int = 502):
         super().__init__(message)
         self.status = status
+
+
+class UpstreamCut(MalformedStream):
+    """The upstream ended a stream before it said it had finished: no choice's finish reason
+    and no `[DONE]` (an HTTP/1.0 close, an exact Content-Length, a last chunk that came too
+    soon), or no event at all. `partial`: as `MalformedStream`'s."""
 
 
 # ---- validation failures as messages ---------------------------------------------------------

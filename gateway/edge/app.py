@@ -133,6 +133,7 @@ class Gateway:
             price=self.price,
             finish=self.finish,
             ttft_s=s.ttft_timeout_s,
+            redact=self.dispatcher.redactor.text,
         )
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
         self.scheduler = EvalScheduler(config, store, self.gate_book, f"http://{host}:{s.port}/v1")
@@ -306,9 +307,14 @@ def create_app(
     edge: ASGIApp = Edge(hot)
     if record and config.store.enabled and config.store.store_content:
         edge = KeepBody(edge)
-    app.front = AccessGuard(edge, access, **limits)
+    app.front = AccessGuard(edge, access, stamp=False, **limits)
     app.hot = frozenset(hot)
-    app.add_middleware(AccessGuard, access=access, **limits)
+    app.add_middleware(
+        AccessGuard,
+        access=access,
+        max_body_bytes=s.max_body_bytes,
+        max_header_bytes=s.max_header_bytes,
+    )
 
     install_error_handlers(app)
     return app

@@ -23,7 +23,10 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.edge.request import SEND
+from gateway.edge.request_id import has_id, id_headers
 from gateway.errors import BadRequest, GatewayError, describe
+from gateway.serving.relay import Answered
+from gateway.serving.stream_relay import StreamRelay
 
 log = logging.getLogger("plumbline")
 
@@ -35,7 +38,9 @@ def error_response(error: GatewayError) -> Response:
 
 
 class Edge:
-    """Serves a `POST` on one of `routes` (`GatewayApp` sends it no other request)."""
+    """Serves a `POST` on one of `routes` (`GatewayApp` sends it no other request). Every answer
+    carries the request ids (`gateway/edge/request_id.py`): a relayed one has them from the
+    relay, any other is stamped here."""
 
     def __init__(self, routes: dict[str, Handler]):
         self.routes = routes
@@ -51,7 +56,12 @@ class Edge:
             response = error_response(
                 GatewayError("The gateway failed to handle this request; it has been logged.")
             )
+        if type(response) not in _STAMPED and not has_id(response.raw_headers):
+            response.raw_headers.extend(id_headers(scope))
         await response(scope, receive, send)
+
+
+_STAMPED = (StreamRelay, Answered)  # their headers carry the ids (`relay.answer_headers`)
 
 
 class GatewayApp(FastAPI):

@@ -23,6 +23,7 @@ from gateway.edge.access import (
 )
 from gateway.edge.console import credentials as console
 from gateway.edge.request import PARSED
+from gateway.edge.request_id import id_headers, stamped
 from gateway.errors import (
     BodyTooLarge,
     Forbidden,
@@ -62,6 +63,7 @@ async def _error(
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 *headers,
+                *id_headers(scope),
             ],
         }
     )
@@ -71,20 +73,30 @@ async def _error(
 class AccessGuard:
     """ASGI middleware: bound the request head, authenticate, check the route's role, the model
     and the budget. (uvicorn's httptools parser has no header-size limit of its own; h11 has
-    `h11_max_incomplete_event_size`.)"""
+    `h11_max_incomplete_event_size`.) Its refusals carry the request ids; `stamp`: every other
+    answer gets them from a wrapper around `send` (the application's; the edge stamps its own
+    answers, `gateway/edge/fastpath.py`, and its streams are written with no wrapper)."""
 
     def __init__(
-        self, app: ASGIApp, access: Access, max_body_bytes: int, max_header_bytes: int = 64 * 1024
+        self,
+        app: ASGIApp,
+        access: Access,
+        max_body_bytes: int,
+        max_header_bytes: int = 64 * 1024,
+        stamp: bool = True,
     ):
         self.app = app
         self.access = access
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
+        self.stamp = stamp
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.stamp:
+            send = stamped(scope, send)
         raw = scope["headers"]
         size = 4 * len(raw) + sum(map(len, itertools.chain.from_iterable(raw)))
         if size > self.max_header_bytes:

@@ -9,7 +9,6 @@ profile applied and the record started (`call_of`), and a waiter for the client 
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ import orjson
 from starlette.requests import Request
 
 from gateway.config import Config
+from gateway.edge.request_id import client_id, ids_of
 from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
 from gateway.ledger.record import Record
 from gateway.serving.call import Call
@@ -152,8 +152,7 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
     options = body.get("stream_options")
     options = options if isinstance(options, dict) else {}
     record = Record(
-        # Unique, not secret: the PRNG (reseeded in forked workers) spares a syscall per request.
-        request_id=f"req-{random.getrandbits(96):024x}",
+        request_id=ids_of(request.scope)[0],  # the id its answer says (gateway/edge/request_id.py)
         door=door,
         model=model,
         stream=stream,
@@ -172,6 +171,7 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         pin=pinned_upstream(heads, record.lane, gw.config.models[model].upstreams),
         prompt=request.scope.get(BODY),  # store_content: the prompt, as received
         send=request.scope.get(SEND) if stream else None,
+        client_request_id=client_id(request.scope),
     )
 
     def hash_params() -> None:

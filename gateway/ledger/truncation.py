@@ -20,6 +20,11 @@ the upstream and nothing streamed to count) is taken as capped when there was a 
 shows the server cut it short. With `n > 1`, completion tokens are summed over the choices, so
 a cut choice among long ones reads as capped.
 
+A stream the upstream ended before it said it had finished (no finish reason, no `[DONE]`:
+`UpstreamCut`; or its connection lost mid-answer: `WireError`) is `truncated` too, with that
+error class on its record: an `upstream` cut whatever its cap, even one whose completion reached
+it (the upstream never said it stopped there).
+
 Only `upstream` cuts are the truncation watchdog's business (`gateway/trust/watchdog.py`); the
 reports
 and `gateway_truncations_total{cause}` show both. `capped_clause` is the same rule in SQL for the
@@ -36,12 +41,16 @@ from gateway.ledger.record import Record
 
 Cause = Literal["client_cap", "upstream"]
 CAUSES: tuple[Cause, ...] = ("client_cap", "upstream")
+# The error classes of a stream the upstream cut (gateway/serving/stream_relay.py).
+CUT_CLASSES = ("UpstreamCut", "WireError")
 
 
 def cause(record: Record) -> Cause | None:
     """`client_cap` or `upstream` for a truncated record; None for one that was not cut."""
     if not record.truncated:
         return None
+    if record.error_class in CUT_CLASSES:
+        return "upstream"
     cap = record.max_tokens
     if (
         cap is not None
@@ -66,6 +75,7 @@ def capped_clause(t: sa.Table) -> Any:
     dropped = sa.literal(",") + sa.func.coalesce(t.c.dropped, "") + sa.literal(",")
     return sa.and_(
         t.c.truncated == sa.true(),
+        sa.or_(t.c.error_class.is_(None), t.c.error_class.not_in(CUT_CLASSES)),
         t.c.max_tokens.is_not(None),
         t.c.clamped.is_(None),
         sa.not_(dropped.like("%,max_tokens,%")),

@@ -57,15 +57,19 @@ def estimated_usage_chunk(
 
 
 def stream_error(obj: dict[str, Any]) -> UpstreamStreamError | None:
-    """The error an event reports (an `error` object, or a choice that finished with "error"),
-    or None. On every event of a stream: a plain loop, no generator, for the common none."""
+    """The error an event reports (an `error` object, vLLM's `"object": "error"`, or a choice
+    that finished with "error"), or None. On every event of a stream: a plain loop, no
+    generator, for the common none."""
     error = obj.get("error")
     if not error:
-        for choice in obj.get("choices") or ():
-            if isinstance(choice, dict) and choice.get("finish_reason") == "error":
-                break
+        if obj.get("object") == "error":  # vLLM's error event: the object is the error
+            error = obj
         else:
-            return None
+            for choice in obj.get("choices") or ():
+                if isinstance(choice, dict) and choice.get("finish_reason") == "error":
+                    break
+            else:
+                return None
     message, status = "upstream reported an error mid-stream", 502
     if isinstance(error, dict):
         code = error.get("code")

@@ -79,6 +79,8 @@ class Call:
     # Streams served by the edge: the server's `send` (the relay makes the call's `head` of it).
     send: Send | None = None
     head: Head | None = None
+    # The id the client sent in `x-request-id`, echoed on its answer (the record's id otherwise).
+    client_request_id: str | None = None
 
     @property
     def chat(self) -> bool:

@@ -44,6 +44,7 @@ from gateway.serving.call import Translator as Translator
 from gateway.serving.engine import Engines
 from gateway.serving.pool import Pool
 from gateway.serving.prefix import PrefixIndex
+from gateway.serving.redaction import Redactor
 from gateway.serving.reply import Reply
 from gateway.serving.routing import Ask, Features, Tried, give_up, plan, shaped, wants_affinity
 from gateway.serving.shape import classify
@@ -99,6 +100,8 @@ class Dispatcher:
         self.clock = clock or Clock()
         self._rand = rand or random.Random()
         self.targets = Targets()
+        # What the upstreams say when they fail reaches clients, records and logs redacted.
+        self.redactor = Redactor.of(config)
         self._shaped: dict[tuple[str, str], RouteConfig] = {}
 
     def _delay(self, error: BaseException | None, failed_attempts: int) -> float:
@@ -276,7 +279,8 @@ class Dispatcher:
             raise
         except OSError as e:  # the answer began, then the connection failed while it was read
             self._failed(call, upstream.name, "stream_error", None, started)
-            raise AttemptError("stream_error", f"{upstream.name}: {e}") from None
+            said = self.redactor.text(str(e))
+            raise AttemptError("stream_error", f"{upstream.name}: {said}") from None
         return exchange.opened or accepted(first, parsed)
 
     @staticmethod
@@ -347,7 +351,9 @@ class Dispatcher:
         started = self.clock.timer()
         async with asyncio.timeout(self._budget(call)) as bound:
             target = self.targets(upstream)
-            resp = exchange.resp = await post(self.wire, upstream, path, data, target, sent)
+            resp = exchange.resp = await post(
+                self.wire, upstream, path, data, target, sent, self.redactor
+            )
             if call.stream:
                 if self._at_once(call):
                     return b"", None  # the relay takes the first event as any other

@@ -19,7 +19,7 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.errors import AllUpstreamsFailed, GatewayError, MalformedStream
+from gateway.errors import AllUpstreamsFailed, GatewayError, GatewayShutdown, MalformedStream
 from gateway.ledger.record import Record
 from gateway.serving import responses_tap
 from gateway.serving.accounting import prompt_estimate, tap_body, tap_embeddings
@@ -56,6 +56,7 @@ class Relay:
         price: Callable[[Record], None],
         finish: Callable[[Record], None],
         ttft_s: float | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.open = open  # dispatch: the opened upstream response, or an error before it
         self.profile_for = profile_for
@@ -66,6 +67,7 @@ class Relay:
         self.price = price  # the record's cost
         self.finish = finish  # the record to every sink; never raises
         self.ttft_s = ttft_s  # a stream's wait for its first event, once its head has gone
+        self.redact = redact  # upstream error text, before a client sees it (the relay's own)
 
     async def respond(
         self, call: Call, disconnected: Callable[[], Awaitable[None]] | None = None
@@ -76,9 +78,31 @@ class Relay:
         went away): the upstream request is closed so the engine stops generating for nobody.
         A watcher task cancels this one; it is started only once the answer has taken
         `WATCH_AFTER_S`, so the many quick answers never pay for a task (a client gone sooner is
-        noticed then)."""
-        if call.stream or disconnected is None:
-            return await self._respond(call)
+        noticed then).
+
+        Any other cancellation is the server's graceful shutdown running out of time: a stream
+        that has begun has ended with an error event (`StreamRelay.abandon`) and is returned;
+        otherwise the record says so and `GatewayShutdown` (503) is raised."""
+        try:
+            if call.stream or disconnected is None:
+                return await self._respond(call)
+            return await self._watched(call, disconnected)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            head = call.head
+            if isinstance(head, StreamRelay) and head.begun:
+                return head
+            error = GatewayShutdown("the gateway is shutting down: the request was not answered")
+            record = call.record
+            if record.status == 0:  # not finished yet
+                record.status, record.error_class = error.status, type(error).__name__
+                self.finish(record)
+            raise error from None
+
+    async def _watched(self, call: Call, disconnected: Callable[[], Awaitable[None]]) -> Response:
+        """A non-streamed answer, abandoned when the client leaves first (`respond`)."""
         me = asyncio.current_task()
         assert me is not None
         gone = False
@@ -163,6 +187,7 @@ class Relay:
             silence=self.silence,
             done=done,
             ttft_s=self.ttft_s,
+            redact=self.redact,
         )
         if call.send is not None:
             call.head = relay
@@ -214,7 +239,7 @@ class Relay:
         if isinstance(first, dict) and isinstance(first.get("provider"), str):
             # OpenRouter names the provider on every chunk: the first one is in hand already.
             call.record.provider = first["provider"]
-        return answer_headers(call.record, opened)
+        return answer_headers(call.record, opened, call.client_request_id)
 
     def _whole(
         self,
@@ -229,7 +254,7 @@ class Relay:
             body = self._tapped(call, opened, capture)
             record.status = 200
             record.ttft_s = record.ttfa_s = record.e2e_s
-            headers = answer_headers(record, opened)
+            headers = answer_headers(record, opened, call.client_request_id)
             if call.translator is not None and not opened.native:
                 body = call.translator.whole(orjson.loads(body))
             if capture is not None:
@@ -272,10 +297,12 @@ class Relay:
         )
 
 
-def answer_headers(record: Record, opened: Opened) -> dict[str, str]:
-    """The gateway's headers on an answer: request id, upstream, engine, provider, params hash,
-    what a door dropped and what adapt clamped."""
+def answer_headers(record: Record, opened: Opened, client_id: str | None = None) -> dict[str, str]:
+    """The gateway's headers on an answer: the request ids (`x-request-id`: the client's own,
+    `client_id`, when it sent one, else the record's; gateway/edge/request_id.py), upstream,
+    engine, provider, params hash, what a door dropped and what adapt clamped."""
     headers = {
+        "x-request-id": client_id or record.request_id,
         "x-plumbline-request-id": record.request_id,
         "x-plumbline-upstream": opened.upstream.name,
     }

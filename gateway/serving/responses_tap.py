@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import MalformedStream
+from gateway.errors import GatewayError, MalformedStream, UpstreamCut
 from gateway.ledger.record import Record
 from gateway.serving.accounting import percentile
 from gateway.serving.tap import cut_events
@@ -36,6 +36,8 @@ TOKEN_EVENTS = {
     "response.reasoning_summary_text.delta": "reasoning",
     "response.function_call_arguments.delta": "tool",
 }
+# The events that end a Responses stream: the upstream said it finished (or failed).
+LAST_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 
 
 def account(record: Record, response: dict[str, Any]) -> None:
@@ -99,6 +101,9 @@ class ResponsesStreamTap:
         self._last: float | None = None
         self._gaps: list[float] = []
         self._tokens = 0
+        self._ended = False  # a last event (`LAST_EVENTS`) came
+        self._sequence = -1  # the last event's sequence_number
+        self._response: dict[str, Any] | None = None  # the last response object sent
         self.done = False
 
     def learn(self) -> None:
@@ -133,6 +138,8 @@ class ResponsesStreamTap:
             raise MalformedStream("upstream sent an event that is not valid JSON") from None
         renamed = self._renamed(event, obj)
         self._account(obj, now)
+        if isinstance(obj, dict) and isinstance(obj.get("type"), str):
+            self._note(obj, obj["type"])
         return renamed
 
     def _renamed(self, event: bytes, obj: Any) -> bytes | None:
@@ -187,9 +194,30 @@ class ResponsesStreamTap:
         call = {"index": index if isinstance(index, int) else 0, "function": function}
         self.capture.delta(0, {"tool_calls": [call]})
 
+    def _note(self, obj: dict[str, Any], kind: str) -> None:
+        """Where the stream has got to: its sequence number, its response, whether it ended."""
+        sequence = obj.get("sequence_number")
+        if isinstance(sequence, int) and not isinstance(sequence, bool):
+            self._sequence = sequence
+        if isinstance(obj.get("response"), dict):
+            self._response = obj["response"]
+        self._ended = self._ended or kind in LAST_EVENTS
+
     def finish(self) -> bytes:
+        """The upstream's stream ended: what was held, passed on; `UpstreamCut` when it had not
+        sent its last event (`LAST_EVENTS`)."""
         out = self._buffer
         self._buffer = b""
+        if out.strip():
+            out = self.feed(b"\n\n")
+        if not self._ended:
+            cut = UpstreamCut(
+                "the upstream ended the stream before it finished"
+                if self.record.chunks
+                else "the upstream ended the stream without any event"
+            )
+            cut.partial = out
+            raise cut
         self._close()
         self.done = True
         return out
@@ -197,6 +225,26 @@ class ResponsesStreamTap:
     def abort(self) -> bytes:
         self._close()
         return b""
+
+    def error_event(self, error: GatewayError) -> bytes:
+        """The events that end this stream in failure, as the Responses API sends them: `error`,
+        then `response.failed` with the response as it stood."""
+        failure = {"code": error.code or "upstream_failed", "message": error.message}
+        response = dict(self._response or {"object": "response", "output": []})
+        response.update(status="failed", error=failure, model=self.record.model)
+        response.setdefault("id", f"resp_{self.record.request_id}")
+        first = self._sequence + 1
+        events = [
+            ("error", {"type": "error", **failure, "param": None, "sequence_number": first}),
+            (
+                "response.failed",
+                {"type": "response.failed", "sequence_number": first + 1, "response": response},
+            ),
+        ]
+        return b"".join(
+            b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+            for kind, data in events
+        )
 
     def _close(self) -> None:
         record = self.record

@@ -4,6 +4,11 @@ Streams are relayed block by block, from the upstream connection's callback stra
 client's socket; the tap parses events for accounting and rewrites only what must change. If the
 upstream breaks after the first byte was sent, the stream ends with an OpenAI-style error event —
 the gateway never switches upstream mid-answer.
+
+A stream is complete only when the upstream said so (a finish reason or `[DONE]`; a Responses
+stream's last event): one that ends before, however cleanly at the HTTP level, is an upstream
+cut, and ends with an error event too. So does a stream the graceful shutdown's limit ends
+(`GatewayShutdown`, recorded as a 503).
 """
 
 from __future__ import annotations
@@ -19,12 +24,16 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import (
     AllUpstreamsFailed,
+    GatewayError,
+    GatewayShutdown,
     MalformedStream,
+    UpstreamCut,
     UpstreamStreamError,
-    sse_error_event,
+    WireError,
 )
 from gateway.serving.outlet import Outlet
-from gateway.serving.upstream import Opened, sanitise
+from gateway.serving.redaction import Redactor
+from gateway.serving.upstream import Opened
 
 if TYPE_CHECKING:
     from gateway.config import Upstream
@@ -35,6 +44,8 @@ if TYPE_CHECKING:
     from gateway.serving.tap import StreamTap
 
 log = logging.getLogger("plumbline")
+
+SHUTDOWN = "the gateway is shutting down: this stream was ended before the upstream finished it"
 
 
 class StreamRelay(Response):
@@ -69,12 +80,15 @@ class StreamRelay(Response):
         silence: Silence,
         done: Callable[[], None],
         ttft_s: float | None = None,
+        redact: Callable[[str], str] | None = None,
     ):
         """`taps`: a tap for an upstream (and whether it is relayed natively); `headers`: the
         gateway's headers for an opened stream. `done`: the answer has ended and the upstream is
         freed, called once: the record is complete (the relay hands it on). `ttft_s`: how long
         the first event may take when dispatch did not wait for it (`stream_head = "at_once"`);
-        the silence limit if None."""
+        the silence limit if None. `redact`: what upstream error text goes through before the
+        client sees it (`gateway/serving/redaction.py`: the config's; by default the patterns
+        alone)."""
         self.status_code = 200
         self.background = None
         self.call = call
@@ -84,6 +98,7 @@ class StreamRelay(Response):
         self.silence = silence
         self.done = done
         self.ttft_s = silence.limit_s if ttft_s is None else ttft_s
+        self.redact = redact or Redactor().text
         # `prepare`'s tap, and the attempt it was made for (its upstream, relayed natively).
         self.prepared: tuple[str, bool, StreamTap | ResponsesStreamTap] | None = None
         self.translator: Translator | None = None
@@ -111,8 +126,9 @@ class StreamRelay(Response):
         self._start()
 
     def abandon(self) -> None:
-        """The request was cancelled after `begin`, before the server called the response."""
-        self._left()
+        """The request was cancelled after `begin`, before the server called the response: the
+        server is stopping (a client that leaves is noticed by `_watch`)."""
+        self._stopped()
         self._close()
 
     def bind(self, opened: Opened) -> None:
@@ -163,8 +179,16 @@ class StreamRelay(Response):
             await self.ended
             await self.outlet.drained()
         except asyncio.CancelledError:
-            self._left()  # the server is stopping, or the request was cancelled
-            raise
+            if self.gone or self.closed or (self.ended.done() and not self.ended.cancelled()):
+                raise
+            # A cancellation while awaiting `ended` cancelled it: that is no end of the stream.
+            self.ended = loop.create_future()
+            # The server's graceful shutdown ran out of time (a client that leaves is noticed by
+            # `_watch`): the stream ends with an error event, its record says why.
+            self._stopped()
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
         finally:
             watcher.cancel()
             if beat is not None:
@@ -220,25 +244,53 @@ class StreamRelay(Response):
         if self.gone or self.ended is None or self.ended.done():
             return
         record = self.call.record
-        name = self.opened.upstream.name
         record.error_class = type(error).__name__
         record.status = error.status if isinstance(error, UpstreamStreamError) else 502
-        if isinstance(error, TimeoutError) and self.waiting and record.chunks == 0:
-            message = f"upstream {name} sent no first event within {self.ttft_s:g}s"
-        elif isinstance(error, TimeoutError):
-            message = f"upstream {name} went silent mid-stream"
+        # Ended before the upstream said it finished, and not by an error it reported: cut.
+        record.truncated = record.truncated or isinstance(error, UpstreamCut | WireError)
+        message = self._said(error)
+        self.pool.failed(self.opened.upstream.name)
+        self._end_with(AllUpstreamsFailed(message), error)
+
+    def _said(self, error: BaseException) -> str:
+        """What the client is told of the upstream's failure (its configured name only)."""
+        name = self.opened.upstream.name
+        if isinstance(error, TimeoutError):
+            first = self.waiting and self.call.record.chunks == 0
+            said = f"sent no first event within {self.ttft_s:g}s" if first else None
+            return f"upstream {name} {said or 'went silent mid-stream'}"
+        if isinstance(error, UpstreamCut):
+            said = str(error).removeprefix("the upstream ")
         elif isinstance(error, UpstreamStreamError):
-            message = f"upstream {name}: {sanitise(str(error), self.opened.upstream)}"
+            said = f": {self.redact(str(error))}"
         elif isinstance(error, MalformedStream):
-            message = f"upstream {name}: {error}"
+            said = f": {error}"
         elif isinstance(error, OSError):
-            message = f"upstream {name} broke the stream ({type(error).__name__})"
+            said = f"broke the stream ({type(error).__name__})"
         else:
-            message = "the gateway failed while relaying this stream; it has been logged"
-        self.pool.failed(name)
-        self.opened.response.close()
-        partial = error.partial if isinstance(error, MalformedStream) else b""
-        out = partial + self.tap.abort() + sse_error_event(AllUpstreamsFailed(message))
+            return "the gateway failed while relaying this stream; it has been logged"
+        return f"upstream {name}{'' if said.startswith(':') else ' '}{said}"
+
+    def _stopped(self) -> None:
+        """The server is stopping and its graceful shutdown ran out of time: the stream ends with
+        an error event, the record says so (503 `GatewayShutdown`, not a success)."""
+        if self.gone or self.closed or (self.ended is not None and self.ended.done()):
+            return
+        record = self.call.record
+        error = GatewayShutdown(SHUTDOWN)
+        record.status, record.error_class = error.status, type(error).__name__
+        if self.outlet is None or not self.begun:  # nothing reached the client: a record only
+            self.tap.abort()
+            self._close()
+            return
+        self._end_with(error, None)
+
+    def _end_with(self, error: GatewayError, cause: BaseException | None) -> None:
+        """The client gets what was held, then `error` as the stream's last event (in its door's
+        shape); the upstream's connection is closed with the record (`_close`: not `close`,
+        whose own error would come back here)."""
+        partial = cause.partial if isinstance(cause, MalformedStream) else b""
+        out = partial + self.tap.abort() + self.tap.error_event(error)
         if self.translator is not None:
             out = self.translator.feed(out)
         self._finish(out)

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import MalformedStream
+from gateway.errors import GatewayError, MalformedStream, UpstreamCut, sse_error_event
 from gateway.ledger.record import Record
 from gateway.serving.accounting import (
     apply_usage,
@@ -103,6 +103,7 @@ class StreamTap(PlainTokens):
         self._last_token_at: float | None = None
         self._gaps: list[float] = []
         self._saw_usage = False
+        self._saw_done = False  # the upstream sent its [DONE]
         self._reasoning_events = 0
         self._token_events = 0
         self.done = False
@@ -203,11 +204,28 @@ class StreamTap(PlainTokens):
             if rendered:
                 out.append(rendered)
 
+    @property
+    def complete(self) -> bool:
+        """The upstream said it finished: a choice's finish reason, or `[DONE]`, after at least
+        one event."""
+        record = self.record
+        return record.chunks > 0 and (self._saw_done or record.finish_reason is not None)
+
     def finish(self) -> bytes:
-        """End of the upstream stream: flush held text, close with [DONE]."""
+        """End of the upstream stream: flush held text, close with [DONE]. A stream the
+        upstream did not say it finished raises `UpstreamCut` (with what was held, to relay
+        before the error)."""
         out = []
         if self._buffer.strip():
             out.append(self.feed(b"\n\n"))
+        if not self.complete:
+            cut = UpstreamCut(
+                "the upstream ended the stream before it finished"
+                if self.record.chunks
+                else "the upstream ended the stream without any event"
+            )
+            cut.partial = b"".join(out)
+            raise cut
         out.append(self._flush_splitters())
         self._close_clocks()
         if self.client_wants_usage and not self._saw_usage:
@@ -228,12 +246,19 @@ class StreamTap(PlainTokens):
         self._close_clocks()
         return out
 
+    @staticmethod
+    def error_event(error: GatewayError) -> bytes:
+        """The event that ends this stream in failure: an OpenAI error event (a door that speaks
+        another API translates it)."""
+        return sse_error_event(error)
+
     # -- one event -----------------------------------------------------------------------
     def _event(self, event: bytes, now: float) -> bytes:
         payload = _data_of(event)
         if payload is None or payload == DONE:
             # Comments, keep-alives and event names are not relayed; the tap writes its own
             # [DONE] in finish().
+            self._saw_done = self._saw_done or payload == DONE
             return b""
         obj, changed = self._read(payload)
         if changed is None:
@@ -282,7 +307,7 @@ class StreamTap(PlainTokens):
             record.finish_reason = "error"
             raise error
         if self._head is None:
-            self._head = (obj.get("id"), obj.get("created"))
+            self._first(obj)
         record.chunks += 1
         provider = obj.get("provider")
         if isinstance(provider, str):
@@ -300,6 +325,13 @@ class StreamTap(PlainTokens):
         # vLLM sends "usage": null on every chunk once include_usage is on.
         del obj["usage"]
         return obj, True
+
+    def _first(self, obj: dict[str, Any]) -> None:
+        """The stream's first event: checked as dispatch checks one it waits for (it did not
+        with `stream_head = "at_once"`), its id and created kept."""
+        if "choices" not in obj:
+            raise MalformedStream("upstream sent a first event without choices")
+        self._head = (obj.get("id"), obj.get("created"))
 
     def _choice(self, choice: dict[str, Any], now: float) -> bool:
         """Account for one choice of an event: its think tags split out and its reasoning under

@@ -13,16 +13,17 @@ import asyncio
 import datetime
 import email.utils
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from gateway.config import Upstream
 from gateway.errors import AttemptError, ConnectFailed
+from gateway.serving.redaction import Redactor
 from gateway.serving.reply import Reply
 from gateway.serving.wire import Origin, Wire, head_block
 
@@ -174,29 +175,8 @@ def _retry_after(value: str | None, now: float | None = None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-_SECRETS = re.compile(
-    r"(?i)\b(?:authorization|x-api-key|api[-_ ]?key)\s*[:=]\s*[\"']?"  # "api_key=xyz"
-    r"(?:(?:bearer|basic)\s+)?[^\s\"',;]+"
-    r"|(?i:\b(?:bearer|basic)\s+)[^\s\"',;]+"  # "Bearer xyz"
-    r"|\b(?:sk|pk|rk|pl)-[A-Za-z0-9_*.\-]{6,}"  # vendor-prefixed keys, masked ones too
-    r"|[A-Za-z0-9_\-+/=]{32,}"  # any long opaque token (keys, JWTs, hashes)
-)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
-
-
-def sanitise(text: str, upstream: Upstream, limit: int = 300) -> str:
-    """Upstream error text as it may be shown to clients and logs: the upstream's own key and
-    header values removed, anything shaped like a credential masked, control characters
-    (newlines: log and header injection) flattened, length bounded."""
-    for secret in (upstream.api_key(), *upstream.headers.values()):
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    text = _SECRETS.sub("[redacted]", text)
-    text = _CONTROL.sub(" ", text).strip()
-    return text[:limit] + ("…" if len(text) > limit else "")
-
-
-def _error_message(raw: bytes, upstream: Upstream) -> str:
+def _error_message(raw: bytes, redactor: Redactor) -> str:
+    """The message of an upstream's error body, redacted (`gateway/serving/redaction.py`)."""
     text = raw[:2000].decode("utf-8", "replace")
     try:
         data = orjson.loads(raw)
@@ -209,7 +189,7 @@ def _error_message(raw: bytes, upstream: Upstream) -> str:
             text = data["message"]
     except orjson.JSONDecodeError:
         pass
-    return sanitise(text, upstream)
+    return redactor.text(text)
 
 
 async def post(
@@ -219,19 +199,24 @@ async def post(
     data: bytes,
     target: Target | None = None,
     sent: Callable[[], None] | None = None,
+    redactor: Redactor | None = None,
 ) -> Reply:
     """Send one request; return the reply, its body not yet read, when its status is a
     success. The caller bounds the time (asyncio.timeout); `target` defaults to one prepared
     now, callers on the hot path pass the one prepared for the upstream. `sent`: called once
-    the request is written (`Wire.post`)."""
+    the request is written (`Wire.post`). Failures name the upstream by its configured name;
+    what the connection or the upstream said is redacted by `redactor` (the config's: every
+    configured key, the upstream hosts; without one, only what the patterns find)."""
     if target is None:
         target = Target.of(upstream)
     try:
         reply = await wire.post(target.origin, path, target.head, data, sent=sent)
     except ConnectFailed as e:
-        raise AttemptError("connect_error", f"cannot reach {upstream.name}: {e}") from None
+        said = _redactor(upstream, redactor).text(str(e))
+        raise AttemptError("connect_error", f"cannot reach {upstream.name}: {said}") from None
     except OSError as e:  # connected and sent, then closed or reset before an answer
-        raise AttemptError("dropped", f"{upstream.name} dropped the request: {e}") from None
+        said = _redactor(upstream, redactor).text(str(e))
+        raise AttemptError("dropped", f"{upstream.name} dropped the request: {said}") from None
     if reply.status >= 400:
         try:
             raw = await reply.read()
@@ -239,7 +224,7 @@ async def post(
             raw = b""
         reply.release()
         status = reply.status
-        message = _error_message(raw, upstream)
+        message = _error_message(raw, _redactor(upstream, redactor))
         retryable = status in RETRYABLE_STATUS or status >= 500
         raise AttemptError(
             f"http_{status}",
@@ -250,6 +235,16 @@ async def post(
             client_error=not retryable and status not in (401, 402, 403, 404),
         )
     return reply
+
+
+def _redactor(upstream: Upstream, given: Redactor | None) -> Redactor:
+    """`given`, else one of this upstream's own key, header values and host (a caller without
+    the config's)."""
+    if given is not None:
+        return given
+    parts = urlsplit(upstream.base_url)
+    secrets = [v for v in (upstream.api_key(), *upstream.headers.values()) if v]
+    return Redactor.from_values(secrets, [h for h in (parts.hostname, parts.netloc) if h])
 
 
 async def probe(wire: Wire, upstream: Upstream, timeout: float) -> bool:

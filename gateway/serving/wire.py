@@ -313,15 +313,12 @@ class Wire:
                     server_hostname=origin.host if tls else None,
                 )
         except TimeoutError:
-            raise ConnectFailed(
-                f"no connection to {origin.authority} within {self.connect_timeout:g}s"
-            ) from None
+            raise ConnectFailed(f"no connection within {self.connect_timeout:g}s") from None
         except OSError as e:
             if isinstance(e, WireError):
                 raise
-            raise ConnectFailed(
-                f"cannot connect to {origin.authority}: {type(e).__name__}"
-            ) from None
+            # Named by its class only: the OS's text names the address (callers name the upstream).
+            raise ConnectFailed(f"cannot connect ({type(e).__name__})") from None
         self._busy.add(conn)
         return conn
 

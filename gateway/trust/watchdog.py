@@ -3,9 +3,10 @@
 Each finished record is one observation per check that applies to it:
 
     check               relevant responses                      flagged when
-    truncation          completed (status 200)                  cut by the upstream: length
-                                                                before the request's own cap,
-                                                                or without one (truncation.py)
+    truncation          completed (status 200), or a stream     cut by the upstream: length
+                        the upstream cut (UpstreamCut,          before the request's own cap,
+                        WireError)                              or without one, or no finish
+                                                                at all (truncation.py)
     reasoning_leak      completed, upstream has a parser        <think> text arrived in content
     degenerate          answer text sampled (`capture.py`)      gateway.trust.degeneration fires
     tool_call           responses with tool calls               invalid JSON, unknown tool, schema
@@ -45,7 +46,7 @@ from gateway.config import Config, Profile, Upstream
 from gateway.config.trust import WatchdogConfig
 from gateway.ledger.cost import drifted
 from gateway.ledger.record import Record
-from gateway.ledger.truncation import cause
+from gateway.ledger.truncation import CUT_CLASSES, cause
 
 log = logging.getLogger("plumbline.watchdog")
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -158,11 +159,13 @@ def observations(record: Record, config: Config) -> dict[str, bool]:
         return {}
     out: dict[str, bool] = {}
     completed = record.status == 200 and record.error_class is None
-    if completed and record.door != "embeddings":
+    # A stream the upstream cut before it finished is an answer it truncated, not only an error.
+    cut = record.error_class in CUT_CLASSES
+    if (completed or cut) and record.door != "embeddings":
         # A client's own cap reached is the answer it asked for, not the upstream failing.
         out["truncation"] = cause(record) == "upstream"
-        if upstream.reasoning == "parser":  # "gateway" upstreams are split on purpose
-            out["reasoning_leak"] = record.reasoning_leak
+    if completed and record.door != "embeddings" and upstream.reasoning == "parser":
+        out["reasoning_leak"] = record.reasoning_leak  # "gateway" upstreams are split on purpose
     if record.sampled:
         out["degenerate"] = record.degenerate
     if record.tool_calls or record.tool_call_error:

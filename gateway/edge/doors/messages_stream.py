@@ -115,9 +115,9 @@ class MessagesTranslator(ChatStream):
         return [sse("content_block_stop", {"type": "content_block_stop", "index": self._index})]
 
     def _done(self) -> list[bytes]:
-        if self._finish is None:
-            # Ended without a finish reason: the answer is cut short, not complete.
-            return self._failed({"message": "the upstream ended the stream mid-answer"})
+        # A stream the upstream cut before it finished reaches the door as an error event
+        # (gateway/serving/stream_relay.py); `[DONE]` here is the upstream saying it finished,
+        # with or without a finish reason (then `end_turn`), as the record says.
         out = self._close()
         self._ended = True
         reason, sequence = stop_of(
@@ -139,4 +139,6 @@ class MessagesTranslator(ChatStream):
     def _failed(self, error: dict[str, Any]) -> list[bytes]:
         self._ended = True
         message = error.get("message") or "the upstream failed mid-stream"
-        return [sse("error", {"type": "error", "error": {"type": "api_error", "message": message}})]
+        # A gateway that is shutting down is "overloaded" in Anthropic's words (its 529).
+        kind = "overloaded_error" if error.get("type") == "service_unavailable" else "api_error"
+        return [sse("error", {"type": "error", "error": {"type": kind, "message": message}})]

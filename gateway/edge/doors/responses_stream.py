@@ -217,12 +217,14 @@ class ResponsesTranslator(ChatStream):
                 )
         return out
 
-    def _close(self) -> list[bytes]:
+    def _close(self, failed: bool = False) -> list[bytes]:
+        """The open item's `…done` events: `incomplete` when the answer was cut (its length, or
+        the stream `failed` before it finished), else `completed`."""
         item = self._open
         if item is None:
             return []
         where = self._where()
-        status = "incomplete" if self._finish == "length" else "completed"
+        status = "incomplete" if failed or self._finish == "length" else "completed"
         out: list[bytes] = []
         if item["type"] == "custom_tool_call":
             out.append(
@@ -280,7 +282,7 @@ class ResponsesTranslator(ChatStream):
         ]
 
     def _failed(self, error: dict[str, Any]) -> list[bytes]:
-        out = self._close()
+        out = self._close(failed=True)
         self._ended = True
         message = error.get("message") or "the upstream failed mid-stream"
         code = error.get("code") or "upstream_failed"

@@ -35,6 +35,17 @@ def test_the_cap_reached_is_the_clients_and_anything_short_of_it_the_upstreams()
     assert cause(record(0, truncated=True, usage_estimated=True)) == "upstream"
 
 
+def test_a_stream_the_upstream_cut_is_the_upstreams_whatever_its_cap() -> None:
+    """Ended before the upstream said it finished (no finish reason, no [DONE]), or its
+    connection lost mid-answer: the upstream's cut, even with nothing counted under a cap."""
+    for error_class in ("UpstreamCut", "WireError"):
+        cut = record(0, truncated=True, max_tokens=16, usage_estimated=True, status=502)
+        cut.error_class = error_class
+        assert cause(cut) == "upstream"
+        cut.completion_tokens = 16
+        assert cause(cut) == "upstream"
+
+
 def test_a_cap_the_gateway_cut_to_the_window_is_the_windows() -> None:
     """Claude Code asks for 32,000 tokens; the gateway clamps that to what fits beside the
     prompt. An answer that reaches the clamp was cut by the served window, not by the client."""
@@ -61,10 +72,16 @@ def test_the_reports_sql_agrees_with_the_rule_on_every_combination(tmp_path: Pat
             usage_estimated=est,
             clamped=clamped,
             dropped=dropped,
+            error_class=error,
         )
-        for i, (t, cap, n, est, (clamped, dropped)) in enumerate(
+        for i, (t, cap, n, est, (clamped, dropped), error) in enumerate(
             itertools.product(
-                [True, False], [None, 1, 16, 17], [0, 15, 16, 17], [True, False], marks
+                [True, False],
+                [None, 1, 16, 17],
+                [0, 15, 16, 17],
+                [True, False],
+                marks,
+                [None, "UpstreamCut", "WireError", "UpstreamStreamError"],
             )
         )
     ]

@@ -153,9 +153,11 @@ def test_a_native_stream_names_the_route() -> None:
     tap = ResponsesStreamTap(Record("req-x", "responses", "smol", True))
     created = {"type": "response.created", "response": {"model": "fake-model", "output": []}}
     delta = {"type": "response.output_text.delta", "delta": "fake-model"}
-    raw = b"".join(b"event: x\ndata: " + orjson.dumps(e) + b"\n\n" for e in (created, delta))
+    done = {"type": "response.completed", "response": {"model": "fake-model", "output": []}}
+    raw = b"".join(b"event: x\ndata: " + orjson.dumps(e) + b"\n\n" for e in (created, delta, done))
     out = tap.feed(raw) + tap.finish()
     blocks = out.split(b"\n\n")
     assert blocks[0].startswith(b"event: x\n")
     events = [orjson.loads(b.split(b"data: ", 1)[1]) for b in blocks if b]
-    assert events == [{**created, "response": {"model": "smol", "output": []}}, delta]
+    renamed = {"model": "smol", "output": []}
+    assert events == [{**created, "response": renamed}, delta, {**done, "response": renamed}]

@@ -353,6 +353,7 @@ def test_usage_chunk_written_when_the_upstream_sent_none() -> None:
     raw = (
         b'data: {"id":"c1","created":5,"model":"up",'
         b'"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+        b"data: [DONE]\n\n"
     )
     record = Record(request_id="r", door="chat", model="pub", stream=True)
     tap = StreamTap(

@@ -228,6 +228,17 @@ def test_client_caps_are_not_truncation_but_cuts_short_of_the_cap_are() -> None:
     assert wd.tripped("a") == ["truncation"]
 
 
+def test_streams_the_upstream_cut_before_they_finished_are_truncation() -> None:
+    """A stream ended before its finish reason (`UpstreamCut`) is a 502, and the upstream's
+    truncation all the same: it counts, even under the client's cap."""
+    cfg = WatchdogConfig(window=10, truncation=Threshold(rate=0.5, min_samples=4))
+    wd = Watchdog(config(), cfg)
+    for _ in range(4):
+        cut = record(status=502, error_class="UpstreamCut", truncated=True, max_tokens=8)
+        wd.submit(cut)
+    assert wd.tripped("a") == ["truncation"]
+
+
 def test_wired_gateway_samples_text_flags_degenerate_and_serves_health(fake: FakeHandle) -> None:
     """End to end once wired: [watchdog] config, the taps' TextSampler, /health snapshot."""
     fake.set_default(degenerate=True, tokens=24)
