@@ -44,7 +44,13 @@ from gateway.trust.gate import (
     decide_shapes,
     gate_arms,
 )
-from gateway.trust.sizing import family_sizes, observed_discordance, planned_items, round_seed
+from gateway.trust.sizing import (
+    family_sizes,
+    observed_discordance,
+    planned_items,
+    round_seed,
+    targets_resolution,
+)
 
 if TYPE_CHECKING:
     from evals.result import ItemResult
@@ -135,8 +141,10 @@ class EvalScheduler:
         targets = list(self.config.evals.targets)
         if targets:
             self.last_run = await Runner(self._spec(targets, now)).run()
-            log.info("scheduled eval finished: %s", self.last_run)
-            await self._keep(load_run(self.last_run)[1])
+            results = load_run(self.last_run)[1]
+            said = await asyncio.to_thread(targets_resolution, results)
+            log.info("scheduled eval finished: %s; %s", self.last_run, said)
+            await self._keep(results)
         for model in self.gated_models():
             await self.run_gate(model, now)
         return self.last_run

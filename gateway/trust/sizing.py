@@ -12,6 +12,8 @@ effect (MDE) at the gate's alpha and power. Here that is applied to the gate:
   the discordance the last decision observed (the configured `discordance` before any), capped
   at `max_round_items`; a route with `round_items` set asks that many and its decisions say
   what that can and cannot tell apart.
+- `targets_resolution`: the same sentence for a scheduled run of plain targets (no gate), so
+  a small round says what it cannot tell apart.
 - `round_seed`: the item seed of the round that starts at `now`: the configured seed and the
   round's number (one per `every_hours` since the epoch), hashed, so each round asks new items
   while every arm of a round — the control's two runs included — gets the same ones.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from evals.power import Resolution
+    from evals.result import ItemResult
     from gateway.config.trust import GateConfig
     from gateway.trust.gate import ArmEvidence, GateDecision
 
@@ -104,6 +107,28 @@ def family_sizes(
     for family, n in shape_items.items():
         sizes[family] = max(sizes.get(family, 0), n)
     return sizes
+
+
+def targets_resolution(results: Sequence[ItemResult], discordance: float = 0.15) -> str:
+    """What a scheduled run of plain targets can tell apart: its first two targets paired, at
+    the discordance they showed (or `discordance` when they cannot be paired)."""
+    from evals.power import Resolution
+    from evals.stats import PairingError, pair
+
+    by_target: dict[str, list[ItemResult]] = {}
+    for r in results:
+        by_target.setdefault(r.target, []).append(r)
+    if not by_target:
+        return "no results"
+    arms = list(by_target.values())
+    n, rate = len(arms[0]), discordance
+    if len(arms) > 1:
+        try:
+            p = pair(arms[0], arms[1])
+            n, rate = p.n, (p.discordant / p.n if p.n else 0.0)
+        except PairingError:
+            pass
+    return Resolution.of(n, rate).sentence()
 
 
 def round_seed(seed: int, now: float, every_hours: float) -> int:

@@ -7,11 +7,12 @@ import time
 from pathlib import Path
 
 from evals.power import items_needed
+from evals.result import ItemResult
 from evals.suite import SUITES
 from gateway.config.trust import GateConfig
 from gateway.trust.gate import GateBook, GateDecision
 from gateway.trust.schedule import EvalScheduler
-from gateway.trust.sizing import family_sizes, planned_items, round_seed
+from gateway.trust.sizing import family_sizes, planned_items, round_seed, targets_resolution
 from tests.harness import config_from
 
 DAY = 86400.0
@@ -109,3 +110,17 @@ def test_every_arm_of_a_round_gets_one_seed_and_the_next_round_another(tmp_path:
     assert sched._spec(["x"], now + DAY).seed != spec.seed
     fixed = _scheduler(tmp_path, {}, {"seed": 7, "rotate_seed": False})
     assert fixed._spec(["x"], now).seed == fixed._spec(["x"], now + DAY).seed == 7
+
+
+def test_a_small_plain_round_says_what_it_cannot_tell_apart() -> None:
+    def run(target: str, right: set[int]) -> list[ItemResult]:
+        return [
+            ItemResult(target, f"i{i}", f"d{i}", "math", "correct" if i in right else "wrong")
+            for i in range(18)
+        ]
+
+    said = targets_resolution(run("a", {1, 2, 3}) + run("b", {1, 2}))
+    basis = "18 paired items, 5.56% discordant; α 0.05, power 0.8"
+    assert said == f"this round can tell apart a 40-point gap ({basis})"
+    alone = targets_resolution(run("a", set()))
+    assert alone.startswith("this round can tell apart a 40-point")
