@@ -10,6 +10,9 @@ answer must be the same set — one of the values, or a superset, is wrong. A si
 against a set is wrong too, which keeps the "3 or 5" != 35 trap (math-verify reads "3 or 5" as
 the set {3, 5}).
 
+An answer math-verify does not accept is `wrong`, or `unparsed` when it is no value at all:
+nothing read, or only unknowns where the gold has none ("two" reads as t*w*o, "x + 1").
+
 Where this grader departs from math-verify, on purpose, each departure is a rule with its own
 name in the verdict's `parts`, which the report shows as sub-scores (`math_verify` always holds
 math-verify's own verdict, so its rate is the accuracy math-verify alone would report):
@@ -90,6 +93,10 @@ def judge(answer: Any, value: str, *, exact: bool) -> Verdict:
         return Verdict("unparsed", refused or f"math-verify read nothing in {value!r}", value)
     gold = gold_value(answer)
     agrees = bool(verify([gold], parsed, timeout_seconds=None))
+    if not agrees and _unknowns(parsed[0]) and not _unknowns(gold):
+        names = ", ".join(sorted(str(u) for u in _unknowns(parsed[0])))
+        why = f"not a value: {value!r} (reads as unknowns {names})"
+        return Verdict("unparsed", why, value, {"math_verify": False})
     parts = {"math_verify": agrees}
     if respelt:
         parts["spelling"] = True
@@ -101,6 +108,16 @@ def judge(answer: Any, value: str, *, exact: bool) -> Verdict:
     if agrees:
         return Verdict("correct", "", extracted, parts)
     return Verdict("wrong", _why_wrong(gold, parsed[0]), extracted, parts)
+
+
+def _unknowns(value: Any) -> set[sympy.Symbol]:
+    """The unknowns in a value ("two" reads as t*w*o); `x = 35` and `{x = 3, x = 5}` name the
+    variable they solve for, which does not count."""
+    if isinstance(value, sympy.Eq):
+        value = value.rhs
+    if isinstance(value, sympy.FiniteSet):
+        return set().union(*(_unknowns(v) for v in value))
+    return set(getattr(value, "free_symbols", ()))
 
 
 def _why_wrong(gold: sympy.Basic, got: Any) -> str:
