@@ -7,8 +7,8 @@ One JSON object a line. Every line has an `id` and either a `question` (the scor
 instruction is put around it, so the strict final line is asked for) or `messages` (sent as they
 are — then the prompt must ask for the final line itself). The answer, by scorer:
 
-    math_integer      "answer": 42
-    math_symbolic     "answer": "sqrt(2)/2"          (sympy syntax)
+    math_integer      "answer": 42, or every answer of a multi-answer question: [3, 5]
+    math_symbolic     "answer": "sqrt(2)/2"          (sympy syntax), or a list of them
     knowledge_mcq     "options": ["…", …] (2–10), "answer": "C" (a letter) or 2 (an index)
     knowledge_short   "answer": "Paris" or ["Paris", "Paris, France"] (accepted aliases)
 
@@ -31,6 +31,7 @@ from evals.item import Item
 
 SCORERS = ("math_integer", "math_symbolic", "knowledge_mcq", "knowledge_short")
 FORMS = {"math_integer": "<integer>", "math_symbolic": "<exact expression>"}
+MULTI_FORM = "<every value, separated by commas>"
 
 
 class DatasetError(ValueError):
@@ -39,6 +40,8 @@ class DatasetError(ValueError):
 
 def _integer(line: dict[str, Any], where: str) -> Any:
     answer = line.get("answer")
+    if isinstance(answer, list) and answer:
+        return [_integer({"answer": a}, where) for a in answer]
     if isinstance(answer, bool) or not isinstance(answer, int | str):
         raise DatasetError(f"{where}: math_integer needs an integer answer")
     try:
@@ -49,6 +52,8 @@ def _integer(line: dict[str, Any], where: str) -> Any:
 
 def _symbolic(line: dict[str, Any], where: str) -> Any:
     answer = line.get("answer")
+    if isinstance(answer, list) and answer:
+        return [_symbolic({"answer": str(a) if type(a) is int else a}, where) for a in answer]
     if not isinstance(answer, str) or not answer.strip():
         raise DatasetError(f"{where}: math_symbolic needs the answer as a sympy string")
     return answer
@@ -91,7 +96,8 @@ _ANSWERS = {
 
 def _prompt(scorer: str, question: str, answer: Any) -> str:
     if scorer in FORMS:
-        return MATH_PROMPT.format(form=FORMS[scorer], question=question)
+        form = MULTI_FORM if isinstance(answer, list) else FORMS[scorer]
+        return MATH_PROMPT.format(form=form, question=question)
     if scorer == "knowledge_short":
         return SHORT_PROMPT.format(question=question)
     listing = "\n".join(f"{LETTERS[i]}) {o}" for i, o in enumerate(answer["options"]))

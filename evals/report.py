@@ -34,6 +34,7 @@ from evals.breakdown import details as details_section
 from evals.chart import accuracy_chart, frontier_chart
 from evals.cost import ArmCost, arm_costs, node_map, price_nodes
 from evals.families import headline_of
+from evals.power import ALPHA, POWER, Resolution, points
 from evals.result import ItemResult, engines
 from evals.section import HTML_PAGE, Section, html_section, markdown_section
 from evals.stats import (
@@ -290,13 +291,24 @@ def _paired_section(
             said = f"{'exceeds' if verdict.exceeds else 'within'}: {verdict.reason}"
         else:
             said = "floor unknown"
-        pair_rows.append((*_pair_row(got), said))
+        pair_rows.append((*_pair_row(got), _can_tell_apart(got), said))
+    if pair_rows:
+        pair_notes.append(
+            f"can tell apart: the smallest accuracy gap the pair detects with power {POWER:g} at "
+            f"alpha {ALPHA:g}, given its items and discordance (docs/rounds.md)."
+        )
     return Section(
         f"Paired against {base}",
-        (*PAIR_HEADERS, "vs noise floor"),
+        (*PAIR_HEADERS, "can tell apart", "vs noise floor"),
         tuple(pair_rows),
         tuple(pair_notes),
     )
+
+
+def _can_tell_apart(p: Paired) -> str:
+    """The pair's minimum detectable effect, in points ("5.8-point gap", or "no gap")."""
+    res = Resolution.of(p.n, p.discordant / p.n if p.n else 0.0)
+    return "no gap" if res.mde is None else f"{points(res.mde)} gap"
 
 
 def build_report(

@@ -24,6 +24,7 @@ family module does not import the others).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from functools import cache
 from importlib import import_module
@@ -64,6 +65,11 @@ def _load() -> tuple[
                 raise ValueError(f"scorer {name!r} is defined twice ({path})")
             scorers[name] = scorer
     return families, scorers, parts, headlines
+
+
+def default_size(family: str) -> int:
+    """A family's full size: its builder's default `n` (the default suite asks that many)."""
+    return int(inspect.signature(_load()[0][family]).parameters["n"].default)
 
 
 def parts_of(family: str) -> tuple[str, ...]:

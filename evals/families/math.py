@@ -19,12 +19,13 @@ Answer format: the last non-empty line of the reply, after any reasoning, must b
 `ANSWER: <value>`. Nothing else is parsed — no "last number in the text", no answer taken from
 the reasoning, and an unterminated `<think>` block is unanswered (`Reply.answer_text`).
 
-Scorers:
-    math_integer   the value must be a plain integer literal ("035" and "-7" are, "35.0",
-                   "3,5", "3 or 5" and "1e3" are not); compared as integers.
-    math_symbolic  an exact closed form (plain `(3+sqrt(5))/2` or LaTeX `\\frac{3+\\sqrt{5}}{2}`);
-                   equal when sympy simplifies the difference to zero. A decimal is never an exact
-                   answer; plain text may use only numbers, operators, `sqrt` and `pi`.
+Scorers (both read the value with math-verify, `evals/families/math_answer.py`, which names the
+few places where they depart from it):
+    math_integer   an integer: `35`, `035`, `\\boxed{35}`, `$35$`, `35.0`, `70/2` and `x = 35` are
+                   35; "3 or 5", "3,5" and "35 or 36" are sets, never 35. A multi-answer gold
+                   (a list, `[3, 5]`) is a set, and only the same set is correct.
+    math_symbolic  an exact closed form (plain `(3+sqrt(5))/2` or LaTeX `\\frac{3+\\sqrt{5}}{2}`),
+                   equal when math-verify finds it so; a decimal is never an exact answer.
     math_reasoning_gym  the ANSWER line's value, graded by reasoning-gym's own scorer for the
                    item's dataset; only a full score (1.0) is correct (countdown's partial credit
                    for a wrong expression is not).
@@ -36,15 +37,8 @@ import random
 import re
 
 import sympy
-from math_verify import LatexExtractionConfig
-from math_verify import parse as latex_parse
-from sympy.parsing.sympy_parser import (
-    convert_xor,
-    implicit_multiplication_application,
-    parse_expr,
-    standard_transformations,
-)
 
+from evals.families.math_answer import judge
 from evals.families.math_templates import TEMPLATES
 from evals.item import Item, Reply, Verdict
 
@@ -63,11 +57,6 @@ SYMBOLIC_FORM = "<exact value, e.g. (1+sqrt(2))/3; no decimals>"
 
 # The final line; markdown emphasis and inline-math dollars around it are tolerated.
 ANSWER_LINE = re.compile(r"^[*_`$\s]*ANSWER[*_`\s]*:[*_`$\s]*(?P<value>.*?)[*_`$\s.]*$")
-INTEGER = re.compile(r"^[-\u2212]?\d+$")
-DECIMAL = re.compile(r"\d\.\d|\.\d|\d\.(?!\d)")
-PLAIN_EXPR = re.compile(r"^(?:\d+|sqrt|pi|[-+*/^()\s\u221a\u2212])+$")
-BARE_ROOT = re.compile(r"sqrt\s*(\d+)")
-HUGE_POWER = re.compile(r"(\^|\*\*)\s*\(?\s*\d{3,}|(\^|\*\*).*(\^|\*\*)")
 
 # reasoning-gym dataset -> hard configuration
 REASONING_GYM: dict[str, dict[str, int]] = {
@@ -158,46 +147,20 @@ def final_answer(reply: Reply) -> str | None:
 
 
 def score_integer(item: Item, reply: Reply) -> Verdict:
+    """An integer (or a set of integers), read and compared by math-verify
+    (`evals/families/math_answer.py`)."""
     value = final_answer(reply)
     if value is None:
         return Verdict("unparsed", "no final ANSWER line")
-    if not INTEGER.match(value):
-        return Verdict("unparsed", f"not an integer literal: {value!r}", value)
-    got = int(value.replace("\u2212", "-"))
-    return Verdict("correct" if got == int(item.answer) else "wrong", "", got)
+    return judge(item.answer, value, exact=False)
 
 
 def score_symbolic(item: Item, reply: Reply) -> Verdict:
+    """An exact closed form (or a set of them): as `score_integer`, and a decimal is wrong."""
     value = final_answer(reply)
     if value is None:
         return Verdict("unparsed", "no final ANSWER line")
-    if DECIMAL.search(value):
-        return Verdict("wrong", "a decimal is not an exact answer", value)
-    expr = _parse_exact(value)
-    if expr is None:
-        return Verdict("unparsed", f"not an exact expression: {value!r}", value)
-    if expr.atoms(sympy.Float):
-        return Verdict("wrong", "a decimal is not an exact answer", value)
-    equal = sympy.simplify(sympy.sympify(item.answer) - expr) == 0
-    return Verdict("correct" if equal else "wrong", "", str(expr))
-
-
-def _parse_exact(value: str) -> sympy.Expr | None:
-    """LaTeX through math-verify; plain text through sympy, but only from a safe alphabet."""
-    if "\\" in value:
-        parsed = latex_parse(f"${value}$", extraction_config=[LatexExtractionConfig()])
-        expr = parsed[0] if parsed else None
-        return expr if isinstance(expr, sympy.Expr) else None
-    if len(value) > 80 or not PLAIN_EXPR.match(value) or HUGE_POWER.search(value):
-        return None
-    text = value.replace("\u2212", "-").replace("\u221a", "sqrt")
-    text = BARE_ROOT.sub(r"sqrt(\1)", text)  # "sqrt5", "sqrt 5" -> sqrt(5)
-    transformations = (*standard_transformations, implicit_multiplication_application, convert_xor)
-    try:
-        expr = parse_expr(text, transformations=transformations)
-    except (SyntaxError, TypeError, ValueError, sympy.SympifyError):
-        return None
-    return expr if isinstance(expr, sympy.Expr) else None
+    return judge(item.answer, value, exact=True)
 
 
 def score_reasoning_gym(item: Item, reply: Reply) -> Verdict:

@@ -154,6 +154,9 @@ class EvalSchedule(_Frozen):
     suite: str = "smoke"
     targets: list[Name] = Field(default_factory=list)
     seed: int = 0
+    # Each round draws its items from a seed derived from `seed` and the round's number (one per
+    # `every_hours`), so the same items are not asked every day; all arms of a round share it.
+    rotate_seed: bool = True
     # Eval requests in flight at once (the eval lane's budget; production never queues behind).
     concurrency: int = Field(2, ge=1)
     timeout_s: float = Field(1800.0, gt=0)

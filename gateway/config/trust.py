@@ -106,6 +106,17 @@ class GateConfig(_Frozen):
     alpha: float = Field(0.05, gt=0, lt=1)
     # Fewer paired items than this: no switch, the best scorer keeps the traffic.
     min_items: int = Field(30, ge=1)
+    # Rounds sized to decide (docs/rounds.md): the accuracy gap a round must be able to tell
+    # apart, with this power at `alpha`; a cheaper upstream whose comparison cannot tell that
+    # gap apart is not proven within the floor.
+    detect_gap: float = Field(0.05, gt=0, le=1)
+    power: float = Field(0.8, gt=0, lt=1)
+    # The discordance (share of items two arms answer differently) a route's first round is
+    # planned for; later rounds use what the last decision observed.
+    discordance: float = Field(0.15, gt=0, le=1)
+    # Paired items a scheduled round asks: None sizes it from the above, at most max_round_items.
+    round_items: int | None = Field(None, ge=1)
+    max_round_items: int = Field(2000, ge=1)
     # USD per million tokens per upstream, overriding the price table / measured node cost.
     prices: dict[Name, float] = Field(default_factory=dict)
 

@@ -12,8 +12,16 @@ just as "!!!!" does. It fires on any of:
     repeated 6-grams     more than half of the 6-gram windows repeat an earlier window
                          (texts of at least 18 tokens)
     low distinct ratio   a 64-token window with fewer than 15% distinct tokens
-    character run        one character (not whitespace or markdown rule characters) 16+ times
-    repeated-digit run   4+ consecutive numbers each one digit repeated ("111 222 333 444")
+    character run        one character (not whitespace, a markdown rule character or a digit)
+                         16+ times
+    digit loop           a digit string that repeats one unit of 1-8 digits for 128+ digits
+                         ("000…", "121212…", "31415926" eight times over). A number is not
+                         repetition: 10^16, 99999999999999999 and 100! (158 digits, 24 zeros
+                         at the end) are answers, so digits get the loop rule's length, not
+                         the character run's
+    repeated-digit run   4+ consecutive numbers each one digit repeated ("111 222 333 444"),
+                         separated by spaces, semicolons or a comma and a space (thousands
+                         groups, "1,000,000", are one number)
     no content           three or more visible characters and no letter or digit at all
 """
 
@@ -29,7 +37,10 @@ _DIGITS = re.compile(r"\d+")
 _ALNUM = re.compile(r"[^\W_]")  # a character that str.isalnum() accepts
 _RULE_CHARS = set("-=_*#~`.|+ \t\n\r")
 _CHAR_RUN = re.compile(r"(\S)\1{15,}")
-_REPEATED_DIGIT_RUN = re.compile(r"(?:\b(\d)\1+\b[\s,;]+){3,}\b(\d)\2+\b")
+_SEPARATOR = r"(?:\s+|;\s*|,\s+)"
+_REPEATED_DIGIT_RUN = re.compile(rf"(?:\b(\d)\1+\b{_SEPARATOR}){{3,}}\b(\d)\2+\b")
+LOOP_DIGITS = 128
+_DIGIT_LOOP = re.compile(rf"(\d{{1,8}}?)\1{{{LOOP_DIGITS // 8 - 1},}}")
 
 NGRAM = 6
 MIN_NGRAM_TOKENS = 18
@@ -92,12 +103,16 @@ def min_distinct_ratio(toks: Sequence[str], window: int = WINDOW) -> float | Non
 
 
 def _character_rule(text: str) -> Degeneration | None:
-    """The rules read on the characters: no content, a character run, a repeated-digit run."""
+    """The rules read on the characters: no content, a character run, a digit loop, a
+    repeated-digit run."""
     if _ALNUM.search(text) is None and len("".join(text.split())) >= 3:
         return Degeneration("no_content", repr(text[:40]))
     for m in _CHAR_RUN.finditer(text):
-        if m.group(1) not in _RULE_CHARS:
+        if m.group(1) not in _RULE_CHARS and not m.group(1).isdigit():
             return Degeneration("char_run", repr(m.group(0)[:40]))
+    for m in _DIGIT_LOOP.finditer(text):
+        if len(m.group(0)) >= LOOP_DIGITS:
+            return Degeneration("digit_loop", f"{m.group(1)!r} repeated over {len(m.group(0))}")
     digit_run = _REPEATED_DIGIT_RUN.search(text)
     if digit_run:
         return Degeneration("digit_run", repr(digit_run.group(0)[:40]))

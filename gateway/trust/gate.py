@@ -61,6 +61,8 @@ class ArmEvidence:
     p_value: float | None = None
     eligible: bool = False
     why: str = ""
+    # The smallest gap this comparison detects (alpha, power of the decision); None: none.
+    mde: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,12 @@ class GateDecision:
     arms: tuple[ArmEvidence, ...]
     decided_at: float = field(default_factory=time.time)
     shape: str | None = None  # decided on one shape's eval family (None: the whole suite)
+    # What the round could tell apart (gateway/trust/sizing.py): "this round can tell apart a
+    # 6-point gap (...)", its MDE, and the paired items and discordance it rests on.
+    resolution: str = ""
+    mde: float | None = None
+    paired_n: int | None = None
+    discordance: float | None = None
 
     @property
     def key(self) -> str:
@@ -115,8 +123,13 @@ def decide(
     alpha: float = 0.05,
     min_items: int = 30,
     now: float | None = None,
+    detect_gap: float = 0.05,
+    power: float = 0.8,
 ) -> GateDecision:
-    """The cheapest upstream not worse than the best beyond the noise floor, with its evidence."""
+    """The cheapest upstream not worse than the best beyond the noise floor, with its evidence.
+    A cheaper upstream counts as within the floor only when its comparison could have told a
+    `detect_gap` apart (with `power`): absence of evidence from too small a round is not
+    parity."""
     from evals.stats import summarise
 
     now = time.time() if now is None else now
@@ -148,7 +161,16 @@ def decide(
         arms.append(
             ArmEvidence(
                 **base,
-                **_against_best(results[best], results[up], best, up, floor, alpha, min_items),
+                **_against_best(
+                    results[best],
+                    results[up],
+                    best,
+                    up,
+                    floor,
+                    alpha,
+                    min_items,
+                    (detect_gap, power),
+                ),
             )
         )
     arms += refused
@@ -163,7 +185,27 @@ def decide(
             f"{chosen.upstream} (${chosen.price_per_m}/M) is the cheapest within the noise "
             f"floor of {best} (${prices.get(best)}/M): {chosen.why}"
         )
-    return GateDecision(model, chosen.upstream, reason, best, _floor_dict(floor), tuple(arms), now)
+    decision = GateDecision(
+        model, chosen.upstream, reason, best, _floor_dict(floor), tuple(arms), now
+    )
+    return _with_resolution(decision, alpha, power, detect_gap)
+
+
+def _with_resolution(
+    decision: GateDecision, alpha: float, power: float, detect_gap: float
+) -> GateDecision:
+    """The decision with what its round could tell apart, and what `detect_gap` needs."""
+    from evals.power import items_needed
+    from gateway.trust.sizing import decision_resolution, needed_sentence
+
+    res = decision_resolution(decision.arms, decision.floor, alpha, power)
+    if res is None:
+        return replace(decision, resolution="this round made no paired comparison")
+    needed = items_needed(max(res.discordance, detect_gap), detect_gap, alpha, power)
+    text = f"{res.sentence()}; {needed_sentence(detect_gap, needed, res.n)}"
+    return replace(
+        decision, resolution=text, mde=res.mde, paired_n=res.n, discordance=res.discordance
+    )
 
 
 def _noise_floor(control: Sequence[Paired] | NoiseFloor | None) -> NoiseFloor | None:
@@ -213,14 +255,24 @@ def _against_best(
     floor: NoiseFloor | None,
     alpha: float,
     min_items: int,
+    sizing: tuple[float, float],
 ) -> dict[str, Any]:
     from evals.stats import PairingError, against_floor, pair
+    from gateway.trust.sizing import arm_resolution, gap_phrase
 
     try:
         p = pair(best_rs, rs, best, up)
     except PairingError as e:
         return {"why": f"refused: {e}"}
-    evidence = {"paired_n": p.n, "only_best": p.only_a, "only_this": p.only_b, "p_value": p.p_value}
+    detect_gap, power = sizing
+    res = arm_resolution(p.n, p.discordant, alpha, power)
+    evidence = {
+        "paired_n": p.n,
+        "only_best": p.only_a,
+        "only_this": p.only_b,
+        "p_value": p.p_value,
+        "mde": res.mde,
+    }
     if floor is None:
         return {**evidence, "why": "no noise floor: a control pair is needed"}
     if p.n < min_items:
@@ -228,6 +280,11 @@ def _against_best(
     verdict = against_floor(p, floor, alpha)
     if p.gap < 0 and verdict.exceeds:
         return {**evidence, "why": f"worse beyond the floor: {verdict.reason}"}
+    if res.mde is None or res.mde > detect_gap:
+        return {
+            **evidence,
+            "why": f"cannot decide: {res.sentence()}; the gate asks for {gap_phrase(detect_gap)}",
+        }
     return {**evidence, "eligible": True, "why": f"within the floor: {verdict.reason}"}
 
 
@@ -249,6 +306,8 @@ def decide_shapes(
     alpha: float = 0.05,
     min_items: int = 30,
     now: float | None = None,
+    detect_gap: float = 0.05,
+    power: float = 0.8,
 ) -> list[GateDecision]:
     """One decision per shape an eval family measures: `decide` on that family's items of the
     upstreams the shape routes to (`candidates`), the floor from the control upstream's two runs
@@ -265,7 +324,17 @@ def decide_shapes(
         with contextlib.suppress(PairingError):
             floor = [control_pair(name, *([r for r in c if r.family == family] for c in runs))]
         prices_of = {u: prices.get(u) for u in ups}
-        d = decide(model, own, floor, prices_of, alpha=alpha, min_items=min_items, now=now)
+        d = decide(
+            model,
+            own,
+            floor,
+            prices_of,
+            alpha=alpha,
+            min_items=min_items,
+            now=now,
+            detect_gap=detect_gap,
+            power=power,
+        )
         out.append(replace(d, shape=shape))
     return out
 

@@ -44,6 +44,13 @@ from gateway.trust.gate import (
     decide_shapes,
     gate_arms,
 )
+from gateway.trust.sizing import (
+    family_sizes,
+    observed_discordance,
+    planned_items,
+    round_seed,
+    targets_resolution,
+)
 
 if TYPE_CHECKING:
     from evals.result import ItemResult
@@ -102,10 +109,15 @@ class EvalScheduler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def _spec(self, targets: list[str], **kw: Any) -> RunSpec:
+    def _spec(self, targets: list[str], now: float | None = None, **kw: Any) -> RunSpec:
+        """The round's run: the schedule's suite, its items drawn from the round's seed."""
         from evals.runner import RunSpec
 
         schedule = self.config.evals
+        seed = schedule.seed
+        if schedule.rotate_seed:
+            now = time.time() if now is None else now
+            seed = round_seed(schedule.seed, now, schedule.every_hours)
         runs_dir = Path(schedule.runs_dir)
         if not runs_dir.is_absolute():
             runs_dir = self.config.root / runs_dir
@@ -113,7 +125,7 @@ class EvalScheduler:
             base_url=self.base_url,
             targets=targets,
             suite=schedule.suite,
-            seed=schedule.seed,
+            seed=seed,
             concurrency=schedule.concurrency,
             timeout_s=schedule.timeout_s,
             runs_dir=runs_dir,
@@ -121,21 +133,42 @@ class EvalScheduler:
             **kw,
         )
 
-    async def run_once(self) -> Path | None:
+    async def run_once(self, now: float | None = None) -> Path | None:
         """One scheduled round: the configured targets, then every quality-gated route."""
         from evals.runner import Runner, load_run
 
+        now = time.time() if now is None else now
         targets = list(self.config.evals.targets)
         if targets:
-            self.last_run = await Runner(self._spec(targets)).run()
-            log.info("scheduled eval finished: %s", self.last_run)
-            await self._keep(load_run(self.last_run)[1])
+            self.last_run = await Runner(self._spec(targets, now)).run()
+            results = load_run(self.last_run)[1]
+            said = await asyncio.to_thread(targets_resolution, results)
+            log.info("scheduled eval finished: %s; %s", self.last_run, said)
+            await self._keep(results)
         for model in self.gated_models():
-            await self.run_gate(model)
+            await self.run_gate(model, now)
         return self.last_run
 
-    async def run_gate(self, model: str) -> GateDecision:
-        """Evaluate each upstream of a gated route (the control twice) and re-decide the route."""
+    def round_sizes(self, model: str) -> dict[str, int]:
+        """Items per family for the route's next round: enough paired items for the route's
+        decision and each shape's to tell the gate's `detect_gap` apart, at the discordance
+        their last decisions observed (gateway/trust/sizing.py)."""
+        from evals.suite import SUITES
+
+        gate_cfg = self.config.models[model].gate or GateConfig()
+        route_items = planned_items(gate_cfg, observed_discordance(self.gate_book.latest(model)))
+        shape_items = {
+            SHAPE_FAMILIES[shape]: planned_items(
+                gate_cfg, observed_discordance(self.gate_book.latest(model, shape))
+            )
+            for shape in shape_candidates(self.config, model, SHAPE_FAMILIES)
+            if shape in SHAPE_FAMILIES
+        }
+        return family_sizes(dict(SUITES[self.config.evals.suite]), route_items, shape_items)
+
+    async def run_gate(self, model: str, now: float | None = None) -> GateDecision:
+        """Evaluate each upstream of a gated route (the control twice) on a round sized to
+        decide, and re-decide the route."""
         from evals.stats import PairingError
 
         route = self.config.models[model]
@@ -143,10 +176,16 @@ class EvalScheduler:
         control = gate_cfg.control or route.upstreams[0]
         everyone = [*route.upstreams, *shape_upstreams(self.config, model)]
         arms = gate_arms(model, everyone, control)
+        sizes = await asyncio.to_thread(self.round_sizes, model)
         spec = self._spec(
             [label for label, _ in arms],
+            now,
             target_models={label: model for label, _ in arms},
             target_headers={label: {PIN_HEADER: pin} for label, pin in arms},
+            sizes=sizes,
+        )
+        log.info(
+            "gate %s: a round of %d items %s, seed %d", model, sum(sizes.values()), sizes, spec.seed
         )
         results = await self.evaluate(spec)
         await self._keep(results)
@@ -176,9 +215,11 @@ class EvalScheduler:
             prices,
             alpha=gate_cfg.alpha,
             min_items=gate_cfg.min_items,
+            detect_gap=gate_cfg.detect_gap,
+            power=gate_cfg.power,
         )
         self.gate_book.record(decision)
-        log.info("gate %s: %s", model, decision.reason)
+        log.info("gate %s: %s; %s", model, decision.reason, decision.resolution)
         for shaped in decide_shapes(
             model,
             shape_candidates(self.config, model, SHAPE_FAMILIES),
@@ -187,9 +228,13 @@ class EvalScheduler:
             prices,
             alpha=gate_cfg.alpha,
             min_items=gate_cfg.min_items,
+            detect_gap=gate_cfg.detect_gap,
+            power=gate_cfg.power,
         ):
             self.gate_book.record(shaped)
-            log.info("gate %s, shape %s: %s", model, shaped.shape, shaped.reason)
+            log.info(
+                "gate %s, shape %s: %s; %s", model, shaped.shape, shaped.reason, shaped.resolution
+            )
         return decision
 
     async def evaluate(self, spec: RunSpec) -> list[ItemResult]:
@@ -259,7 +304,7 @@ class EvalScheduler:
             interval = self.config.evals.every_hours * 3600
             if not await asyncio.to_thread(store.claim_round, now, interval, GATEWAY_ID):
                 return False
-        await self.run_once()
+        await self.run_once(now)
         if store is not None:
             await asyncio.to_thread(store.finish_round, now, time.time())
         return True

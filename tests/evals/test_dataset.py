@@ -30,8 +30,23 @@ def test_integer_dataset_scores_with_the_math_scorer(tmp_path: Path) -> None:
     assert [i.id for i in items] == ["dataset:aime:1", "dataset:aime:b"]
     assert "ANSWER:" in items[0].messages[0]["content"]
     assert families.score(items[0], Reply("so\nANSWER: 4")).correct
-    assert families.score(items[0], Reply("ANSWER: 3 or 4")).outcome == "unparsed"
+    assert families.score(items[0], Reply("ANSWER: 3 or 4")).outcome == "wrong"
     assert families.score(items[1], Reply("ANSWER: 9")).correct
+
+
+def test_multi_answer_lines_are_sets(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "roots.jsonl",
+        {"id": 1, "question": "Solve x^2 - 8x + 15 = 0.", "answer": [3, "5"]},
+        {"id": 2, "question": "Solve x^2 - 2x - 1 = 0.", "answer": ["1+sqrt(2)", "1-sqrt(2)"]},
+    )
+    ints = load(path, "math_integer", limit=1)
+    assert ints[0].answer == [3, 5]
+    assert "separated by commas" in ints[0].messages[0]["content"]
+    assert families.score(ints[0], Reply("ANSWER: 5, 3")).correct
+    assert families.score(ints[0], Reply("ANSWER: 3")).outcome == "wrong"
+    exact = load(path, "math_symbolic")[1]
+    assert families.score(exact, Reply("ANSWER: 1 \\pm \\sqrt{2}")).correct
 
 
 def test_mcq_dataset_letters_and_indexes(tmp_path: Path) -> None:

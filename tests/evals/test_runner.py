@@ -171,11 +171,11 @@ def test_errors_have_their_own_fields_and_scorer_detail_is_kept(tmp_path: Path) 
         assert (r.outcome, r.finish_reason, r.error_class) == ("error", None, "http_400")
     for r in by["words"]:
         assert (r.outcome, r.finish_reason, r.error) == ("unparsed", "stop", None)
-        assert r.detail == "not an integer literal: 'two'"
+        assert r.detail == "not a value: 'two' (reads as unknowns o, t, w)"
         assert r.upstream == "words" and r.started is not None and r.prompt_tokens
     paths = write_report(results, tmp_path / "report")
     details = paths["details"].read_text()
-    assert "not an integer literal: 'two'" in details and "http_400" in details
+    assert "not a value: 'two'" in details and "http_400" in details
     errors = paths["markdown"].read_text().split("## Errors and timeouts")[1]
     assert "| refuses | 3 | 3 | http_400 3 | 0 | 0 |" in errors
 

@@ -278,8 +278,13 @@ def test_fault_9_a_difference_inside_the_noise_floor_is_not_real() -> None:
     p = pair(a, b)
     assert p.gap == pytest.approx(-0.04)
     assert not against_floor(p, NoiseFloor.from_controls([control])).exceeds
-    d = decide("smol", {"api": a, "node": b}, [control], {"api": 1.0, "node": 0.2}, min_items=50)
+    results, prices = {"api": a, "node": b}, {"api": 1.0, "node": 0.2}
+    # 100 items can tell apart a gap of about 8 points here: a gate that asks for 10 moves.
+    d = decide("smol", results, [control], prices, min_items=50, detect_gap=0.1)
     assert d.chosen == "node" and "within the floor" in d.reason
+    # One that asks for 5 cannot take 100 items as proof of parity, and says so.
+    strict = decide("smol", results, [control], prices, min_items=50)
+    assert strict.chosen == "api" and "a 5-point gap needs" in strict.resolution
 
 
 def test_fault_10_malformed_edit_blocks_and_tool_calls_counted_apart(fake: FakeHandle) -> None:

@@ -2,9 +2,11 @@ import random
 
 import pytest
 
+from evals import families
 from evals.families import math as family
 from evals.families import math_templates
 from evals.item import Item, Reply, items_digest
+from tests.evals.families import math_probes
 
 
 def _int_item(answer: int = 35) -> Item:
@@ -63,12 +65,20 @@ def test_answers_check_out_by_a_third_method() -> None:
         ("ANSWER: 035", "correct"),
         ("**ANSWER: 35**", "correct"),
         ("**ANSWER:** 35.", "correct"),
-        ("ANSWER: 3 or 5", "unparsed"),
-        ("ANSWER: 3,5", "unparsed"),
-        ("ANSWER: 3 5", "unparsed"),
-        ("ANSWER: 35.0", "unparsed"),
-        ("ANSWER: 3.5e1", "unparsed"),
-        ("ANSWER: 35 or 36", "unparsed"),
+        ("ANSWER: \\boxed{35}", "correct"),
+        ("ANSWER: $35$", "correct"),
+        ("ANSWER: x = 35", "correct"),
+        ("ANSWER: 35.0", "correct"),
+        ("ANSWER: 3 or 5", "wrong"),
+        ("ANSWER: 3,5", "wrong"),
+        ("ANSWER: 3, 5", "wrong"),
+        ("ANSWER: 3 5", "wrong"),
+        ("ANSWER: 3.5e1", "wrong"),
+        ("ANSWER: 35 or 36", "wrong"),
+        ("ANSWER: 36 or 35", "wrong"),
+        ("ANSWER: thirty-five", "unparsed"),
+        ("ANSWER: __import__('os').getcwd()", "unparsed"),
+        ("ANSWER: 9^9^9^9", "unparsed"),
         ("ANSWER: -35", "wrong"),
         ("ANSWER: 36", "wrong"),
         ("The answer is 35.", "unparsed"),
@@ -107,10 +117,14 @@ def test_unicode_minus_is_a_minus() -> None:
         ("2.6180339887498949", "wrong"),
         ("(3 + 5**0.5)/2", "wrong"),
         ("(3-sqrt(5))/2", "wrong"),
-        ("3 or 5", "unparsed"),
+        ("(3 + sqrt(5))/2", "correct"),
+        ("\\boxed{\\dfrac{3+\\sqrt5}{2}}", "correct"),
+        ("1.5 + \\sqrt{5}/2", "wrong"),
+        ("3 or 5", "wrong"),
+        ("x + 1", "unparsed"),
         ("__import__('os').getcwd()", "unparsed"),
         ("9^9^9^9", "unparsed"),
-        ("x + 1", "unparsed"),
+        ("x" * 300, "unparsed"),
     ],
 )
 def test_symbolic_near_misses(value: str, outcome: str) -> None:
@@ -122,6 +136,61 @@ def test_symbolic_items_are_scored_correct_with_their_own_answer() -> None:
     for item in family.build(3, 22):
         if item.scorer == "math_symbolic":
             assert family.score_symbolic(item, Reply(f"ANSWER: {item.answer}")).correct
+
+
+def test_probe_set_agrees_with_math_verify() -> None:
+    """Constructed answers (correct in many forms, near misses, traps), each with math-verify's
+    own verdict or, where a probe names one, the rule that departs from it on purpose."""
+    agree, total, misses = math_probes.agreement(families.score)
+    assert total >= 300
+    assert agree / total >= 0.99, [
+        (p.gold, p.content.splitlines()[-1], got) for p, got, _ in misses
+    ]
+    pure = [p for p in math_probes.probes() if p.rule is None]
+    assert math_probes.agreement(families.score, pure)[0] == len(pure)
+
+
+def test_probe_set_holds_each_kind_both_ways() -> None:
+    probes = math_probes.probes()
+    for kind in ("correct form", "near miss", "trap"):
+        verdicts = {p.reference() for p in probes if p.kind == kind}
+        assert verdicts == ({True} if kind == "correct form" else {False}), kind
+
+
+@pytest.mark.parametrize(
+    ("gold", "scorer", "value", "outcome"),
+    [
+        ([3, 5], "math_integer", "5, 3", "correct"),
+        ([3, 5], "math_integer", "\\{3, 5\\}", "correct"),
+        ([3, 5], "math_integer", "3", "wrong"),
+        ([3, 5], "math_integer", "3, 5, 7", "wrong"),
+        ([3, 5], "math_integer", "35", "wrong"),
+        ("3, 5", "math_symbolic", "3 and 5", "correct"),
+        ("3, 5", "math_symbolic", "3", "wrong"),
+        (["1+sqrt(2)", "1-sqrt(2)"], "math_symbolic", "1 \\pm \\sqrt{2}", "correct"),
+        ([1331, 1728], "math_integer", "1728", "wrong"),
+    ],
+)
+def test_multi_answer_golds_are_sets(gold: object, scorer: str, value: str, outcome: str) -> None:
+    item = Item("t", "math", ({"role": "user", "content": "q"},), gold, scorer)
+    verdict = families.score(item, Reply(f"so\nANSWER: {value}"))
+    assert verdict.outcome == outcome, verdict
+
+
+def test_a_long_integer_is_an_answer_not_a_loop() -> None:
+    for n in (12345678901234567, 10**16, 10**17 - 1):
+        assert families.score(_int_item(n), Reply(f"so\nANSWER: {n}")).correct
+
+
+def test_departures_from_math_verify_are_named_in_the_verdict() -> None:
+    decimal = family.score_symbolic(_sym_item(), Reply("ANSWER: 1.5 + sqrt(5)/2"))
+    assert decimal.parts == {"math_verify": True, "spelling": True, "exact_form": False}
+    minus = family.score_integer(_int_item(-35), Reply("ANSWER: \u221235"))
+    assert minus.correct and minus.parts == {"math_verify": True, "spelling": True}
+    plain = family.score_integer(_int_item(), Reply("ANSWER: \\boxed{35}"))
+    assert plain.parts == {"math_verify": True}
+    exact = family.score_symbolic(_sym_item(), Reply("ANSWER: \\frac{3+\\sqrt{5}}{2}"))
+    assert exact.parts == {"math_verify": True, "exact_form": True}
 
 
 @pytest.fixture(scope="module")

@@ -318,6 +318,11 @@ def test_the_console_shows_the_stored_numbers(
         local_row = next(a for a in arms if a.startswith("local"))
         assert f"{local_ev.p_value:.3f}" in local_row and str(local_ev.only_best) in local_row
         assert decision.reason in page.locator("#decisions").inner_text()
+        # Beside the decision: what its round could tell apart, and per arm the gap it detects.
+        shown = page.locator("#decisions .resolution").first.inner_text()
+        assert shown.startswith("This round") and decision.resolution[1:] in shown
+        mde = "no gap" if local_ev.mde is None else f"{100 * local_ev.mde:.1f} pts"
+        assert mde in local_row
         assert page.locator("#frontier-chart .point").count() >= 2
 
         # At a glance: sums of the same figures.

@@ -17,7 +17,11 @@ DEGENERATE = {
     "sentence loop": LOOP,
     "word loop": "the " * 80,
     "healthy start then loop": "Paris is the capital of France. " + "and and and so on " * 30,
-    "digits glued": "1" * 30,
+    "digits glued": "1" * 200,
+    "zeros to the cap": "ANSWER: 1" + "0" * 400,
+    "digit pair loop": "so x = " + "12" * 80,
+    "decimal loop": "3." + "14159265" * 20,
+    "thousands groups loop": "The total is " + ", ".join(["111"] * 12),
     "punctuation soup": ". , ; : ? ! ( ) . , ;",
 }
 
@@ -37,6 +41,15 @@ HEALTHY = {
     "number": "42",
     "phone-like": "Call 555 0100 or 555 0199.",
     "empty": "",
+    # A number is not repetition, however many digits repeat in it.
+    "17-digit answer": "ANSWER: 12345678901234567",
+    "ten to the sixteenth": "ANSWER: 10000000000000000",
+    "seventeen nines": "So the largest is 10^17 - 1.\nANSWER: 99999999999999999",
+    "repunit": "ANSWER: " + "1" * 30,
+    "thousands separators": "ANSWER: 10,000,000,000,000,000",
+    "googol": "10^100 written out is 1" + "0" * 100,
+    "100 factorial": "100! = " + str(__import__("math").factorial(100)),
+    "repeating decimal, a few periods": "1/7 = 0." + "142857" * 6 + "...",
 }
 
 

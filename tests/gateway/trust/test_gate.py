@@ -14,6 +14,7 @@ from gateway.ledger.store import Store
 from gateway.serving.routing import gate_first
 from gateway.trust.gate import (
     GateBook,
+    GateDecision,
     SharedGateBook,
     control_pair,
     decide,
@@ -262,3 +263,36 @@ def test_each_shape_is_decided_on_its_own_family_among_its_own_upstreams(store: 
     book.refresh()  # read back from the rows, as another gateway would
     tools = book.latest("m", "tools")
     assert tools is not None and tools.shape == "tools" and tools.key == "m#tools"
+
+
+def test_a_round_too_small_to_tell_the_gap_apart_cannot_move_traffic() -> None:
+    # The cheap arm looks within the floor on 40 items, but 40 items cannot tell a 5-point gap
+    # apart: no proof of parity, the best keeps the traffic, and both say why.
+    n = 40
+    small_control = pair(
+        arm("c1", flips(n, set(range(0, 8, 2)) | {30})), arm("c2", flips(n, set(range(0, 8, 2))))
+    )
+    best, cheap = flips(n, set(range(0, 8))), flips(n, set(range(0, 8)) | {30})
+    prices = {"api": 10.0, "node": 1.0}
+    results = {"api": arm("api", best), "node": arm("node", cheap)}
+    d = decide("m", results, [small_control], prices, min_items=30)
+    assert d.chosen == "api"
+    node = next(a for a in d.arms if a.upstream == "node")
+    assert node.why.startswith("cannot decide: this round can tell apart")
+    assert node.why.endswith("the gate asks for a 5-point gap") and node.mde is not None
+    assert d.paired_n == n and d.mde is not None and d.mde > 0.05
+    assert d.resolution.startswith(f"this round can tell apart a {round(100 * d.mde)}-point")
+    assert "a 5-point gap needs" in d.resolution and f"this round had {n}" in d.resolution
+    # A coarser gate (what the round can resolve) lets the same evidence move traffic.
+    coarse = decide("m", results, [small_control], prices, min_items=30, detect_gap=0.5)
+    assert coarse.chosen == "node"
+
+
+def test_every_decision_carries_its_resolution() -> None:
+    cheap = flips(N, set(range(0, 40)) | {150, 151, 152, 153} - {0})
+    d = decide("m", {"api": arm("api", BEST), "node": arm("node", cheap)}, [CONTROL], {})
+    again = GateDecision.from_dict(json.loads(json.dumps(d.to_dict())))
+    assert again.resolution == d.resolution and again.arms[1].mde == d.arms[1].mde
+    # The control's 12 of 200 discordant set the round's discordance (6%, over the arm's 2.5%).
+    assert d.discordance == pytest.approx(0.06) and d.paired_n == N
+    assert "200 paired items, 6% discordant; α 0.05, power 0.8" in d.resolution

@@ -41,7 +41,14 @@ def gated_config(a: str, b: str, root: Path) -> object:
                     "profile": "smollm2",
                     "upstreams": ["dear", "cheap"],
                     "policy": "cheapest_within_floor",
-                    "gate": {"min_items": 5, "prices": {"dear": 10.0, "cheap": 1.0}},
+                    # A coarse gate on a small round (what the embedded CPU default can afford):
+                    # it tells apart a 50-point gap, and says so in every decision.
+                    "gate": {
+                        "min_items": 5,
+                        "round_items": 5,
+                        "detect_gap": 0.5,
+                        "prices": {"dear": 10.0, "cheap": 1.0},
+                    },
                 }
             },
             "evals": {
@@ -49,6 +56,7 @@ def gated_config(a: str, b: str, root: Path) -> object:
                 "concurrency": 4,
                 "timeout_s": 30,
                 "runs_dir": str(root / "runs"),
+                "rotate_seed": False,
             },
         }
     )
@@ -84,6 +92,9 @@ def test_gate_switches_to_the_cheapest_upstream_within_the_floor(tmp_path: Path)
     assert decision.best == "dear" and arms["dear"]["correct"] > arms["cheap"]["correct"]
     assert decision.chosen == "cheap", decision.reason
     assert "within the noise floor" in decision.reason
+    # Beside the decision, what its round could tell apart.
+    assert decision.resolution.startswith("this round can tell apart")
+    assert arms["cheap"]["mde"] is not None and arms["cheap"]["mde"] <= 0.5
     assert after == {"cheap"}
     # Each upstream got the whole suite through the gateway, the control (dear) twice.
     n = arms["dear"]["n"]
@@ -104,7 +115,7 @@ def test_gateways_on_one_store_run_one_round_per_interval(tmp_path: Path) -> Non
     ran: list[str] = []
 
     class Counting(EvalScheduler):
-        async def run_once(self) -> None:  # type: ignore[override]
+        async def run_once(self, now: float | None = None) -> None:  # type: ignore[override]
             ran.append(self.base_url)
 
     evals = SimpleNamespace(every_hours=interval / 3600)

@@ -15,6 +15,8 @@ const fmt = {
   ci: (ci) => (ci == null ? dash : (100 * ci[0]).toFixed(1) + "–" + (100 * ci[1]).toFixed(1) + "%"),
   p: (v) => (v == null ? dash : v < 0.001 ? v.toExponential(2) : v.toFixed(3)),
   time: (t) => new Date(1000 * t).toISOString().replace("T", " ").slice(0, 19) + " UTC",
+  // A minimum detectable effect in accuracy points; none when the comparison cannot tell any gap.
+  gap: (v, paired) => (paired == null ? dash : v == null ? "no gap" : (100 * v).toFixed(1) + " pts"),
 };
 
 function cell(value, cls) {
@@ -136,10 +138,14 @@ function decisionBlock(model, d) {
   floor.textContent = f.gap == null
     ? `No noise floor. Decided ${fmt.time(d.decided_at)}.`
     : `Noise floor from ${f.controls.length} control pair(s): gap ${fmt.pct(f.gap)}, discordant imbalance ${fmt.pct(f.imbalance_rate)}, control McNemar p ${fmt.p(f.controls[0] && f.controls[0].p_value)}. Decided ${fmt.time(d.decided_at)}.`;
+  // What the round could tell apart, beside the decision (docs/rounds.md).
+  const resolution = document.createElement("p");
+  resolution.className = "resolution";
+  resolution.textContent = d.resolution ? d.resolution.charAt(0).toUpperCase() + d.resolution.slice(1) + "." : "";
   const table = document.createElement("table");
   table.createCaption().textContent = `Evidence for ${model}: each arm against the best scorer (${d.best || dash}), paired McNemar`;
   const head = table.createTHead().insertRow();
-  for (const name of ["Upstream", "n", "Accuracy", "95% Wilson", "$/M", "Paired n", "Only best", "Only this", "McNemar p", "Verdict"]) {
+  for (const name of ["Upstream", "n", "Accuracy", "95% Wilson", "$/M", "Paired n", "Only best", "Only this", "McNemar p", "Can tell apart", "Verdict"]) {
     const th = document.createElement("th");
     th.scope = "col";
     th.textContent = name;
@@ -153,13 +159,14 @@ function decisionBlock(model, d) {
     why.append(verdict, " " + a.why);
     tr.append(cell(a.upstream), cell(fmt.n(a.n), "num"), cell(fmt.pct(a.accuracy), "num"),
       cell(fmt.ci(a.ci)), cell(fmt.usd(a.price_per_m, 3), "num"), cell(fmt.n(a.paired_n), "num"),
-      cell(fmt.n(a.only_best), "num"), cell(fmt.n(a.only_this), "num"), cell(fmt.p(a.p_value), "num"), cell(why));
+      cell(fmt.n(a.only_best), "num"), cell(fmt.n(a.only_this), "num"), cell(fmt.p(a.p_value), "num"),
+      cell(fmt.gap(a.mde, a.paired_n), "num"), cell(why));
   }
   const wrap = document.createElement("div");
   wrap.className = "scroll";
   wrap.tabIndex = 0;
   wrap.append(table);
-  box.append(h, p, floor, wrap);
+  box.append(h, p, resolution, floor, wrap);
   return box;
 }
 
