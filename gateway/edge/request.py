@@ -18,6 +18,7 @@ from starlette.requests import Request
 
 from gateway.config import Config
 from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
+from gateway.ledger.columns import count_of
 from gateway.ledger.record import Record
 from gateway.serving.call import Call
 from gateway.serving.profile import apply_profile, params_hash
@@ -158,8 +159,9 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         model=model,
         stream=stream,
         lane="eval" if heads.get("x-plumbline-lane") == "eval" else "prod",
-        max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
     )
+    # The cap as a count; a value that is not one is named on the record, never stored raw.
+    record.max_tokens, record.coerced = count_of(body, "max_completion_tokens", "max_tokens")
     call = Call(
         door=door,
         path=path,
@@ -180,4 +182,6 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
             record.params_hash = params_hash(body)
 
     call.defer(hash_params)
+    if stream:  # its start journalled once it is on its way: a crash leaves it "Interrupted"
+        call.defer(lambda: gw.begin(record))
     return call
