@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from gateway.config import Config
 from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
-from gateway.ledger.columns import count_of
+from gateway.ledger.columns import count_of, flag_of
 from gateway.ledger.record import Record
 from gateway.serving.call import Call
 from gateway.serving.profile import apply_profile, params_hash
@@ -149,7 +149,9 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
     chat = path == "/chat/completions"
     if path != "/embeddings":
         apply_profile(body, gw.config.profile_for(model), chat=chat)
-    stream = bool(body.get("stream"))
+    stream, odd_stream = flag_of(body.get("stream"))
+    if "stream" in body and body["stream"] is not stream:
+        body["stream"] = stream  # "false" is false: the upstream is sent what the gateway relays
     options = body.get("stream_options")
     options = options if isinstance(options, dict) else {}
     record = Record(
@@ -161,7 +163,8 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         lane="eval" if heads.get("x-plumbline-lane") == "eval" else "prod",
     )
     # The cap as a count; a value that is not one is named on the record, never stored raw.
-    record.max_tokens, record.coerced = count_of(body, "max_completion_tokens", "max_tokens")
+    record.max_tokens, odd_cap = count_of(body, "max_completion_tokens", "max_tokens")
+    record.coerced = ",".join(n for n in (odd_stream, odd_cap) if n) or None
     call = Call(
         door=door,
         path=path,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from pydantic import TypeAdapter, ValidationError
 
 from gateway.ledger.record import Record
 from gateway.ledger.rows import REQUESTS
@@ -159,3 +160,17 @@ def count_of(body: dict[str, Any], *fields: str) -> tuple[int | None, str | None
         kind = "huge" if type(value) is int and value > INT_MAX else _what(value)
         return None, f"{name}:{kind}"
     return None, None
+
+
+_BOOL = TypeAdapter(bool)
+
+
+def flag_of(value: Any) -> tuple[bool, str | None]:
+    """A request's `stream` as the doors' validation reads it (pydantic's lax bool: `"false"`,
+    `0`, `"off"` are false), and a note when it is none of those (then false)."""
+    if value is None or type(value) is bool:
+        return bool(value), None
+    try:
+        return _BOOL.validate_python(value), None
+    except ValidationError:
+        return False, f"stream:{_what(value)}"

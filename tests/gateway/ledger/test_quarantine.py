@@ -163,3 +163,24 @@ def test_health_and_metrics_count_quarantined_and_spooled_rows(fake: FakeHandle)
         assert gw.store.count() == 6
         [kept] = held(gw.store)
         assert kept["request_id"] == "poison" and "list" in kept["reason"]
+
+
+def test_stream_is_read_as_validated_and_the_upstream_is_sent_a_boolean(
+    fake: FakeHandle,
+) -> None:
+    """`"stream": "false"` passes the doors' validation as false: the client gets a whole
+    answer, the record says not streamed, the upstream is sent `false` (not the string)."""
+    app = create_app(_gateway_config(fake.base_url, "sqlite:///var/plumbline.db"))
+    chat = {"model": "smol", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    with serving_app(app) as root, httpx.Client(base_url=root, timeout=30) as client:
+        for sent, streamed in (("false", False), ("true", True), (0, False), ("1", True)):
+            resp = client.post("/v1/chat/completions", json={**chat, "stream": sent})
+            assert resp.status_code == 200
+            assert resp.headers["content-type"].startswith(
+                "text/event-stream" if streamed else "application/json"
+            )
+            assert fake.requests()[-1]["body"]["stream"] is streamed
+            gw = app.state.gateway
+            assert gw.queue.flush()
+            row = gw.store.get(resp.headers["x-plumbline-request-id"])
+            assert row is not None and row["stream"] is streamed and row["coerced"] is None
