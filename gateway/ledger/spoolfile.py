@@ -30,6 +30,7 @@ class Spool:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / "spool.jsonl"
         self._lock = threading.Lock()
+        self._counted: dict[Path, tuple[int, int, int]] = {}  # path -> (inode, bytes, rows)
 
     def append(self, rows: Sequence[dict[str, Any]], contents: Sequence[dict[str, Any]]) -> None:
         lines = [json.dumps({"requests": r}) for r in rows]
@@ -57,14 +58,30 @@ class Spool:
         return self.path.exists() or any(self._orphans())
 
     def rows(self) -> int:
-        """How many request rows wait in the folder's files (every process's)."""
+        """How many request rows wait in the folder's files (every process's). Files only
+        grow by whole lines, so a file counted before is read on from where it ended."""
         n = 0
+        counted: dict[Path, tuple[int, int, int]] = {}
         for p in self.folder.glob("*.jsonl"):
             try:
                 with p.open("rb") as f:
-                    n += sum(1 for line in f if line.startswith(b'{"requests"'))
+                    st = os.fstat(f.fileno())
+                    ino = st.st_ino
+                    offset, rows = 0, 0
+                    seen = self._counted.get(p)
+                    if seen is not None and seen[0] == ino and seen[1] <= st.st_size:
+                        offset, rows = seen[1], seen[2]
+                        f.seek(offset)
+                    for line in f:
+                        if not line.endswith(b"\n"):
+                            break  # a line being written: counted next time
+                        offset += len(line)
+                        rows += line.startswith(b'{"requests"')
             except FileNotFoundError:
                 continue
+            counted[p] = (ino, offset, rows)
+            n += rows
+        self._counted = counted
         return n
 
     def _orphans(self) -> Iterator[Path]:
