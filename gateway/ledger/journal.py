@@ -100,20 +100,24 @@ class Journal:
             self._rotate()
 
     def _rotate(self) -> None:
+        """The unsettled lines to a new file that takes the journal's name (rename: atomic).
+        Under the lock only the write(2)s and the rename, which is all a process crash needs;
+        the new file reaches the disk at the next `sync` (at once with `always`)."""
         tmp = self.folder / f".{self.path.name}.tmp"
         with self._lock:
             fd = _locked(tmp)
             data = b"".join(self._open.values())
             try:
                 os.write(fd, data)
-                os.fsync(fd)
+                if self.always:
+                    os.fdatasync(fd)
                 os.rename(tmp, self.path)
             except OSError:
                 os.close(fd)
                 log.exception("record journal: rewriting %s failed", self.path)
                 return
             os.close(self._fd)  # the old file is gone; its lock goes with it
-            self._fd, self._size = fd, len(data)
+            self._fd, self._size, self._dirty = fd, len(data), True
 
     def close(self) -> None:
         """After the queue has written or spooled everything: nothing left, no file left."""
