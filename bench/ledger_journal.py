@@ -106,18 +106,25 @@ def fsync_latency(folder: Path, n: int = 200) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=3, help="each visits every mode in turn")
     ap.add_argument("--folder", type=Path, default=None, help="where the store and spool go")
     args = ap.parse_args()
     base = args.folder or Path(tempfile.mkdtemp(prefix="plumbline-bench-journal-"))
     print(f"fdatasync of one 700-byte line, median: {fsync_latency(base):.0f} us")
+    modes = ("off", "interval", "always")
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    for k in range(args.rounds):
+        for mode in modes:
+            folder = base / f"{mode}-{k}"
+            folder.mkdir(parents=True, exist_ok=True)
+            runs[mode].append(run(mode, args.records, folder))
+    print(f"median of {args.rounds} rounds, {args.records} records each")
     print(f"{'mode':<9} {'mean us':>8} {'p50 us':>7} {'p99 us':>7} {'drain s':>8} {'rows':>6}")
-    for mode in ("off", "interval", "always"):
-        folder = base / mode
-        folder.mkdir(parents=True, exist_ok=True)
-        r = run(mode, args.records, folder)
+    for mode in modes:
+        m = {key: statistics.median(r[key] for r in runs[mode]) for key in runs[mode][0]}
         print(
-            f"{mode:<9} {r['mean_us']:8.1f} {r['p50_us']:7.1f} {r['p99_us']:7.1f} "
-            f"{r['drain_s']:8.2f} {r['rows']:6.0f}"
+            f"{mode:<9} {m['mean_us']:8.1f} {m['p50_us']:7.1f} {m['p99_us']:7.1f} "
+            f"{m['drain_s']:8.2f} {m['rows']:6.0f}"
         )
 
 
