@@ -5,6 +5,8 @@ probes, affinity) and `[store]` (the record store). Same rules as gateway/config
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -72,3 +74,8 @@ class StoreConfig(_Frozen):
     # store_content: each of a row's `prompt` and `response` kept to this many bytes (UTF-8), a
     # longer one cut and marked `[plumbline: truncated at N of M bytes]`.
     content_max_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
+    # The record journal's fsync (gateway/ledger/journal.py). Every finished record is written
+    # to the process's journal (one write(2)) before its answer ends, so a killed process loses
+    # none. "interval": fsynced by the record queue every flush (0.2 s), so a crash of the whole
+    # machine loses at most that; "always": fsynced on the request path before the answer ends.
+    journal_fsync: Literal["interval", "always"] = "interval"

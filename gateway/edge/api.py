@@ -18,6 +18,7 @@ from starlette.responses import Response
 from gateway.config import Config
 from gateway.edge.protocol import ChatRequest, CompletionRequest, EmbeddingRequest, validate
 from gateway.edge.request import call_of, read_json, route_of, watch
+from gateway.ledger.backlog import health as ledger_health
 
 if TYPE_CHECKING:
     from gateway.edge.app import Gateway
@@ -141,6 +142,8 @@ def health_of(gw: Gateway) -> dict[str, Any]:
         "upstreams": upstreams,
         "watchdog": gw.watchdog.snapshot(),
         "gate": gw.gate_book.view(),
+        # The records not in the store yet: spooled, quarantined (gateway/ledger/backlog.py).
+        "ledger": ledger_health(gw.queue),
     }
 
 

@@ -41,6 +41,7 @@ from gateway.edge.fastpath import HOT_PATHS, Edge, GatewayApp, install_error_han
 from gateway.edge.guard import AccessGuard
 from gateway.edge.housekeeping import Demotions, Housekeeper, Prober
 from gateway.edge.request import BODY
+from gateway.ledger.backlog import Backlog
 from gateway.ledger.cost import price_record
 from gateway.ledger.metrics import Metrics
 from gateway.ledger.record import Record, RecordSink
@@ -96,6 +97,8 @@ class Gateway:
             self.metrics.read_inflight(self.pool.states)
         self.store = store
         self.queue = RecordQueue.from_config(config, store) if store is not None else None
+        if self.queue is not None:
+            self.queue.gauges = Backlog(self.metrics.registry)
         self.demotions = Demotions(self.id, self.pool, store)
         self.watchdog = Watchdog(
             config, config.watchdog, self.metrics.registry, on_demote=self.demotions.changed
@@ -184,6 +187,17 @@ class Gateway:
 
     def price(self, record: Record) -> None:
         price_record(record, self.config)
+
+    def begin(self, record: Record) -> None:
+        """A stream's request is on its way: sinks that keep starts (the record queue's journal)
+        are told. Never raises."""
+        for sink in self.sinks:
+            begin = getattr(sink, "begin", None)
+            if begin is not None:
+                try:
+                    begin(record)
+                except Exception:
+                    log.exception("record sink %s failed at a start", type(sink).__name__)
 
     def finish(self, record: Record) -> None:
         """A request has ended: price it and hand it to every sink. Never raises."""

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from gateway.config import Config
 from gateway.edge.request_id import client_id, ids_of
 from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
+from gateway.ledger.columns import count_of, flag_of
 from gateway.ledger.record import Record
 from gateway.serving.call import Call
 from gateway.serving.profile import apply_profile, params_hash
@@ -148,7 +149,9 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
     chat = path == "/chat/completions"
     if path != "/embeddings":
         apply_profile(body, gw.config.profile_for(model), chat=chat)
-    stream = bool(body.get("stream"))
+    stream, odd_stream = flag_of(body.get("stream"))
+    if "stream" in body and body["stream"] is not stream:
+        body["stream"] = stream  # "false" is false: the upstream is sent what the gateway relays
     options = body.get("stream_options")
     options = options if isinstance(options, dict) else {}
     record = Record(
@@ -157,8 +160,10 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         model=model,
         stream=stream,
         lane="eval" if heads.get("x-plumbline-lane") == "eval" else "prod",
-        max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
     )
+    # The cap as a count; a value that is not one is named on the record, never stored raw.
+    record.max_tokens, odd_cap = count_of(body, "max_completion_tokens", "max_tokens")
+    record.coerced = ",".join(n for n in (odd_stream, odd_cap) if n) or None
     call = Call(
         door=door,
         path=path,
@@ -180,4 +185,6 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
             record.params_hash = params_hash(body)
 
     call.defer(hash_params)
+    if stream:  # its start journalled once it is on its way: a crash leaves it "Interrupted"
+        call.defer(lambda: gw.begin(record))
     return call

@@ -68,6 +68,9 @@ class Record:
     params_hash: str | None = None
     dropped: str | None = None  # fields the door dropped and marked, comma-joined (doors/policy)
     clamped: str | None = None  # caps cut to the upstream's window: max_tokens=32000->7000
+    # Values that could not be recorded as given, comma-joined `field:what` (`max_tokens:list`):
+    # stored as NULL or cut to fit instead (gateway/ledger/columns.py).
+    coerced: str | None = None
     tool_calls: int = 0
     # Trust flags (gateway/trust/watchdog.py, gateway/trust/shadow.py).
     sampled: bool = False  # the answer text was captured and checked for degeneration

@@ -62,6 +62,7 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
     params_hash: str | None = Field(default=None, max_length=128)
     dropped: str | None = Field(default=None, sa_type=sa.Text)
     clamped: str | None = Field(default=None, sa_type=sa.Text)
+    coerced: str | None = Field(default=None, sa_type=sa.Text)
     tool_calls: int
     sampled: bool = False
     degenerate: bool = False
@@ -170,6 +171,20 @@ class KeyUsageRow(SQLModel, table=True, metadata=metadata):
     tokens: int = Field(sa_type=sa.BigInteger)
 
 
+class QuarantineRow(SQLModel, table=True, metadata=metadata):
+    """A row the store refused (a value it cannot bind or hold), kept aside as JSON with the
+    database's reason, so it never holds back another (`gateway.ledger.quarantine`)."""
+
+    __tablename__ = "quarantine"
+
+    kind: str = Field(primary_key=True, max_length=16)  # the table it was for: requests | contents
+    time: float = Field(primary_key=True)
+    request_id: str = Field(primary_key=True, max_length=128)
+    row: str = Field(sa_type=sa.Text)
+    reason: str = Field(sa_type=sa.Text)
+    quarantined: float
+
+
 REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
 CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
 DECISIONS: sa.Table = GateDecisionRow.__table__  # type: ignore[attr-defined]
@@ -179,3 +194,4 @@ EVAL_RESULTS: sa.Table = EvalResultRow.__table__  # type: ignore[attr-defined]
 DEMOTIONS: sa.Table = DemotionRow.__table__  # type: ignore[attr-defined]
 KEYS: sa.Table = KeyRow.__table__  # type: ignore[attr-defined]
 KEY_USAGE: sa.Table = KeyUsageRow.__table__  # type: ignore[attr-defined]
+QUARANTINE: sa.Table = QuarantineRow.__table__  # type: ignore[attr-defined]

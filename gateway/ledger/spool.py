@@ -1,29 +1,33 @@
 """The queue between the request path and the store, and its spool on disk.
 
-`RecordQueue.submit(record)` never blocks or raises; a background thread batches rows by size
-and time into one transaction (`Store.write`); while the database is unreachable batches are
-spooled to JSONL files (`Spool`) and replayed when it is back. The store ignores rows already
+`RecordQueue.submit(record)` never blocks or raises: it makes the record's typed row
+(`gateway.ledger.columns`), appends it to the process's journal (`gateway.ledger.journal`: a
+SIGKILL loses no finished record) and queues it. A background thread batches rows by size and
+time into one transaction; a row the database refuses is quarantined alone and the rest of its
+batch written (`gateway.ledger.quarantine`); while the database is unreachable batches are
+spooled to JSONL files (`Spool`) and replayed when it is back, chunk by chunk, each chunk
+sorted the same way, so a replay always makes progress. The store ignores rows already
 present, so a replay that repeats a batch is harmless.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
-import os
 import queue
 import threading
 import time as _time
-import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.config import Config
+from gateway.ledger.columns import typed_row
+from gateway.ledger.journal import Journal, recover
+from gateway.ledger.quarantine import StoreAway, quarantined, write_sorted
 from gateway.ledger.record import Record
-from gateway.ledger.store import Store, record_row
+from gateway.ledger.spoolfile import Spool
+from gateway.ledger.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -34,104 +38,6 @@ class ContentItem(Protocol):
     def as_row(self) -> dict[str, Any]: ...
 
 
-class Spool:
-    """JSONL files of batches the store could not take, replayed when it is back.
-
-    Every process appends to `spool.jsonl` under an exclusive `flock`, re-opening the file if it
-    was renamed meanwhile. A replay first claims the file by renaming it (atomic, so two
-    processes never replay the same file), waits for any append still holding the old inode,
-    replays it, then deletes it. Claimed files of a process that died are claimed again.
-    """
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / "spool.jsonl"
-        self._lock = threading.Lock()
-
-    def append(self, rows: Sequence[dict[str, Any]], contents: Sequence[dict[str, Any]]) -> None:
-        lines = [json.dumps({"requests": r}) for r in rows]
-        lines += [json.dumps({"contents": c}) for c in contents]
-        if not lines:
-            return
-        data = ("\n".join(lines) + "\n").encode()
-        with self._lock:
-            while True:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    try:
-                        same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-                    except FileNotFoundError:
-                        same = False
-                    if same:
-                        os.write(fd, data)
-                        os.fsync(fd)
-                        return
-                finally:
-                    os.close(fd)
-
-    def pending(self) -> bool:
-        return self.path.exists() or any(self._orphans())
-
-    def _orphans(self) -> Iterator[Path]:
-        for p in self.folder.glob("replaying-*.jsonl"):
-            pid = int(p.name.split("-")[1])
-            if pid == os.getpid() or not _alive(pid):
-                yield p
-
-    def claim(self) -> list[Path]:
-        """Take every spooled file this process may replay (renamed to its own name)."""
-        claimed = []
-        for src in [self.path, *self._orphans()]:
-            dst = self.folder / f"replaying-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
-            try:
-                os.rename(src, dst)
-            except FileNotFoundError:
-                continue
-            fd = os.open(dst, os.O_RDONLY)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)  # a writer holding the old inode finishes first
-            finally:
-                os.close(fd)
-            claimed.append(dst)
-        return claimed
-
-    @staticmethod
-    def read(path: Path, chunk: int) -> Iterator[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-        """The file's rows and contents, `chunk` lines at a time (memory stays bounded)."""
-        rows: list[dict[str, Any]] = []
-        contents: list[dict[str, Any]] = []
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                try:
-                    item = json.loads(line)
-                except json.JSONDecodeError:  # a torn last line from a crash
-                    log.warning("spool %s: skipping an unreadable line", path.name)
-                    continue
-                if "requests" in item:
-                    rows.append(item["requests"])
-                else:
-                    contents.append(item["contents"])
-                if len(rows) + len(contents) >= chunk:
-                    yield rows, contents
-                    rows, contents = [], []
-        if rows or contents:
-            yield rows, contents
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @dataclass(slots=True)
 class QueueStats:
     submitted: int = 0
@@ -140,6 +46,12 @@ class QueueStats:
     overflowed: int = 0  # rows spooled straight from submit() because the queue was full
     replayed: int = 0
     dropped: int = 0  # rows lost: even the spool failed (disk full); logged
+    quarantined: int = 0  # rows this process set aside (the store refused them)
+    recovered: int = 0  # rows taken from dead processes' journals into the spool
+    # Gauges for /health and the metrics, refreshed by the queue thread: request rows waiting
+    # in the spool folder, and rows in the store's quarantine (every gateway's).
+    spool_rows: int = 0
+    quarantine_rows: int = 0
 
 
 _STOP = object()
@@ -167,6 +79,8 @@ class RecordQueue:
         max_pending: int = 10_000,
         retry_interval_s: float = 2.0,
         store_content: bool = False,
+        journal: bool = True,
+        journal_fsync: str = "interval",
         start: bool = True,
     ) -> None:
         self.store = store
@@ -182,6 +96,9 @@ class RecordQueue:
         self._cv = threading.Condition()
         self._queued = 0  # items put on the queue
         self._handled = 0  # items written or spooled by the thread
+        self.journal = Journal(spool_dir / "journal", fsync=journal_fsync) if journal else None
+        self._counted = 0.0  # when the gauges were last refreshed (monotonic)
+        self.gauges: Any = None  # a `gateway.ledger.backlog.Backlog` to keep up to date
         self._thread = threading.Thread(target=self._run, name="record-queue", daemon=True)
         if start:
             self.start()
@@ -193,12 +110,31 @@ class RecordQueue:
     def from_config(cls, config: Config, store: Store, **kw: Any) -> RecordQueue:
         """Spool under `<config folder>/var/spool`; content kept per `store.store_content`."""
         kw.setdefault("store_content", config.store.store_content)
+        kw.setdefault("journal_fsync", config.store.journal_fsync)
         return cls(store, config.root / "var" / "spool", **kw)
 
     # -- request path ------------------------------------------------------------------
 
+    def begin(self, record: Record) -> None:
+        """A stream has started: its start goes to the journal (a crash leaves it recorded as
+        interrupted). Never raises."""
+        if self.journal is not None:
+            try:
+                self.journal.begin(typed_row(record))
+            except Exception:
+                log.exception("journalling a stream's start failed")
+
     def submit(self, record: Record) -> None:
-        self._put(("r", record))
+        """The finished record: journalled (in the kernel when this returns), then queued."""
+        try:
+            row = typed_row(record)
+        except Exception:
+            self.stats.dropped += 1
+            log.exception("record %s could not be made a row", record.request_id)
+            return
+        if self.journal is not None:
+            self.journal.finish(row)
+        self._put(("r", row))
 
     def submit_content(self, content: ContentItem) -> None:
         """Queue a prompt/response pair (a `Content`, or the capture's `StoredContent`, turned
@@ -217,6 +153,7 @@ class RecordQueue:
                 self.spool.append(rows, contents)
                 self.stats.overflowed += 1
                 self._spool_dirty = True
+                self._settle(rows)
             except Exception:
                 self.stats.dropped += 1
                 log.exception("record queue full and spool failed; record dropped")
@@ -243,6 +180,7 @@ class RecordQueue:
     # -- the writer thread -------------------------------------------------------------
 
     def _run(self) -> None:
+        self._recover()
         stopping = False
         while not stopping:
             batch, stopping = self._take()
@@ -251,6 +189,7 @@ class RecordQueue:
                     self._write(*_convert(batch))
                 elif self._spool_dirty and _time.monotonic() >= self._down_until:
                     self._replay()
+                self._housekeep()
             except Exception:
                 log.exception("record queue: unexpected error")
             with self._cv:
@@ -261,6 +200,44 @@ class RecordQueue:
                 self._replay()
             except Exception:
                 log.exception("record queue: replay at close failed")
+        if self.journal is not None:
+            self.journal.close()
+
+    def _housekeep(self) -> None:
+        """Each turn: the journal synced; every few seconds the gauges counted again and the
+        journals of processes that died (a sibling worker) recovered."""
+        if self.journal is not None:
+            self.journal.sync()
+        now = _time.monotonic()
+        if now - self._counted >= COUNT_EVERY_S:
+            self._counted = now
+            self._recover()
+
+    def _recover(self) -> None:
+        """Rows of dead processes' journals to the spool (replayed like any other), and the
+        gauges counted."""
+        if self.journal is not None:
+            for path, rows in recover(self.journal.folder):
+                try:
+                    self.spool.append(rows, [])
+                except Exception:
+                    log.exception("recovering %s failed; kept for the next start", path.name)
+                    continue
+                path.unlink(missing_ok=True)
+                self.stats.recovered += len(rows)
+                self._spool_dirty = self._spool_dirty or bool(rows)
+                log.warning("recovered %d records from %s (a process died)", len(rows), path.name)
+        self._count()
+
+    def _count(self) -> None:
+        try:
+            self.stats.spool_rows = self.spool.rows()
+            if _time.monotonic() >= self._down_until:
+                self.stats.quarantine_rows = quarantined(self.store)
+            if self.gauges is not None:
+                self.gauges.update(self.stats)
+        except Exception as e:
+            log.debug("counting the ledger's backlog failed: %s", e)
 
     def _take(self) -> tuple[list[tuple[str, Any]], bool]:
         try:
@@ -302,56 +279,74 @@ class RecordQueue:
                 self._to_spool(*part)
                 continue
             try:
-                self.store.write(*part)
-            except Exception as e:
-                log.warning(
-                    "store unavailable (%s); spooling to %s", type(e).__name__, self.spool.folder
-                )
+                done = write_sorted(self.store, *part)
+            except StoreAway as e:
+                log.warning("store unavailable (%s); spooling to %s", e, self.spool.folder)
                 self._down_until = _time.monotonic() + self.retry_interval_s
-                self._to_spool(*part)
+                left = {id(r) for r in e.left[0]}
+                self._settle([r for r in part[0] if id(r) not in left])
+                self._sorted(e.done)
+                self._to_spool(*e.left)
                 continue
-            self.stats.written += len(part[0])
+            self._settle(part[0])
+            self._sorted(done)
             if self._spool_dirty:
                 self._replay()
+
+    def _sorted(self, done: Any) -> None:
+        self.stats.written += done.rows
+        if done.quarantined:
+            self.stats.quarantined += done.quarantined
+            self._count()
+
+    def _settle(self, rows: Iterable[dict[str, Any]]) -> None:
+        if self.journal is not None:
+            self.journal.settle(r["request_id"] for r in rows)
 
     def _to_spool(self, rows: list[dict[str, Any]], contents: list[dict[str, Any]]) -> None:
         try:
             self.spool.append(rows, contents)
             self.stats.spooled += len(rows)
             self._spool_dirty = True
+            self._settle(rows)
         except Exception:
             self.stats.dropped += len(rows)
             log.exception("spool failed; %d records dropped", len(rows))
 
     def _replay(self) -> None:
+        """Each claimed file chunk by chunk, each chunk written as `_write` does: a row the store
+        refuses is quarantined, so a file always makes progress. If the store goes away the
+        file is kept and claimed again later (the chunks already written are ignored then)."""
         for path in self.spool.claim():
             n = 0
             try:
                 for rows, contents in Spool.read(path, self.batch_size):
-                    self.store.write(rows, contents)
-                    n += len(rows)
-            except Exception as e:
-                log.warning(
-                    "replay of %s failed (%s: %s); retrying later",
-                    path.name,
-                    type(e).__name__,
-                    str(e)[:200],
-                )
+                    done = write_sorted(self.store, rows, contents)
+                    self.stats.quarantined += done.quarantined
+                    n += done.rows
+            except StoreAway as e:
+                self.stats.quarantined += e.done.quarantined
+                log.warning("replay of %s stopped (%s); retrying later", path.name, e)
                 self._down_until = _time.monotonic() + self.retry_interval_s
                 self._spool_dirty = True
-                return  # the claimed file stays and is claimed again (inserts are idempotent)
+                return
             path.unlink()
             self.stats.replayed += n
             self.stats.written += n
             log.info("replayed %d spooled records from %s", n, path.name)
         self._spool_dirty = self.spool.pending()
+        self._count()
+
+
+COUNT_EVERY_S = 5.0
 
 
 def _convert(items: Iterable[tuple[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Queued items as rows: a record's row was made by `submit`; contents make theirs here."""
     rows, contents = [], []
     for kind, obj in items:
         if kind == "r":
-            rows.append(record_row(obj))
+            rows.append(obj)
         else:
             contents.append(obj.as_row())
     return rows, contents

@@ -92,10 +92,11 @@ def capped(data: bytes | str | None, max_bytes: int) -> str | None:
 
 
 def record_row(record: Record) -> dict[str, Any]:
-    """A record as a `requests` row: JSON-serialisable, attempts as JSON text."""
-    row = record.as_row()
-    row["attempts"] = json.dumps(row["attempts"], separators=(",", ":"))
-    return row
+    """A record as a `requests` row: JSON-serialisable, attempts as JSON text, every value of
+    its column's type (`gateway.ledger.columns.typed_row`)."""
+    from gateway.ledger.columns import typed_row  # columns imports the rows this module uses
+
+    return typed_row(record)
 
 
 class Store:

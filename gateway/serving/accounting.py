@@ -107,18 +107,41 @@ def prompt_estimate(body: dict[str, Any]) -> int:
 
 
 def apply_usage(record: Record, usage: dict[str, Any]) -> None:
-    record.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-    record.completion_tokens = int(usage.get("completion_tokens") or 0)
-    details = usage.get("prompt_tokens_details") or {}
-    record.cached_tokens = int(details.get("cached_tokens") or 0)
-    cdetails = usage.get("completion_tokens_details") or {}
+    """The upstream's usage on the record. A count that is not one (a string, a list, a
+    negative) counts 0, marks the usage estimated and is named in `coerced`."""
+    if not isinstance(usage, dict):
+        record.usage_estimated = True
+        return
+    details = usage.get("prompt_tokens_details")
+    cdetails = usage.get("completion_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    cdetails = cdetails if isinstance(cdetails, dict) else {}
+    odd: list[str] = []
+    record.prompt_tokens = _count(usage.get("prompt_tokens"), "prompt_tokens", odd)
+    record.completion_tokens = _count(usage.get("completion_tokens"), "completion_tokens", odd)
+    record.cached_tokens = _count(details.get("cached_tokens"), "cached_tokens", odd)
     reasoning = cdetails.get("reasoning_tokens")
     if reasoning is not None:
-        record.reasoning_tokens = int(reasoning)
+        record.reasoning_tokens = _count(reasoning, "reasoning_tokens", odd)
     cost = usage.get("cost")
-    if isinstance(cost, int | float):
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost):
         record.charged_cost_usd = float(cost)
-    record.usage_estimated = False
+    record.usage_estimated = bool(odd)
+    if odd:
+        record.coerced = ",".join([*filter(None, [record.coerced]), *odd])
+
+
+def _count(value: Any, name: str, odd: list[str]) -> int:
+    if value is None:
+        return 0
+    if type(value) is int and value >= 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    odd.append(f"usage.{name}:{type(value).__name__}")
+    return 0
 
 
 def note_finish(record: Record, reason: str | None) -> None:

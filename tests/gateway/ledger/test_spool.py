@@ -128,3 +128,20 @@ def test_unreachable_postgres_spools_and_the_next_start_replays(
     assert q.stats.spooled == 10 and q.stats.written == 0
     live = Store(pg.fresh_database(pg_admin))
     assert _next_start_replays(live, tmp_path / "spool", 10).stats.replayed == 10
+
+
+def test_the_spool_counts_the_rows_waiting_in_it(tmp_path: Path) -> None:
+    from gateway.ledger.spoolfile import Spool
+
+    spool = Spool(tmp_path)
+    spool.append([{"request_id": "a"}] * 3, [{"request_id": "a"}])  # contents are not counted
+    assert spool.rows() == 3
+    spool.append([{"request_id": "b"}] * 2, [])
+    assert spool.rows() == 5  # read on from where the last count ended
+    with spool.path.open("ab") as f:
+        f.write(b'{"requests": {"request_id"')  # a line still being written
+    assert spool.rows() == 5
+    [claimed] = spool.claim()
+    assert spool.rows() == 5
+    claimed.unlink()
+    assert spool.rows() == 0
