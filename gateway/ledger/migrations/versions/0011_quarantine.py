@@ -5,7 +5,7 @@ as NULL or cut to fit instead (gateway/ledger/columns.py). `quarantine` keeps a 
 refused, as JSON with the database's reason, so that it never holds back another row
 (gateway/ledger/quarantine.py). Rows written before this revision have no `coerced`.
 
-Revision ID: 0011_quarantine
+Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-04
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011_quarantine"
+revision = "0011"
 down_revision = "0010"
 branch_labels = None
 depends_on = None
