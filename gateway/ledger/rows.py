@@ -62,6 +62,9 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
     params_hash: str | None = Field(default=None, max_length=128)
     dropped: str | None = Field(default=None, sa_type=sa.Text)
     clamped: str | None = Field(default=None, sa_type=sa.Text)
+    semantics: str | None = Field(default=None, sa_type=sa.Text)
+    unsent: str | None = Field(default=None, sa_type=sa.Text)
+    accepted_unequal: str | None = Field(default=None, sa_type=sa.Text)
     tool_calls: int
     sampled: bool = False
     degenerate: bool = False

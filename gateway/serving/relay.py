@@ -272,9 +272,15 @@ class Relay:
         )
 
 
+SEMANTICS_HEADER = "x-plumbline-semantics"
+UNSENT_HEADER = "x-plumbline-unsent"
+ACCEPTED_HEADER = "x-plumbline-accepted-unequal"
+
+
 def answer_headers(record: Record, opened: Opened) -> dict[str, str]:
     """The gateway's headers on an answer: request id, upstream, engine, provider, params hash,
-    what a door dropped and what adapt clamped."""
+    what a door dropped, what adapt clamped, what the upstream could not be told (and what of it
+    the route accepts) and, off the production lane, the request's meaning."""
     headers = {
         "x-plumbline-request-id": record.request_id,
         "x-plumbline-upstream": opened.upstream.name,
@@ -293,6 +299,12 @@ def answer_headers(record: Record, opened: Opened) -> dict[str, str]:
         headers[DROPPED_HEADER] = record.dropped
     if record.clamped:
         headers["x-plumbline-clamped"] = record.clamped  # gateway/serving/adapt.py
+    if record.lane != "prod" and record.semantics:  # what an eval or shadow arm was asked
+        headers[SEMANTICS_HEADER] = record.semantics
+    if record.unsent:  # gateway/serving/dialect.py
+        headers[UNSENT_HEADER] = record.unsent
+    if record.accepted_unequal:
+        headers[ACCEPTED_HEADER] = record.accepted_unequal
     return headers
 
 

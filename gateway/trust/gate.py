@@ -5,9 +5,12 @@ upstream run twice, the same configuration) that sets the noise floor, and each 
 in USD per million tokens, it picks the cheapest upstream whose score is not worse than the
 best's by more than the floor, judged by a paired test on the items both scored
 (`evals.stats.pair` + `against_floor`: McNemar must reject, and the gap and the discordant
-imbalance must both exceed the control's). It refuses what cannot be compared: arms sampled
-with different parameters (params hash — thinking on against off lands here too), item sets
-that differ, too few paired items, no control. A refused or unproven upstream never wins on
+imbalance must both exceed the control's). It refuses what cannot be compared: arms not at
+parity (asked otherwise than the control: the params hash is made over the request's meaning,
+so a provider that could not be sent top_k=20 or the thinking switch lands here, and the refusal
+names field, value and upstream, `evals.parity`), item sets that differ, too few paired items,
+no control. A difference the route accepts (`accept_unequal`) is carried on the arm's evidence
+(`accepted`) and in the decision's reason. A refused or unproven upstream never wins on
 price; with no usable evidence the best scorer keeps the traffic.
 
 The decision carries its evidence (scores, n, intervals, discordant counts, p-values, floor,
@@ -61,6 +64,9 @@ class ArmEvidence:
     p_value: float | None = None
     eligible: bool = False
     why: str = ""
+    # Differences of meaning the route accepts that this arm's numbers carry (`accept_unequal`:
+    # "api-b cannot be sent top_k=20 (kind openai)"), shown beside them; "" when none.
+    accepted: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,7 @@ def decide(
     now: float | None = None,
 ) -> GateDecision:
     """The cheapest upstream not worse than the best beyond the noise floor, with its evidence."""
+    from evals.parity import accepted_text
     from evals.stats import summarise
 
     now = time.time() if now is None else now
@@ -141,6 +148,7 @@ def decide(
             accuracy=s.accuracy,
             ci=s.ci,
             price_per_m=prices.get(up),
+            accepted=accepted_text(results[up]),
         )
         if up == best:
             arms.append(ArmEvidence(**base, eligible=True, why="best score"))
@@ -163,6 +171,9 @@ def decide(
             f"{chosen.upstream} (${chosen.price_per_m}/M) is the cheapest within the noise "
             f"floor of {best} (${prices.get(best)}/M): {chosen.why}"
         )
+    shown = {a.accepted for a in arms if a.eligible and a.accepted}
+    if shown:
+        reason += f" ({'; '.join(sorted(shown))})"
     return GateDecision(model, chosen.upstream, reason, best, _floor_dict(floor), tuple(arms), now)
 
 
@@ -184,23 +195,42 @@ def _refuse_incomparable(
     floor: NoiseFloor | None,
     prices: Mapping[str, float | None],
 ) -> list[ArmEvidence]:
-    """Arms sampled otherwise than the control (greedy against the recipe, thinking off against
-    on), or on other items, are refused before anything else: they can be neither the best nor
-    the cheapest. Removed from `summaries`; their evidence returned."""
+    """Arms not at parity with the control (asked otherwise: a field their upstream could not be
+    told, thinking off against on), or on other items, are refused before anything else: they
+    can be neither the best nor the cheapest. Removed from `summaries`; their evidence returned,
+    the refusal naming field, value and upstream."""
+    from evals.parity import accepted_text, why_unequal
+
     reference = floor.controls[0].params_hash if floor is not None and floor.controls else None
+    control = next(
+        (u for u in summaries if {r.params_hash for r in results[u]} == {reference}), None
+    )
     every_item = set().union(*({r.item_digest for r in results[u]} for u in summaries))
     refused: list[ArmEvidence] = []
     for up in list(summaries):
         hashes = {r.params_hash for r in results[up]}
         why = None
         if reference is not None and hashes != {reference}:
-            why = f"refused: params_hash {sorted(hashes)} != the control's {reference!r}"
+            label = control or "the control"
+            them = results[control] if control is not None else ()
+            why = f"refused, not at parity with {label}: " + why_unequal(
+                up, results[up], label, them
+            )
         elif {r.item_digest for r in results[up]} != every_item:
             why = "refused: item sets differ (only identical items pair)"
         if why is not None:
             s = summaries.pop(up)
             refused.append(
-                ArmEvidence(up, s.n, s.correct, s.accuracy, s.ci, prices.get(up), why=why)
+                ArmEvidence(
+                    up,
+                    s.n,
+                    s.correct,
+                    s.accuracy,
+                    s.ci,
+                    prices.get(up),
+                    why=why,
+                    accepted=accepted_text(results[up]),
+                )
             )
     return refused
 
