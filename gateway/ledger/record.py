@@ -68,8 +68,9 @@ class Record:
     params_hash: str | None = None
     dropped: str | None = None  # fields the door dropped and marked, comma-joined (doors/policy)
     clamped: str | None = None  # caps cut to the upstream's window: max_tokens=32000->7000
-    # The request's meaning as sent (gateway/serving/semantics.py), what of it the upstream could
-    # not be told and what of that the route accepts (gateway/serving/dialect.py): readable text.
+    # The request's meaning (gateway/serving/semantics.py; eval and shadow lanes only), what of it
+    # the upstream could not be told and what of that the route accepts
+    # (gateway/serving/dialect.py): readable text.
     semantics: str | None = None
     unsent: str | None = None  # "api-b cannot be sent top_k=20 (kind openai)", "; "-joined
     accepted_unequal: str | None = None

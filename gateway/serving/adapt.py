@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -79,7 +79,7 @@ class Adapted:
     stripped: tuple[str, ...] = ()
     clamped: str | None = None
     defaults: str | None = None
-    meaning: Semantics = Semantics()
+    meaning: Semantics = field(default_factory=Semantics)
     gaps: tuple[Gap, ...] = ()
     accepted: frozenset[str] = frozenset()
     require: bool = False
@@ -106,7 +106,8 @@ class Adapted:
             mark_dropped(record, *self.stripped)
         record.clamped = self.clamped
         record.params_hash = self.params_hash
-        record.semantics = self.meaning.describe() or None
+        if record.lane != "prod":  # what an eval or shadow arm was asked, said in words
+            record.semantics = self.meaning.describe() or None
         if self.gaps:
             unsent, accepted = self.unsent()
             record.unsent = "; ".join(map(str, unsent)) or None
@@ -136,6 +137,10 @@ def adapt(
     meaning = Semantics.of(out, complete)
     stripped = _fit(out, upstream)
     gaps, require = translate(out, meaning, carrier or carrier_of(upstream))
+    for gap in gaps:
+        if (upstream.name, f"unsent {gap.field}") not in _WARNED:
+            _WARNED.add((upstream.name, f"unsent {gap.field}"))
+            log.warning("%s: not enforced there, not at parity (x-plumbline-unsent)", gap)
     if complete and upstream.is_local:
         for key, value in NEUTRAL.items():
             if out.get(key) is None:
@@ -303,9 +308,22 @@ def adapt_call(
     serves (`Engines.windows`). Raises `Unfit`."""
     if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
         return None
-    complete = config.profile_for(call.model) is not None
+    return adapt_body(config, call.model, call.body, upstream, learned, call.bounds)
+
+
+def adapt_body(
+    config: Config,
+    model: str,
+    body: dict[str, Any],
+    upstream: Upstream,
+    learned: int | None = None,
+    bounds: tuple[int, int] | None = None,
+) -> Adapted:
+    """`adapt` for `body` of route `model` on `upstream`, with what the config says: the
+    route's profile and `accept_unequal`, the upstream's window and what it can be told."""
+    complete = config.profile_for(model) is not None
     window = config.upstream_window(upstream, learned)
-    route = config.models.get(call.model)
+    route = config.models.get(model)
     accepted = accepted_keys(route.accept_unequal) if route is not None else frozenset()
     carrier = carrier_of(upstream, config)
-    return adapt(call.body, upstream, window, complete, call.bounds, carrier, accepted)
+    return adapt(body, upstream, window, complete, bounds, carrier, accepted)

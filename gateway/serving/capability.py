@@ -108,9 +108,24 @@ def _takes(table: str, accepts: tuple[str, ...]) -> frozenset[str]:
     return TAKES[table] | frozenset(accepts)
 
 
+_CARRIERS: dict[int, tuple[Upstream, Config | None, Carrier]] = {}
+
+
 def carrier_of(upstream: Upstream, config: Config | None = None) -> Carrier:
-    """What `upstream` can be told (`Carrier`); without `config`, no thinking budget and no
-    template variables fixed at launch."""
+    """What `upstream` can be told (`Carrier`), worked out once per (frozen) upstream and config
+    rather than on every attempt; without `config`, no thinking budget and no template variables
+    fixed at launch."""
+    cached = _CARRIERS.get(id(upstream))
+    if cached is not None and cached[0] is upstream and cached[1] is config:
+        return cached[2]
+    if len(_CARRIERS) >= 256:  # reloaded configs bring new objects: stay bounded
+        _CARRIERS.clear()
+    carrier = _carrier(upstream, config)
+    _CARRIERS[id(upstream)] = (upstream, config, carrier)
+    return carrier
+
+
+def _carrier(upstream: Upstream, config: Config | None) -> Carrier:
     kind = table_of(upstream)
     taken = takes(upstream)
     fixed: dict[str, Any] = {}

@@ -71,10 +71,18 @@ READ = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+_NUMBERS = (int, float)
+_THOUGHT = frozenset(
+    {"chat_template_kwargs", "reasoning_effort", "thinking_token_budget", "reasoning"}
+)
+
+
+@dataclass(slots=True)
 class Semantics:
-    """The effective meaning of one request. Samplers are None only where the route has no
-    profile and the body left them to the engine (`defaults`)."""
+    """The effective meaning of one request, made by `of` and read, never changed, after (not
+    frozen: a frozen dataclass's construction costs a call per field, on every attempt).
+    Samplers are None only where the route has no profile and the body left them to the engine
+    (`defaults`)."""
 
     temperature: float | None = None
     top_p: float | None = None
@@ -104,27 +112,27 @@ class Semantics:
     def of(cls, body: Mapping[str, Any], profiled: bool) -> Semantics:
         """The meaning of `body` (a chat or completions body, the profile already applied).
         `profiled`: the route has a profile, so an unset sampler is the neutral one."""
-        samplers = {name: _number(body.get(name)) for name in SAMPLERS}
-        if samplers["repetition_penalty"] is None:
-            samplers["repetition_penalty"] = _number(body.get("repeat_penalty"))
-        top_k = samplers["top_k"]
-        if top_k is not None:
-            samplers["top_k"] = max(0, int(top_k))  # -1 and 0 both mean "off"
+        get = body.get
+        samplers: dict[str, Any] = {}
         defaults = False
-        for name, value in samplers.items():
-            if value is None:
-                if profiled:
-                    samplers[name] = NEUTRAL[name]
-                else:
-                    defaults = True
+        for name in SAMPLERS:
+            value = get(name)
+            if value.__class__ not in _NUMBERS:  # None, or not a number (bool is not)
+                value = get("repeat_penalty") if name == "repetition_penalty" else None
+                if value.__class__ not in _NUMBERS:
+                    value = NEUTRAL[name] if profiled else None
+                    defaults = defaults or not profiled
+            elif name == "top_k" and value < 0:
+                value = 0  # -1 and 0 both mean "off"
+            samplers[name] = value
         thinking, key, budget, effort, template = _thinking(body)
         stop = body.get("stop")
         cap = body.get("max_completion_tokens")
         cap = cap if cap is not None else body.get("max_tokens")
         n = body.get("n")
         return cls(
-            **samplers,  # type: ignore[arg-type]
-            seed=body.get("seed") if isinstance(body.get("seed"), int) else None,
+            **samplers,
+            seed=seed if (seed := get("seed")).__class__ is int else None,
             thinking=thinking,
             thinking_key=key,
             thinking_budget=budget,
@@ -216,16 +224,14 @@ def shown(value: Any) -> str:
     return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
 
 
-def _number(value: Any) -> float | int | None:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _thinking(
     body: Mapping[str, Any],
 ) -> tuple[bool | None, str, int | None, str | None, tuple[tuple[str, Any], ...]]:
     """(thinking switch, its key, budget, effort, other template variables) of a body, read from
     vLLM's names (`chat_template_kwargs`, `thinking_token_budget`, `reasoning_effort`) and a
     client's own OpenRouter `reasoning` object."""
+    if _THOUGHT.isdisjoint(body):
+        return None, "enable_thinking", None, None, ()
     kwargs = body.get("chat_template_kwargs")
     kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
     thinking: bool | None = None
