@@ -16,12 +16,13 @@ from evals.result import ItemResult
 
 
 def _split(texts: Iterable[str]) -> list[str]:
+    """Each "; "-joined part once, in the order the gateway said them."""
     out: list[str] = []
     for text in texts:
         for part in text.split("; "):
             if part and part not in out:
                 out.append(part)
-    return sorted(out)
+    return out
 
 
 def unsent(results: Iterable[ItemResult]) -> list[str]:
