@@ -84,7 +84,7 @@ class Gap:
     def text(self) -> str:
         note = f": {self.note}" if self.note else ""
         return (
-            f"{self.upstream} cannot be sent {self.field}={shown(self.value)} "
+            f"{self.upstream} cannot be sent {shown(self.field)}={shown(self.value)} "
             f"(kind {self.kind}{note})"
         )
 

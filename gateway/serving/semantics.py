@@ -197,7 +197,7 @@ class Semantics:
         parts = []
         for key, value in self.canonical().items():
             if key == "template":
-                parts += [f"{k}={shown(v)}" for k, v in value.items()]
+                parts += [f"{shown(k)}={shown(v)}" for k, v in value.items()]
             elif key == "thinking":
                 parts.append(f"{self.thinking_key}={shown(value)}")
             elif key == "thinking_budget":

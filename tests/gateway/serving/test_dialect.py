@@ -268,3 +268,13 @@ def test_a_thinking_budget_reaches_openrouter_as_reasoning_max_tokens() -> None:
         ask_each(url, ["router"], extra_body={"thinking_token_budget": 128})
         router = body_of(fakes["router"])
     assert router["reasoning"] == {"enabled": False, "max_tokens": 128}
+
+
+def test_what_a_client_names_is_said_safely_in_a_header() -> None:
+    """A template variable a client names is part of a gap's text, which travels in a response
+    header: anything but printable ASCII is written as JSON."""
+    cfg = arms("smollm2")
+    out = adapted(cfg, {"messages": HI, "chat_template_kwargs": {"bad\r\nx-evil: 1": "ü"}})
+    (gap,) = out["api-b"].gaps
+    assert str(gap) == 'api-b cannot be sent "bad\\r\\nx-evil: 1"="\\u00fc" (kind openai)'
+    assert str(gap).isascii() and str(gap).isprintable()
