@@ -26,7 +26,7 @@ LANE = {"x-plumbline-lane": "eval"}
 
 ARMS = (
     {"name": "node", "kind": "vllm", "base_url": "http://127.0.0.1:1/v1"},
-    {"name": "cpp", "kind": "llamacpp", "base_url": "http://127.0.0.1:2/v1"},
+    {"name": "llama", "kind": "llamacpp", "base_url": "http://127.0.0.1:2/v1"},
     {"name": "router", "kind": "openai", "base_url": "https://openrouter.ai/api/v1"},
     {"name": "api-b", "kind": "openai", "base_url": "https://api.example.com/v1"},
 )
@@ -76,8 +76,8 @@ def openai_cannot(profile: Profile) -> list[str]:
 def test_every_builtin_profile_is_at_parity_on_nodes_and_openrouter(name: str) -> None:
     cfg = arms(name)
     out = adapted(cfg)
-    assert out["node"].params_hash == out["cpp"].params_hash == out["router"].params_hash
-    assert out["node"].gaps == out["cpp"].gaps == out["router"].gaps == ()
+    assert out["node"].params_hash == out["llama"].params_hash == out["router"].params_hash
+    assert out["node"].gaps == out["llama"].gaps == out["router"].gaps == ()
     named = openai_cannot(cfg.profiles[name])
     assert [str(g) for g in out["api-b"].gaps] == named
     # A plain API is refused exactly when the profile asks what it cannot be told.
@@ -108,10 +108,10 @@ def test_a_thinking_budget_and_effort_in_each_dialect() -> None:
     out = adapted(cfg, body)
     assert out["node"].body["thinking_token_budget"] == 300  # vLLM with a reasoning parser
     assert out["router"].body["reasoning"] == {"enabled": True, "max_tokens": 300}
-    assert [str(g) for g in out["cpp"].gaps] == [
-        "cpp cannot be sent thinking_token_budget=300 (kind llamacpp)"
+    assert [str(g) for g in out["llama"].gaps] == [
+        "llama cannot be sent thinking_token_budget=300 (kind llamacpp)"
     ]
-    assert out["router"].params_hash == out["node"].params_hash != out["cpp"].params_hash
+    assert out["router"].params_hash == out["node"].params_hash != out["llama"].params_hash
     effort = adapted(arms("gpt-oss"))
     assert effort["router"].body["reasoning"] == {"effort": "medium"}
     assert effort["api-b"].body["reasoning_effort"] == "medium"
@@ -122,11 +122,11 @@ def test_llamacpp_carries_only_the_template_it_was_launched_with() -> None:
     cfg = arms("qwen3-instruct")
     asked = {"messages": HI, "chat_template_kwargs": {"enable_thinking": True}}
     out = adapted(cfg, asked)
-    assert [str(g) for g in out["cpp"].gaps] == [
-        "cpp cannot be sent enable_thinking=true (kind llamacpp: launched with "
+    assert [str(g) for g in out["llama"].gaps] == [
+        "llama cannot be sent enable_thinking=true (kind llamacpp: launched with "
         "enable_thinking=false)"
     ]
-    assert out["node"].gaps == () and out["node"].params_hash != out["cpp"].params_hash
+    assert out["node"].gaps == () and out["node"].params_hash != out["llama"].params_hash
 
 
 def test_a_route_may_accept_named_differences() -> None:
@@ -178,19 +178,19 @@ def test_require_parameters_said_false_is_a_named_gap() -> None:
 @contextlib.contextmanager
 def four_fakes() -> Iterator[dict[str, FakeHandle]]:
     with contextlib.ExitStack() as stack:
-        yield {n: stack.enter_context(running_fake()) for n in ("node", "cpp", "router", "api-b")}
+        yield {n: stack.enter_context(running_fake()) for n in ("node", "llama", "router", "api-b")}
 
 
 def served(fakes: dict[str, FakeHandle], **route: Any) -> Config:
     """The four arms on fakes; the OpenRouter one is OpenRouter by its provider routing."""
-    kinds = {"node": "vllm", "cpp": "llamacpp", "router": "openai", "api-b": "openai"}
+    kinds = {"node": "vllm", "llama": "llamacpp", "router": "openai", "api-b": "openai"}
     ups = []
     for name, fake in fakes.items():
         up: dict[str, Any] = {"name": name, "kind": kinds[name], "base_url": fake.base_url}
         up["model"] = "fake-model"
         if kinds[name] != "openai":
             up["profile"] = "qwen3-instruct"
-        if name == "cpp":
+        if name == "llama":
             up["stream_usage"] = False
         if name == "router":
             up["provider"] = {"sort": "price"}
@@ -238,12 +238,12 @@ def test_each_dialect_is_sent_the_profile_in_its_own_words() -> None:
     assert not {"top_k", "min_p", "chat_template_kwargs", "reasoning", "provider"} & set(api)
     assert api["temperature"] == 0.7 and api["top_p"] == 0.8
     hashes = {n: h["x-plumbline-params-hash"] for n, h in heads.items()}
-    assert hashes["node"] == hashes["cpp"] == hashes["router"] != hashes["api-b"]
+    assert hashes["node"] == hashes["llama"] == hashes["router"] != hashes["api-b"]
     assert heads["api-b"]["x-plumbline-unsent"] == (
         "api-b cannot be sent top_k=20 (kind openai); "
         "api-b cannot be sent enable_thinking=false (kind openai)"
     )
-    assert not any("x-plumbline-unsent" in heads[n] for n in ("node", "cpp", "router"))
+    assert not any("x-plumbline-unsent" in heads[n] for n in ("node", "llama", "router"))
     said = heads["node"]["x-plumbline-semantics"]
     assert said.startswith("temperature=0.7, top_p=0.8, top_k=20, min_p=0")
     assert "enable_thinking=false" in said
