@@ -16,6 +16,7 @@ as `gateway_command` spells it on a uvicorn command line (a process of its own: 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -33,7 +34,7 @@ from uvicorn.supervisors.multiprocess import Multiprocess
 from deploy.engine import LaunchSpec
 from deploy.localmodel import ensure_hf_model, gguf_path
 from deploy.supervisor import Replica, Supervisor, backend_lines, replica_name
-from gateway.config import Config, Upstream
+from gateway.config import Config, Profile, Upstream
 
 SERVE_OPTIONS: dict[str, Any] = {
     "loop": "uvloop",
@@ -274,6 +275,8 @@ def spec_for(config: Config, upstream: Upstream, model: str | None = None) -> La
     if vllm and profile is not None:
         extra_args = [*profile.vllm_args, *extra_args]
         extra_env = {**profile.vllm_env, **extra_env}
+    if not vllm and profile is not None:
+        extra_args = [*template_args(profile), *extra_args]
     return LaunchSpec(
         engine=launch.engine,
         model=model or _weights(upstream),
@@ -287,6 +290,16 @@ def spec_for(config: Config, upstream: Upstream, model: str | None = None) -> La
         extra_args=tuple(extra_args),
         extra_env=extra_env,
     )
+
+
+def template_args(profile: Profile) -> list[str]:
+    """llama-cpp-python's server takes chat-template variables once, at launch (not per
+    request): the profile's thinking switch and reasoning effort go there, so the replica renders
+    what the gateway's dialect table says it carries (gateway/serving/dialect.py)."""
+    kwargs = dict(profile.chat_template_kwargs)
+    if profile.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = profile.reasoning_effort
+    return ["--chat_template_kwargs", json.dumps(kwargs, sort_keys=True)] if kwargs else []
 
 
 class LocalEngines:

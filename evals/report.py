@@ -9,8 +9,11 @@ Input is `ItemResult`s from one or more runs. An *arm* is one (run, target); its
 target name, or `target@run` when the same target appears in more than one run. By default
 the first arm is the baseline every other arm is paired against, and every two arms with the
 same target and the same sampling-parameter hash are taken as same-configuration-twice
-controls that fix the noise floor. A pairing the statistics refuse (different sampling
-parameters) is reported as refused, with the reason, rather than computed. So is a control
+controls that fix the noise floor. A pairing the statistics refuse (arms not at parity: asked
+otherwise, or an upstream that could not be told part of the request, named field by field by
+`evals.parity`) is reported as refused, with the reason, rather than computed. What each arm's
+upstream could not be told, and what of it its route accepts (`accept_unequal`), is shown in the
+Arms table and beside the arm's numbers in the family table. So is a control
 whose two runs were served by different engines (vLLM version or chat template, as the gateway
 fingerprinted them): an upgrade between the runs is not noise, and a floor measured across one
 would hide real differences. An arm served by more than one engine is named in the Arms notes.
@@ -25,7 +28,7 @@ import hashlib
 import html
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +37,7 @@ from evals.breakdown import details as details_section
 from evals.chart import accuracy_chart, frontier_chart
 from evals.cost import ArmCost, arm_costs, node_map, price_nodes
 from evals.families import headline_of
+from evals.parity import accepted, accepted_text, unsent
 from evals.power import ALPHA, POWER, Resolution, points
 from evals.result import ItemResult, engines
 from evals.section import HTML_PAGE, Section, html_section, markdown_section
@@ -140,6 +144,7 @@ def _arms_section(arms: dict[str, list[ItemResult]]) -> Section:
                 _item_set(rs),
                 ", ".join(h[:12] for h in hashes),
                 _engine_text(rs),
+                _parity_text(rs),
             )
         )
         if len(engines(rs)) > 1:
@@ -149,10 +154,17 @@ def _arms_section(arms: dict[str, list[ItemResult]]) -> Section:
             )
     return Section(
         "Arms",
-        ("arm", "target", "run", "items", "item set", "params hash", "engine"),
+        ("arm", "target", "run", "items", "item set", "params hash", "engine", "parity"),
         tuple(rows),
         tuple(notes),
     )
+
+
+def _parity_text(results: Sequence[ItemResult]) -> str:
+    """What the arm's upstream could not be told, and what of it its route accepts."""
+    parts = [f"not at parity: {t}" for t in unsent(results)]
+    parts += [f"accepted unequal: {t}" for t in accepted(results)]
+    return "; ".join(parts) or "at parity"
 
 
 def _family_section(arms: dict[str, list[ItemResult]]) -> Section:
@@ -291,7 +303,10 @@ def _paired_section(
             said = f"{'exceeds' if verdict.exceeds else 'within'}: {verdict.reason}"
         else:
             said = "floor unknown"
-        pair_rows.append((*_pair_row(got), _can_tell_apart(got), said))
+        shown = "; ".join(t for t in (accepted_text(arms[base]), accepted_text(arms[other])) if t)
+        pair_rows.append(
+            (*_pair_row(got), _can_tell_apart(got), f"{said} ({shown})" if shown else said)
+        )
     if pair_rows:
         pair_notes.append(
             f"can tell apart: the smallest accuracy gap the pair detects with power {POWER:g} at "
@@ -311,6 +326,12 @@ def _can_tell_apart(p: Paired) -> str:
     return "no gap" if res.mde is None else f"{points(res.mde)} gap"
 
 
+def _with_accepted(section: Section, arms: dict[str, list[ItemResult]]) -> Section:
+    """`section` with a note per arm whose numbers carry a difference its route accepts."""
+    notes = [f"{label}: {text}" for label, rs in arms.items() if (text := accepted_text(rs))]
+    return replace(section, notes=(*section.notes, *notes)) if notes else section
+
+
 def build_report(
     results: Sequence[ItemResult],
     *,
@@ -323,7 +344,7 @@ def build_report(
         raise ValueError("no results to report")
     base = baseline or next(iter(arms))
     control_pairs = default_controls(arms) if controls is None else list(controls)
-    sections = [_arms_section(arms), _family_section(arms)]
+    sections = [_arms_section(arms), _with_accepted(_family_section(arms), arms)]
     parts = parts_section(arms)
     if parts:
         sections.append(parts)
@@ -334,7 +355,7 @@ def build_report(
     sections.append(_paired_section(arms, base, control_pairs, floor))
 
     costs = arm_costs(arms)
-    sections.append(cost_section(costs))
+    sections.append(_with_accepted(cost_section(costs), arms))
     return Report(tuple(sections), arms, details_section(arms), costs)
 
 

@@ -2,8 +2,11 @@
 
 An `ItemResult` is flat and JSON-friendly so a run can be stored as JSON Lines (one result per
 line) and re-read without the builder. `item_digest` is `Item.digest()`: two arms are paired
-only on identical digests. `params_hash` is the hash of the effective sampling parameters the
-gateway applied; arms whose hashes differ are never paired (see `evals.stats.pair`). `engine`
+only on identical digests. `params_hash` is the hash of the request's meaning as the answering
+upstream was told it (gateway/serving/semantics.py); arms whose hashes differ are not at parity
+and are never paired (see `evals.stats.pair`). `semantics` is that meaning as text, `unsent` what
+of it the upstream could not be told and `accepted` what of that the route accepts
+(`accept_unequal`): the refusals and the reports name fields from them (`evals.parity`). `engine`
 is the serving stack that answered; two runs of one target whose engines differ are not a
 noise-floor control (see `evals.report`).
 
@@ -61,6 +64,11 @@ class ItemResult:
     # Where `cost` came from: "price" (the gateway's price table, per request) or "node-hours"
     # (a self-hosted node's hours, `evals.cost.price_nodes`); "" when there is no cost.
     cost_basis: str = ""
+    # The request's meaning, what the upstream could not be told, what of that the route
+    # accepts (x-plumbline-semantics / -unsent / -accepted-unequal); "" where none.
+    semantics: str = ""
+    unsent: str = ""
+    accepted: str = ""
 
     @property
     def correct(self) -> bool:

@@ -213,6 +213,9 @@ class Runner:
             "reasoning_leak": headers.get("x-plumbline-reasoning-leak") == "true",
             "engine": headers.get("x-plumbline-engine", ""),
             "upstream": headers.get("x-plumbline-upstream", ""),
+            "semantics": headers.get("x-plumbline-semantics", ""),
+            "unsent": headers.get("x-plumbline-unsent", ""),
+            "accepted": headers.get("x-plumbline-accepted-unequal", ""),
         }
         try:
             verdict = await asyncio.to_thread(families.score, item, reply)

@@ -190,9 +190,11 @@ def pair(
         raise PairingError("both arms need at least one result")
     hash_a, hash_b = _single_hash(a_label, a), _single_hash(b_label, b)
     if hash_a != hash_b:
+        from evals.parity import why_unequal
+
         raise ParamsMismatch(
-            f"refusing to pair {a_label!r} and {b_label!r}: effective sampling parameters "
-            f"differ (params_hash {hash_a!r} != {hash_b!r})"
+            f"refusing to pair {a_label!r} and {b_label!r}, not at parity: "
+            + why_unequal(b_label, b, a_label, a)
         )
     ia, ib = _by_digest(a_label, a), _by_digest(b_label, b)
     common = sorted(ia.keys() & ib.keys())

@@ -32,7 +32,7 @@ from gateway.config.costs import Node as Node
 from gateway.config.costs import Price as Price
 from gateway.config.profiles import Profile as Profile
 from gateway.config.profiles import Sampling as Sampling
-from gateway.config.routes import Shapes
+from gateway.config.routes import Shapes, Unequal
 from gateway.config.routes import cross_check as routes_cross_check
 from gateway.config.server import ServerConfig as ServerConfig
 from gateway.config.server import StoreConfig as StoreConfig
@@ -129,6 +129,10 @@ class RouteConfig(_Frozen):
     gate: GateConfig | None = None
     # A sub-route per task shape (gateway/config/routes.py, gateway/serving/shape.py).
     shapes: Shapes | None = None
+    # Differences of meaning the operator accepts between this route's upstreams, by field
+    # (gateway/serving/dialect.py; docs/parity.md): an upstream that cannot be sent one of them is
+    # still compared at parity, and the difference is shown beside every number it affects.
+    accept_unequal: list[Unequal] = Field(default_factory=list)
     # Other names clients may send for this model (a harness's "small fast" model, say);
     # resolved to this route on every door before routing; records name the route.
     aliases: list[Name] = Field(default_factory=list)

@@ -14,7 +14,7 @@ unknown upstreams and routes. Same rules as gateway/config/__init__.py: frozen, 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +28,19 @@ SubRoute = Annotated[list[Name], Field(min_length=1)] | Name
 # one but `default` may have a rule. Bounded: the shape is a metric label.
 SHAPES = ("tools", "long_context", "edit", "structured", "reasoning", "default")
 RULED = SHAPES[:-1]
+# What a route's `accept_unequal` may name: the parts of a request's meaning an upstream's dialect
+# may be unable to carry (gateway/serving/dialect.py). Anything else is refused at load.
+Unequal = Literal[
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "enable_thinking",
+    "thinking",
+    "reasoning_effort",
+    "thinking_token_budget",
+    "chat_template_kwargs",
+    "require_parameters",
+]
 
 
 class Shapes(BaseModel):

@@ -147,8 +147,9 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
     model = route_of(gw.config, body["model"])  # an alias means its route from here on
     heads = headers_of(request)
     chat = path == "/chat/completions"
+    profile = gw.config.profile_for(model)
     if path != "/embeddings":
-        apply_profile(body, gw.config.profile_for(model), chat=chat)
+        apply_profile(body, profile, chat=chat)
     stream, odd_stream = flag_of(body.get("stream"))
     if "stream" in body and body["stream"] is not stream:
         body["stream"] = stream  # "false" is false: the upstream is sent what the gateway relays
@@ -182,7 +183,7 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
     def hash_params() -> None:
         # The client's parameters; a successful attempt marks its upstream's instead (adapt).
         if record.params_hash is None:
-            record.params_hash = params_hash(body)
+            record.params_hash = params_hash(body, profile is not None)
 
     call.defer(hash_params)
     if stream:  # its start journalled once it is on its way: a crash leaves it "Interrupted"

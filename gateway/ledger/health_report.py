@@ -179,7 +179,7 @@ def health_rows(
             for c, (k, n) in pairs.items()
             if n and n >= cfg.threshold(c).min_samples and k / n >= cfg.threshold(c).rate
         ]
-        tripped += [f.check for f in findings if f.upstream == name]
+        tripped += [f.check for f in findings if f.upstream == name and f.trips]
         rows.append(
             HealthRow(
                 upstream=name,

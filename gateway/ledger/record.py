@@ -71,6 +71,12 @@ class Record:
     # Values that could not be recorded as given, comma-joined `field:what` (`max_tokens:list`):
     # stored as NULL or cut to fit instead (gateway/ledger/columns.py).
     coerced: str | None = None
+    # The request's meaning (gateway/serving/semantics.py; eval and shadow lanes only), what of it
+    # the upstream could not be told and what of that the route accepts
+    # (gateway/serving/dialect.py): readable text.
+    semantics: str | None = None
+    unsent: str | None = None  # "api-b cannot be sent top_k=20 (kind openai)", "; "-joined
+    accepted_unequal: str | None = None
     tool_calls: int = 0
     # Trust flags (gateway/trust/watchdog.py, gateway/trust/shadow.py).
     sampled: bool = False  # the answer text was captured and checked for degeneration

@@ -63,6 +63,9 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
     dropped: str | None = Field(default=None, sa_type=sa.Text)
     clamped: str | None = Field(default=None, sa_type=sa.Text)
     coerced: str | None = Field(default=None, sa_type=sa.Text)
+    semantics: str | None = Field(default=None, sa_type=sa.Text)
+    unsent: str | None = Field(default=None, sa_type=sa.Text)
+    accepted_unequal: str | None = Field(default=None, sa_type=sa.Text)
     tool_calls: int
     sampled: bool = False
     degenerate: bool = False

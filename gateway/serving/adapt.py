@@ -14,9 +14,12 @@ and one upstream:
      the answer's meaning (guided decoding, a stop-token list, `n` > 1 on llama.cpp, which serves
      one choice). Dispatch then routes past to the next candidate; only when every candidate is
      unfit does the client get the 400.
-2. **Parity.** A local engine of a profiled route gets every sampling parameter explicitly
-   (`profile.NEUTRAL` for what neither the client nor the profile set), so the params hash,
-   made here over what is sent, describes what was sampled.
+2. **Parity.** The request's meaning (`Semantics`, gateway/serving/semantics.py) is read once
+   and said in the upstream's dialect (`translate`, gateway/serving/dialect.py), which names
+   every part of it the upstream cannot be told (`Gap`). A local engine of a profiled route gets
+   every sampling parameter explicitly (`NEUTRAL` for what neither the client nor the profile
+   set). The params hash is made over the meaning, the gaps and the route's `accept_unequal`,
+   not over the bytes sent, so a node and a provider asked the same thing hash the same.
 3. **Window.** When the upstream's window is known (`Config.upstream_window`), a prompt that is
    certainly over it is refused (400 `context_length_exceeded`, the sizes named), and a
    `max_tokens` / `max_completion_tokens` that cannot fit beside the prompt is clamped to what
@@ -29,10 +32,9 @@ Dialect (field names, llama.cpp's response_format) is `upstream.body_for`'s, aft
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -40,7 +42,18 @@ import orjson
 from gateway.config import Config, Upstream
 from gateway.errors import ContextExceeded, Unfit
 from gateway.ledger.record import Record
-from gateway.serving.profile import NEUTRAL, params_hash
+from gateway.serving.capability import (
+    EXTENSIONS,
+    MEANINGFUL,
+    ONE_CHOICE,
+    STRIPPABLE,
+    carrier_of,
+    table_of,
+    takes,
+)
+from gateway.serving.capability import capability_markdown as capability_markdown
+from gateway.serving.dialect import Carrier, Gap, accepted_keys, translate
+from gateway.serving.semantics import NEUTRAL, Semantics
 
 if TYPE_CHECKING:
     from gateway.serving.call import Call
@@ -49,121 +62,40 @@ log = logging.getLogger(__name__)
 
 CLAMPED_HEADER = "x-plumbline-clamped"
 
-# Extension fields whose removal changes sampling or templating, not what was asked.
-STRIPPABLE = (
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "top_a",
-    "typical_p",
-    "mirostat_mode",
-    "mirostat_tau",
-    "mirostat_eta",
-    "min_tokens",
-    "chat_template_kwargs",
-    "chat_template",
-    "add_generation_prompt",
-    "continue_final_message",
-    "add_special_tokens",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "length_penalty",
-    "prompt_logprobs",
-    "return_tokens_as_token_ids",
-    "guided_decoding_backend",
-    "guided_whitespace_pattern",
-    "mm_processor_kwargs",
-    "priority",
-    "cache_salt",
-)
-# Extension fields whose removal would change what the answer is: refused where not taken.
-MEANINGFUL = (
-    "guided_json",
-    "guided_regex",
-    "guided_choice",
-    "guided_grammar",
-    "structured_outputs",
-    "grammar",
-    "stop_token_ids",
-    "bad_words",
-    "allowed_token_ids",
-    "ignore_eos",
-    "use_beam_search",
-    "truncate_prompt_tokens",
-)
-
-_VLLM = frozenset(STRIPPABLE + MEANINGFUL) - {
-    "top_a",
-    "typical_p",
-    "mirostat_mode",
-    "mirostat_tau",
-    "mirostat_eta",
-    "grammar",
-}
-# llama-cpp-python's server (llama_cpp/server/types.py): what its request models name and its
-# handler passes on (it drops n, min_tokens, logit_bias_type and user; unknown fields are
-# ignored). repetition_penalty is said as repeat_penalty there.
-_LLAMACPP = frozenset(
-    {"top_k", "min_p", "repetition_penalty", "mirostat_mode", "mirostat_tau", "mirostat_eta"}
-    | {"grammar"}
-)
-# OpenRouter's request schema (openrouter.ai/docs/api-reference/parameters).
-_OPENROUTER = frozenset({"top_k", "min_p", "repetition_penalty", "top_a"})
-
-# Which extension fields each kind of upstream takes ("openai": any other OpenAI-compatible API,
-# OpenAI's own included, which takes none of them).
-TAKES: dict[str, frozenset[str]] = {
-    "vllm": _VLLM,
-    "llamacpp": _LLAMACPP,
-    "openrouter": _OPENROUTER,
-    "openai": frozenset(),
-}
-# Kinds that serve one choice per request whatever `n` says.
-ONE_CHOICE = frozenset({"llamacpp"})
-# Every field `_fit` decides on: a body that names none of them (most do) skips its checks.
-EXTENSIONS = frozenset(MEANINGFUL + STRIPPABLE)
-
 _WARNED: set[tuple[str, str]] = set()  # (upstream, field) already logged as stripped
-
-
-def table_of(upstream: Upstream) -> str:
-    """The row of `TAKES` an upstream reads from: an `openai` upstream on openrouter.ai, or
-    with OpenRouter's `provider` routing, reads OpenRouter's (as `Config.thinking_cap` does)."""
-    if upstream.kind == "openai" and (upstream.openrouter or upstream.provider is not None):
-        return "openrouter"
-    return upstream.kind
-
-
-def takes(upstream: Upstream) -> frozenset[str]:
-    return _takes(table_of(upstream), tuple(upstream.accepts))
-
-
-@functools.lru_cache(maxsize=256)
-def _takes(table: str, accepts: tuple[str, ...]) -> frozenset[str]:
-    """A row of `TAKES` and an upstream's `accepts`, united once (not on every attempt)."""
-    return TAKES[table] | frozenset(accepts)
 
 
 @dataclass(slots=True)
 class Adapted:
     """The body for one upstream and what was done to it, marked on the record when the attempt
     succeeds (a failed attempt's marks would describe an upstream that did not answer).
-    `defaults`: the kind of engine whose defaults fill what the body leaves unset, for its
-    params hash, which is worked out when first asked (dispatch asks once the request is sent:
-    the upstream does not wait for it)."""
+    `meaning`: what the request asks; `gaps`: what of it this upstream could not be told;
+    `accepted`: the meaning's keys the route accepts as unequal; `defaults`: the dialect whose
+    engine fills what an unprofiled body leaves unset; `require`: OpenRouter must be told
+    `require_parameters`. The params hash is worked out when first asked (dispatch asks once the
+    request is sent: the upstream does not wait for it)."""
 
     body: dict[str, Any]
     stripped: tuple[str, ...] = ()
     clamped: str | None = None
     defaults: str | None = None
+    meaning: Semantics = field(default_factory=Semantics)
+    gaps: tuple[Gap, ...] = ()
+    accepted: frozenset[str] = frozenset()
+    require: bool = False
     _digest: str | None = None
 
     @property
     def params_hash(self) -> str:
         if self._digest is None:
-            self._digest = params_hash(self.body, defaults=self.defaults)
+            unsent = [g.key for g in self.gaps]
+            self._digest = self.meaning.digest(self.defaults, unsent, self.accepted)
         return self._digest
+
+    def unsent(self) -> tuple[list[Gap], list[Gap]]:
+        """(gaps not accepted, gaps the route accepts)."""
+        accepted = [g for g in self.gaps if g.key in self.accepted]
+        return [g for g in self.gaps if g.key not in self.accepted], accepted
 
     def mark(self, record: Record) -> None:
         if self.stripped:  # marking nothing leaves `dropped` as it is: no import on every request
@@ -174,6 +106,12 @@ class Adapted:
             mark_dropped(record, *self.stripped)
         record.clamped = self.clamped
         record.params_hash = self.params_hash
+        if record.lane != "prod":  # what an eval or shadow arm was asked, said in words
+            record.semantics = self.meaning.describe() or None
+        if self.gaps:
+            unsent, accepted = self.unsent()
+            record.unsent = "; ".join(map(str, unsent)) or None
+            record.accepted_unequal = "; ".join(map(str, accepted)) or None
 
 
 def adapt(
@@ -182,18 +120,27 @@ def adapt(
     window: int | None,
     complete: bool,
     bounds: tuple[int, int] | None = None,
+    carrier: Carrier | None = None,
+    accepted: frozenset[str] = frozenset(),
 ) -> Adapted:
     """`body` as `upstream` can serve it (a copy; `body` is not changed). `complete`: the route
     has a profile, so a local engine gets every sampling parameter written out. `bounds`: the
     body's `prompt_bounds` where the caller has them (adapting leaves the prompt as it is).
-    Raises `Unfit`."""
+    `carrier`: what the upstream can be told (`carrier_of`); `accepted`: the meaning's keys the
+    route accepts as unequal (`dialect.accepted_keys`). Raises `Unfit`."""
     out = dict(body)
     if "repeat_penalty" in out:  # llama.cpp's name, said by a client: one name from here on
         said = out.pop("repeat_penalty")
         out.setdefault("repetition_penalty", said)
     if isinstance(out.get("top_k"), int) and out["top_k"] < 0:
         out["top_k"] = 0  # -1 and 0 both mean "off"; llama.cpp refuses -1
+    meaning = Semantics.of(out, complete)
     stripped = _fit(out, upstream)
+    gaps, require = translate(out, meaning, carrier or carrier_of(upstream))
+    for gap in gaps:
+        if (upstream.name, f"unsent {gap.field}") not in _WARNED:
+            _WARNED.add((upstream.name, f"unsent {gap.field}"))
+            log.warning("%s: not enforced there, not at parity (x-plumbline-unsent)", gap)
     if complete and upstream.is_local:
         for key, value in NEUTRAL.items():
             if out.get(key) is None:
@@ -201,7 +148,16 @@ def adapt(
     clamped = None
     if window is not None:
         clamped = _clamp(out, upstream, window, bounds or prompt_bounds(out))
-    return Adapted(out, tuple(stripped), clamped, table_of(upstream))
+    return Adapted(
+        out,
+        tuple(stripped),
+        clamped,
+        table_of(upstream),
+        meaning,
+        tuple(gaps),
+        accepted,
+        require,
+    )
 
 
 def _fit(out: dict[str, Any], upstream: Upstream) -> list[str]:
@@ -352,17 +308,22 @@ def adapt_call(
     serves (`Engines.windows`). Raises `Unfit`."""
     if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
         return None
-    complete = config.profile_for(call.model) is not None
+    return adapt_body(config, call.model, call.body, upstream, learned, call.bounds)
+
+
+def adapt_body(
+    config: Config,
+    model: str,
+    body: dict[str, Any],
+    upstream: Upstream,
+    learned: int | None = None,
+    bounds: tuple[int, int] | None = None,
+) -> Adapted:
+    """`adapt` for `body` of route `model` on `upstream`, with what the config says: the
+    route's profile and `accept_unequal`, the upstream's window and what it can be told."""
+    complete = config.profile_for(model) is not None
     window = config.upstream_window(upstream, learned)
-    return adapt(call.body, upstream, window, complete, call.bounds)
-
-
-def capability_markdown() -> str:
-    """`TAKES` as README Markdown: each extension field, and which kinds take it."""
-    kinds = list(TAKES)
-    rows = ["| field | " + " | ".join(kinds) + " | not taken |", "|---" * (len(kinds) + 2) + "|"]
-    for name in (*STRIPPABLE, *MEANINGFUL):
-        marks = " | ".join("yes" if name in TAKES[k] else "" for k in kinds)
-        action = "stripped, marked" if name in STRIPPABLE else "refused / routed past"
-        rows.append(f"| `{name}` | {marks} | {action} |")
-    return "\n".join(rows)
+    route = config.models.get(model)
+    accepted = accepted_keys(route.accept_unequal) if route is not None else frozenset()
+    carrier = carrier_of(upstream, config)
+    return adapt(body, upstream, window, complete, bounds, carrier, accepted)

@@ -236,8 +236,9 @@ class Dispatcher:
         adapted = adapt_call(self.config, call, upstream, self.engines.windows.get(upstream.name))
         native = call.native is not None and upstream.responses_api
         body = call.native if native and call.native else adapted.body if adapted else call.body
-        cap = self.config.thinking_cap(upstream) if THINKING_BUDGET in call.body else None
-        data = body_for(upstream, body, call.stream, native=native, thinking_cap=cap)
+        cap = self.config.thinking_cap(upstream) if THINKING_BUDGET in body else None
+        require = adapted is not None and adapted.require
+        data = body_for(upstream, body, call.stream, native, cap, require)
         return ("/responses" if native else call.path), data, native, adapted
 
     def _budget(self, call: Call) -> float:

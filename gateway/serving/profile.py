@@ -1,24 +1,23 @@
 """Applying a model's profile to a request, once, before routing.
 
-The client's own values always win; the profile fills in what the client left unset. At
-dispatch (gateway/serving/adapt.py) a local engine of a profiled route then gets every sampling
+The client's own values always win; the profile fills in what the client left unset. What the
+body then says is the request's meaning (gateway/serving/semantics.py), which every upstream's
+dialect must carry (gateway/serving/dialect.py) and which the params hash is made over. At
+dispatch (gateway/serving/adapt.py) a local engine of a profiled route gets every sampling
 parameter explicitly: what neither client nor profile set is written out as `NEUTRAL` (vLLM's
 own neutral values), so llama.cpp does not sample with its top_k=40, min_p=0.05,
-repeat_penalty=1.1 and vLLM does not take the checkpoint's generation_config. The hash is made
-over what the chosen upstream is sent, so two arms are only ever compared when they were sampled
-the same way; a set left partly to an engine's defaults hashes with that engine's kind.
+repeat_penalty=1.1 and vLLM does not take the checkpoint's generation_config.
 
 The gateway never adds a `max_tokens`: a silent cap is how a plausible wrong number is made.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-import orjson
-
 from gateway.config import Profile
+from gateway.serving.semantics import NEUTRAL as NEUTRAL
+from gateway.serving.semantics import Semantics
 
 # The sampling fields a profile may fill in.
 SAMPLING = (
@@ -31,37 +30,6 @@ SAMPLING = (
     "repetition_penalty",
     "seed",
 )
-# Parameters that change what the model generates, and so belong in the hash.
-HASHED = (
-    *SAMPLING,
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "n",
-    "chat_template_kwargs",
-    "reasoning_effort",
-    "thinking_token_budget",
-    "response_format",
-    "logit_bias",
-)
-
-
-# What each sampling parameter means when unset, written out: vLLM's defaults for a request that
-# names none (vllm/entrypoints/openai/chat_completion/protocol.py, _DEFAULT_SAMPLING_PARAMS),
-# each of which switches its sampler off; top_k 0 is "off" on vLLM and llama.cpp alike.
-NEUTRAL: dict[str, float | int] = {
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "top_k": 0,
-    "min_p": 0.0,
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-    "repetition_penalty": 1.0,
-}
-
-
-_HASHED = frozenset(HASHED)
-_NEUTRAL = frozenset(NEUTRAL)
 
 
 def apply_profile(body: dict[str, Any], profile: Profile | None, chat: bool) -> dict[str, Any]:
@@ -99,14 +67,7 @@ def _sampling_of(profile: Profile) -> tuple[tuple[str, Any], ...]:
     return cached[1]
 
 
-def params_hash(body: dict[str, Any], defaults: str | None = None) -> str:
-    """Short, stable hash of the effective sampling parameters. `defaults`: the kind of engine
-    whose own defaults decide what the body leaves unset; it is hashed with a set that does not
-    name every `NEUTRAL` parameter, since engines differ there."""
-    # Over the body's own fields (a handful) rather than every hashed name; the sorted dump
-    # does not depend on the order.
-    effective = {k: v for k, v in body.items() if v is not None and k in _HASHED}
-    if defaults is not None and not _NEUTRAL.issubset(effective):
-        effective["engine_defaults"] = defaults
-    digest = hashlib.sha256(orjson.dumps(effective, option=orjson.OPT_SORT_KEYS))
-    return digest.hexdigest()[:16]
+def params_hash(body: dict[str, Any], profiled: bool = False) -> str:
+    """The hash of what `body` asks (`Semantics.digest`), before any upstream is chosen: the
+    record keeps it where no attempt was answered (an answered one keeps its upstream's)."""
+    return Semantics.of(body, profiled).digest()

@@ -297,10 +297,17 @@ class Relay:
         )
 
 
+SEMANTICS_HEADER = "x-plumbline-semantics"
+UNSENT_HEADER = "x-plumbline-unsent"
+ACCEPTED_HEADER = "x-plumbline-accepted-unequal"
+
+
 def answer_headers(record: Record, opened: Opened, client_id: str | None = None) -> dict[str, str]:
     """The gateway's headers on an answer: the request ids (`x-request-id`: the client's own,
     `client_id`, when it sent one, else the record's; gateway/edge/request_id.py), upstream,
-    engine, provider, params hash, what a door dropped and what adapt clamped."""
+    engine, provider, params hash, what a door dropped, what adapt clamped, what the upstream
+    could not be told (and what of it the route accepts) and, off the production lane, the
+    request's meaning."""
     headers = {
         "x-request-id": client_id or record.request_id,
         "x-plumbline-request-id": record.request_id,
@@ -320,6 +327,12 @@ def answer_headers(record: Record, opened: Opened, client_id: str | None = None)
         headers[DROPPED_HEADER] = record.dropped
     if record.clamped:
         headers["x-plumbline-clamped"] = record.clamped  # gateway/serving/adapt.py
+    if record.lane != "prod" and record.semantics:  # what an eval or shadow arm was asked
+        headers[SEMANTICS_HEADER] = record.semantics
+    if record.unsent:  # gateway/serving/dialect.py
+        headers[UNSENT_HEADER] = record.unsent
+    if record.accepted_unequal:
+        headers[ACCEPTED_HEADER] = record.accepted_unequal
     return headers
 
 

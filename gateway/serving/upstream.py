@@ -110,10 +110,13 @@ def body_for(
     stream: bool,
     native: bool = False,
     thinking_cap: str | None = None,
+    require: bool = False,
 ) -> bytes:
     """The request as this upstream wants it: its model id, usage in streams, its dialect.
     A native Responses body carries its usage in `response.completed`: no stream_options.
-    `thinking_cap`: how the upstream is told a thinking budget (`Config.thinking_cap`)."""
+    `thinking_cap`: how the upstream is told a thinking budget (`Config.thinking_cap`);
+    `require`: OpenRouter is told `provider.require_parameters = true` (gateway/serving/dialect.py)
+    unless the upstream's own config says false."""
     out = dict(body)
     if out.get(THINKING_BUDGET) is not None:
         _thinking_budget(upstream, out, thinking_cap)
@@ -128,8 +131,11 @@ def body_for(
             # gateway counts, and writes the usage chunk a client asked for
             # (gateway/serving/tap.py).
             out.pop("stream_options", None)
-    if upstream.provider is not None:
-        out["provider"] = upstream.provider.body()
+    routing = upstream.provider.body() if upstream.provider is not None else {}
+    if require:
+        routing.setdefault("require_parameters", True)
+    if routing:
+        out["provider"] = routing
     if upstream.kind == "llamacpp":
         _llamacpp(out)
     return orjson.dumps(out)

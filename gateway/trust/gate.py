@@ -5,9 +5,12 @@ upstream run twice, the same configuration) that sets the noise floor, and each 
 in USD per million tokens, it picks the cheapest upstream whose score is not worse than the
 best's by more than the floor, judged by a paired test on the items both scored
 (`evals.stats.pair` + `against_floor`: McNemar must reject, and the gap and the discordant
-imbalance must both exceed the control's). It refuses what cannot be compared: arms sampled
-with different parameters (params hash — thinking on against off lands here too), item sets
-that differ, too few paired items, no control. A refused or unproven upstream never wins on
+imbalance must both exceed the control's). It refuses what cannot be compared: arms not at
+parity (asked otherwise than the control: the params hash is made over the request's meaning,
+so a provider that could not be sent top_k=20 or the thinking switch lands here, and the refusal
+names field, value and upstream, `evals.parity`), item sets that differ, too few paired items,
+no control. A difference the route accepts (`accept_unequal`) is carried on the arm's evidence
+(`accepted`) and in the decision's reason. A refused or unproven upstream never wins on
 price; with no usable evidence the best scorer keeps the traffic.
 
 The decision carries its evidence (scores, n, intervals, discordant counts, p-values, floor,
@@ -40,29 +43,13 @@ if TYPE_CHECKING:
     # The statistics (evals.stats, scipy) load when a decision is computed, not with the
     # gateway: routing only reads decisions already made.
     from evals.result import ItemResult
-    from evals.stats import NoiseFloor, Paired, Summary
+    from evals.stats import NoiseFloor, Paired
     from gateway.ledger.store import Store
 
+from gateway.trust.evidence import ArmEvidence as ArmEvidence
+from gateway.trust.evidence import against_best, floor_dict, noise_floor, refuse_incomparable
+
 PIN_HEADER = "x-plumbline-upstream"
-
-
-@dataclass(frozen=True, slots=True)
-class ArmEvidence:
-    upstream: str
-    n: int
-    correct: int
-    accuracy: float
-    ci: tuple[float, float]
-    price_per_m: float | None
-    # Against the best scorer, on the items both scored (None for the best itself).
-    paired_n: int | None = None
-    only_best: int | None = None  # items only the best got right
-    only_this: int | None = None
-    p_value: float | None = None
-    eligible: bool = False
-    why: str = ""
-    # The smallest gap this comparison detects (alpha, power of the decision); None: none.
-    mde: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,20 +83,6 @@ class GateDecision:
         return cls(**{**data, "arms": arms})
 
 
-def _floor_dict(floor: NoiseFloor | None) -> dict[str, Any]:
-    if floor is None:
-        return {}
-    return {
-        "gap": floor.gap,
-        "imbalance_rate": floor.imbalance_rate,
-        "discordance_rate": floor.discordance_rate,
-        "controls": [
-            {"n": c.n, "only_a": c.only_a, "only_b": c.only_b, "p_value": c.p_value}
-            for c in floor.controls
-        ],
-    }
-
-
 def _price_key(price: float | None) -> float:
     return math.inf if price is None else price
 
@@ -130,17 +103,18 @@ def decide(
     A cheaper upstream counts as within the floor only when its comparison could have told a
     `detect_gap` apart (with `power`): absence of evidence from too small a round is not
     parity."""
+    from evals.parity import accepted_text
     from evals.stats import summarise
 
     now = time.time() if now is None else now
-    floor = _noise_floor(control)
+    floor = noise_floor(control)
     summaries = {u: summarise(rs) for u, rs in results.items() if rs}
     if not summaries:
         return GateDecision(model, None, "no eval results", None, {}, (), now)
-    refused = _refuse_incomparable(results, summaries, floor, prices)
+    refused = refuse_incomparable(results, summaries, floor, prices)
     if not summaries:
         return GateDecision(
-            model, None, "every arm refused", None, _floor_dict(floor), tuple(refused), now
+            model, None, "every arm refused", None, floor_dict(floor), tuple(refused), now
         )
     # Best = highest accuracy over all items (timeouts and errors stay in the denominator);
     # ties go to the cheaper.
@@ -154,6 +128,7 @@ def decide(
             accuracy=s.accuracy,
             ci=s.ci,
             price_per_m=prices.get(up),
+            accepted=accepted_text(results[up]),
         )
         if up == best:
             arms.append(ArmEvidence(**base, eligible=True, why="best score"))
@@ -161,7 +136,7 @@ def decide(
         arms.append(
             ArmEvidence(
                 **base,
-                **_against_best(
+                **against_best(
                     results[best],
                     results[up],
                     best,
@@ -185,8 +160,11 @@ def decide(
             f"{chosen.upstream} (${chosen.price_per_m}/M) is the cheapest within the noise "
             f"floor of {best} (${prices.get(best)}/M): {chosen.why}"
         )
+    shown = {a.accepted for a in arms if a.eligible and a.accepted}
+    if shown:
+        reason += f" ({'; '.join(sorted(shown))})"
     decision = GateDecision(
-        model, chosen.upstream, reason, best, _floor_dict(floor), tuple(arms), now
+        model, chosen.upstream, reason, best, floor_dict(floor), tuple(arms), now
     )
     return _with_resolution(decision, alpha, power, detect_gap)
 
@@ -206,86 +184,6 @@ def _with_resolution(
     return replace(
         decision, resolution=text, mde=res.mde, paired_n=res.n, discordance=res.discordance
     )
-
-
-def _noise_floor(control: Sequence[Paired] | NoiseFloor | None) -> NoiseFloor | None:
-    """The floor the control pairs set (None without usable ones)."""
-    from evals.stats import NoiseFloor
-
-    if isinstance(control, NoiseFloor) or control is None:
-        return control
-    try:
-        return NoiseFloor.from_controls(control)
-    except ValueError:
-        return None
-
-
-def _refuse_incomparable(
-    results: Mapping[str, Sequence[ItemResult]],
-    summaries: dict[str, Summary],
-    floor: NoiseFloor | None,
-    prices: Mapping[str, float | None],
-) -> list[ArmEvidence]:
-    """Arms sampled otherwise than the control (greedy against the recipe, thinking off against
-    on), or on other items, are refused before anything else: they can be neither the best nor
-    the cheapest. Removed from `summaries`; their evidence returned."""
-    reference = floor.controls[0].params_hash if floor is not None and floor.controls else None
-    every_item = set().union(*({r.item_digest for r in results[u]} for u in summaries))
-    refused: list[ArmEvidence] = []
-    for up in list(summaries):
-        hashes = {r.params_hash for r in results[up]}
-        why = None
-        if reference is not None and hashes != {reference}:
-            why = f"refused: params_hash {sorted(hashes)} != the control's {reference!r}"
-        elif {r.item_digest for r in results[up]} != every_item:
-            why = "refused: item sets differ (only identical items pair)"
-        if why is not None:
-            s = summaries.pop(up)
-            refused.append(
-                ArmEvidence(up, s.n, s.correct, s.accuracy, s.ci, prices.get(up), why=why)
-            )
-    return refused
-
-
-def _against_best(
-    best_rs: Sequence[ItemResult],
-    rs: Sequence[ItemResult],
-    best: str,
-    up: str,
-    floor: NoiseFloor | None,
-    alpha: float,
-    min_items: int,
-    sizing: tuple[float, float],
-) -> dict[str, Any]:
-    from evals.stats import PairingError, against_floor, pair
-    from gateway.trust.sizing import arm_resolution, gap_phrase
-
-    try:
-        p = pair(best_rs, rs, best, up)
-    except PairingError as e:
-        return {"why": f"refused: {e}"}
-    detect_gap, power = sizing
-    res = arm_resolution(p.n, p.discordant, alpha, power)
-    evidence = {
-        "paired_n": p.n,
-        "only_best": p.only_a,
-        "only_this": p.only_b,
-        "p_value": p.p_value,
-        "mde": res.mde,
-    }
-    if floor is None:
-        return {**evidence, "why": "no noise floor: a control pair is needed"}
-    if p.n < min_items:
-        return {**evidence, "why": f"only {p.n} paired items (< {min_items})"}
-    verdict = against_floor(p, floor, alpha)
-    if p.gap < 0 and verdict.exceeds:
-        return {**evidence, "why": f"worse beyond the floor: {verdict.reason}"}
-    if res.mde is None or res.mde > detect_gap:
-        return {
-            **evidence,
-            "why": f"cannot decide: {res.sentence()}; the gate asks for {gap_phrase(detect_gap)}",
-        }
-    return {**evidence, "eligible": True, "why": f"within the floor: {verdict.reason}"}
 
 
 SHAPE_FAMILIES = {

@@ -34,7 +34,7 @@ from gateway.errors import AttemptError, MalformedStream, Unfit
 from gateway.ledger.cost import request_cost
 from gateway.ledger.record import Attempt, Record
 from gateway.serving.accounting import tap_body
-from gateway.serving.adapt import adapt
+from gateway.serving.adapt import adapt_body
 from gateway.serving.upstream import body_for, post
 from gateway.serving.wire import Wire
 from gateway.trust.agreement import Answer, agreement
@@ -265,13 +265,11 @@ class ShadowMirror:
         try:
             # Said as the shadow upstream can serve it (gateway/serving/adapt.py), marked on its
             # record.
-            profiled = self.config.profile_for(model) is not None
-            adapted = adapt(body, upstream, self.config.upstream_window(upstream), profiled)
+            adapted = adapt_body(self.config, model, body, upstream)
             adapted.mark(record)
             async with asyncio.timeout(cfg.timeout_s):
-                data = body_for(
-                    upstream, adapted.body, False, thinking_cap=self.config.thinking_cap(upstream)
-                )
+                cap = self.config.thinking_cap(upstream)
+                data = body_for(upstream, adapted.body, False, False, cap, adapted.require)
                 resp = await post(self._wire, upstream, path, data)
                 try:
                     raw = await resp.read()

@@ -21,11 +21,14 @@ routing puts it behind every healthy, non-demoted one until all its checks recov
 one store share their demotions (`demotions`, `gateway/edge/housekeeping.py: Demotions`): each
 routes around what any of them demoted.
 
-Two checks come from the config, not from traffic, and are tripped from the start (never
-demoting): `sampling_parity` (a provider upstream with `provider` routing but without
-`require_parameters = true`, so the provider may silently drop top_k and friends) and
-`thinking_mismatch` (two routes being compared — a shadow and its primary, eval targets, a gated
-route's upstreams — whose profiles differ in enable_thinking or reasoning_effort).
+Three checks come from the config, not from traffic, and are tripped from the start (never
+demoting): `sampling_parity` (an OpenRouter upstream whose config says
+`require_parameters = false`, so the provider may silently drop top_k and friends; unset, the
+gateway sends it true), `not_at_parity` (a profiled route's upstream that cannot be told part of
+the profile's meaning: "api-b cannot be sent top_k=20 (kind openai)", gateway/serving/parity.py)
+and `thinking_mismatch` (two routes being compared — a shadow and its primary, eval targets, a
+gated route's upstreams — whose profiles differ in enable_thinking or reasoning_effort). A
+difference a route accepts (`accept_unequal`) is shown as `accepted_unequal`, never tripped.
 
 `gateway.ledger.health_report.report_health` reads the same flags back from the store (`plumbline
 report health`).
@@ -47,6 +50,7 @@ from gateway.config.trust import WatchdogConfig
 from gateway.ledger.cost import drifted
 from gateway.ledger.record import Record
 from gateway.ledger.truncation import CUT_CLASSES, cause
+from gateway.serving.parity import route_gaps
 
 log = logging.getLogger("plumbline.watchdog")
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -90,9 +94,14 @@ def annotate(record: Record, config: Config) -> None:
 class Finding:
     """A problem found in the config itself."""
 
-    check: str  # sampling_parity | thinking_mismatch
+    check: str  # sampling_parity | not_at_parity | accepted_unequal | thinking_mismatch
     upstream: str
     detail: str
+
+    @property
+    def trips(self) -> bool:
+        """A problem (tripped from the start), not an accepted difference shown as a note."""
+        return self.check != "accepted_unequal"
 
 
 def thinking_of(profile: Profile | None) -> tuple[bool | None, str | None]:
@@ -126,15 +135,18 @@ def config_findings(config: Config) -> list[Finding]:
     """Sampling-parity and thinking-mode problems visible in the config alone."""
     found: list[Finding] = []
     for u in config.upstreams:
-        if u.kind == "openai" and u.provider is not None and not u.provider.require_parameters:
+        if u.kind == "openai" and u.provider is not None and u.provider.require_parameters is False:
             found.append(
                 Finding(
                     "sampling_parity",
                     u.name,
-                    "provider routing without require_parameters=true: a provider may ignore "
+                    "provider routing with require_parameters = false: a provider may ignore "
                     "sampling parameters (top_k, min_p, repetition_penalty) silently",
                 )
             )
+    for rg in route_gaps(config):
+        check = "accepted_unequal" if rg.accepted else "not_at_parity"
+        found.append(Finding(check, rg.gap.upstream, rg.text()))
     for a, pa, b, pb, up in compared_pairs(config):
         if thinking_of(pa) != thinking_of(pb):
             found.append(
@@ -254,6 +266,9 @@ class Watchdog:
         )
         self.findings = config_findings(config)
         for f in self.findings:
+            if not f.trips:
+                log.info("watchdog: %s on %s: %s", f.check, f.upstream, f.detail)
+                continue
             self.tripped_gauge.labels(f.upstream, f.check).set(1)
             self.trips.labels(f.upstream, f.check).inc()
             log.warning("watchdog: %s on %s: %s", f.check, f.upstream, f.detail)
@@ -298,7 +313,7 @@ class Watchdog:
 
     def tripped(self, upstream: str) -> list[str]:
         live = [c for (u, c), s in self.states.items() if u == upstream and s.tripped]
-        return live + [f.check for f in self.findings if f.upstream == upstream]
+        return live + [f.check for f in self.findings if f.upstream == upstream and f.trips]
 
     def _demoting(self, upstream: str) -> list[str]:
         """The tripped checks of `upstream` that demote it (with `[watchdog].demote`)."""
@@ -337,5 +352,7 @@ class Watchdog:
             entry = out.setdefault(
                 f.upstream, {"demoted": f.upstream in self.demoted, "checks": {}}
             )
-            entry["checks"][f.check] = {"tripped": True, "detail": f.detail}
+            said = entry["checks"].get(f.check, {}).get("detail")
+            detail = f"{said}; {f.detail}" if said else f.detail
+            entry["checks"][f.check] = {"tripped": f.trips, "detail": detail}
         return out

@@ -14,7 +14,13 @@ import httpx
 import pytest
 
 from deploy.engine import LaunchSpec, vllm_args
-from deploy.launch import SERVE_OPTIONS, gateway_command, metrics_folder, workers_problems
+from deploy.launch import (
+    SERVE_OPTIONS,
+    gateway_command,
+    metrics_folder,
+    spec_for,
+    workers_problems,
+)
 from deploy.vllm import gpu_args
 from gateway.config import parse_config
 from gateway.fakes.upstream import running_fake
@@ -151,3 +157,35 @@ def test_workers_need_a_shared_store_only_for_what_would_be_counted_per_worker()
     memory = {"store": {"url": "sqlite://"}}
     (why,) = workers_problems(parse_config({**base, **memory}))
     assert why.startswith("the records would be kept per worker: [store] is in memory")
+
+
+def test_a_llamacpp_replica_is_launched_with_its_profiles_template_variables() -> None:
+    """llama-cpp-python takes chat-template variables only at launch: the profile's thinking
+    switch and reasoning effort go on its command line (what gateway/serving/dialect.py counts
+    on), and a profile without any adds nothing."""
+
+    def launched(profile: str) -> tuple[str, ...]:
+        cfg = parse_config(
+            {
+                "upstreams": [
+                    {
+                        "name": "cpp",
+                        "kind": "llamacpp",
+                        "base_url": "http://127.0.0.1:8402/v1",
+                        "model": "m",
+                        "profile": profile,
+                        "launch": {"engine": "llamacpp", "args": ["--verbose", "false"]},
+                    }
+                ]
+            }
+        )
+        return spec_for(cfg, cfg.upstreams[0], model="weights.gguf").extra_args
+
+    assert launched("qwen3-instruct") == (
+        "--chat_template_kwargs",
+        '{"enable_thinking": false}',
+        "--verbose",
+        "false",
+    )
+    assert launched("gpt-oss")[:2] == ("--chat_template_kwargs", '{"reasoning_effort": "medium"}')
+    assert launched("smollm2") == ("--verbose", "false")

@@ -88,9 +88,7 @@ def test_report_sections() -> None:
     [api_row] = paired.rows
     assert api_row[0] == "local@r1 vs api"
     assert api_row[-1].startswith("exceeds")
-    assert any(
-        "other" in n and "refused" in n and "sampling parameters differ" in n for n in paired.notes
-    )
+    assert any("other" in n and "refused" in n and "not at parity" in n for n in paired.notes)
     assert "noise floor: aggregate gap" in md
     assert "| overall | api | 80 |" in md
 
@@ -107,7 +105,8 @@ def test_a_control_across_an_engine_change_is_refused() -> None:
         run("local", "r1", 0.6, 1, engine=old) + run("local", "r2", 0.6, 2, engine=new) + mixed
     )
     arms, floor = report.sections[0], report.sections[4]
-    assert [row[-1] for row in arms.rows] == [old, new, f"{old}, {new}"]
+    assert [row[6] for row in arms.rows] == [old, new, f"{old}, {new}"]
+    assert [row[7] for row in arms.rows] == ["at parity"] * 3
     assert arms.notes == (
         f"local@r3 was served by 2 engines ({old}, {new}): its items do not come from one "
         "serving stack",
@@ -226,3 +225,35 @@ def test_the_report_says_whose_verdict_a_familys_accuracy_is() -> None:
     assert not any(n.startswith("math:") for n in notes)
     md = build_report(results).markdown("accuracy.png")
     assert "tools_strict is the suite's stricter reading, never the headline" in md
+
+
+UNSENT = "api cannot be sent top_k=20 (kind openai)"
+
+
+def test_an_arm_not_at_parity_is_named_field_by_field() -> None:
+    local = run("local", "r1", 0.7, 1, params="h-node")
+    api = [replace(r, unsent=UNSENT) for r in run("api", "r2", 0.7, 2, params="h-api")]
+    report = build_report(local + api)
+    arms = report.sections[0]
+    assert [row[-1] for row in arms.rows] == ["at parity", f"not at parity: {UNSENT}"]
+    paired = next(s for s in report.sections if s.title.startswith("Paired"))
+    assert paired.rows == ()
+    assert paired.notes == (
+        f"local vs api refused: refusing to pair 'local' and 'api', not at parity: {UNSENT}",
+    )
+    assert "params_hash" not in report.markdown()
+
+
+def test_an_accepted_difference_is_shown_beside_the_numbers_it_affects() -> None:
+    local = run("local", "r1", 0.7, 1)
+    api = [replace(r, accepted=UNSENT) for r in run("api", "r2", 0.7, 2)]
+    report = build_report(local + api)
+    said = f"accepted unequal: {UNSENT}"
+    assert report.sections[0].rows[1][-1] == said
+    family = report.sections[1]
+    assert f"api: {said}" in family.notes
+    paired = next(s for s in report.sections if s.title.startswith("Paired"))
+    (row,) = paired.rows
+    assert row[-1].endswith(f"({said})")
+    cost = next(s for s in report.sections if s.title == "Quality against cost")
+    assert f"api: {said}" in cost.notes

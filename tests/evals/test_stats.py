@@ -101,7 +101,7 @@ def test_reference_000_aider_split() -> None:
 
 
 def test_pairing_refuses_different_sampling_parameters() -> None:
-    with pytest.raises(ParamsMismatch, match="sampling parameters differ"):
+    with pytest.raises(ParamsMismatch, match="not at parity"):
         pair(arm(["correct"], params="h1"), arm(["correct"], params="h2"))
     mixed = arm(["correct"], params="h1") + [
         ItemResult("t", "z", "dz", "f", "wrong", params_hash="h2")

@@ -144,21 +144,28 @@ def test_fault_3_greedy_arm_against_the_vendor_recipe(fake: FakeHandle) -> None:
         min_items=10,
     )
     assert d.chosen == "recipe"
-    assert "refused: params_hash" in next(a.why for a in d.arms if a.upstream == "greedy")
+    why = next(a.why for a in d.arms if a.upstream == "greedy")
+    assert why.startswith("refused, not at parity with recipe: greedy was asked otherwise")
 
 
 def test_fault_4_provider_ignores_top_k(fake: FakeHandle) -> None:
+    """A provider may ignore top_k only where the config says require_parameters = false (the
+    gateway sends it true otherwise): both the config check and the parity gap say so."""
     fake.set_default(provider="Together", ignore_params=["top_k"])
-    cfg = gateway_config(
-        fake.base_url,
-        kind="openai",
-        upstream={"provider": {"order": ["DeepInfra"], "allow_fallbacks": False}},
-    )
-    wd, sink, _ = serve(cfg, 3, extra_body={"top_k": 20})
+    routing = {"order": ["DeepInfra"], "allow_fallbacks": False, "require_parameters": False}
+    cfg = gateway_config(fake.base_url, kind="openai", upstream={"provider": routing})
+    wd, sink, replies = serve(cfg, 3, extra_body={"top_k": 20})
     assert ("sampling_parity", "up") in {(f.check, f.upstream) for f in wd.findings}
     assert all(r.provider_mismatch for r in sink.records)
-    assert set(wd.tripped("up")) == {"provider_mismatch", "sampling_parity"}
+    assert set(wd.tripped("up")) == {"provider_mismatch", "sampling_parity", "not_at_parity"}
     assert fake.requests()[0]["ignored_params"] == ["top_k"]  # what the flags stand for
+    assert "up cannot be sent require_parameters=" in replies[0].headers["x-plumbline-unsent"]
+    fake.reset()
+    unsaid = {"order": ["DeepInfra"], "allow_fallbacks": False}
+    told = gateway_config(fake.base_url, kind="openai", upstream={"provider": unsaid})
+    serve(told, 1, extra_body={"top_k": 20})
+    assert fake.requests()[0]["body"]["provider"]["require_parameters"] is True
+    assert config_findings(told) == []
     pinned = gateway_config(
         fake.base_url,
         kind="openai",

@@ -228,6 +228,7 @@ def eval_round(config: Config, store: Store, run: str, kept: float) -> dict[str,
     a node's items, as the eval report prices them) and whether it is on the frontier."""
     # Loaded here, not at gateway start: the eval suite stays off the serving path.
     from evals.cost import arm_costs, frontier, node_map, price_nodes
+    from evals.parity import accepted_text, unsent
     from evals.result import ItemResult
 
     results = [ItemResult.from_dict(d) for d in store.eval_results([run])]
@@ -254,6 +255,10 @@ def eval_round(config: Config, store: Store, run: str, kept: float) -> dict[str,
                 "usd_per_m_output": c.usd_per_m_output,
                 "cost_bases": list(c.bases),
                 "on_frontier": label in on,
+                # What the arm's numbers carry: accepted differences, and what its upstream
+                # could not be told (gateway/serving/dialect.py).
+                "accepted": accepted_text(arms[label]),
+                "unsent": "; ".join(unsent(arms[label])),
             }
         )
     return {"run": run, "kept": kept, "arms": out}

@@ -36,6 +36,7 @@ from tests.harness import config_from, serving, wait_for
 ADMIN, CONSOLE, CLIENT = "sk-admin-console-test", "sk-console-test", "sk-client-test"
 PROMPT: list[Any] = [{"role": "user", "content": "one two three four"}]
 RUN = "20261201T000000Z-gate"
+ACCEPTED = "api cannot be sent top_k=20 (kind openai)"  # as the route's accept_unequal lets it
 
 
 def _config(fake: FakeHandle) -> Any:
@@ -104,7 +105,7 @@ def _keep_round(gw: Any) -> Any:
     control pair and `decide` over them, the decision in the gate book."""
     node = _items("qwen@local", "local", {1, 2, 3, 4}, started=1000.0, latency_s=36.0)
     node_again = _items("qwen@local#control", "local", {1, 2, 3, 5}, started=1000.0, latency_s=36.0)
-    api = _items("qwen@api", "api", {1, 2, 3}, cost=0.0004, cost_basis="price")
+    api = _items("qwen@api", "api", {1, 2, 3}, cost=0.0004, cost_basis="price", accepted=ACCEPTED)
     gw.store.write_eval_results([r.to_dict() for r in node + node_again + api], time.time())
     floor = [control_pair("local", node, node_again)]
     decision = decide(
@@ -311,12 +312,16 @@ def test_the_console_shows_the_stored_numbers(
         assert api_arm[5] == "92.5%"
         # 0.0004 USD per item over 100 output tokens: $4/M output; on the frontier (best).
         assert api_arm[7] == "4.0000" and api_arm[8] == "on frontier"
+        # The accepted difference beside the arm's numbers, in the round and in the evidence.
+        assert api_arm[9] == f"accepted unequal: {ACCEPTED}" and node_arm[9] == "at parity"
         decision = console["decision"]
         evidence = page.locator("#decisions table").first
         arms = evidence.locator("tbody tr").all_inner_texts()
         local_ev = next(a for a in decision.arms if a.upstream == "local")
         local_row = next(a for a in arms if a.startswith("local"))
         assert f"{local_ev.p_value:.3f}" in local_row and str(local_ev.only_best) in local_row
+        api_row = next(a for a in arms if a.startswith("api"))
+        assert api_row.endswith(f"accepted unequal: {ACCEPTED}")
         assert decision.reason in page.locator("#decisions").inner_text()
         # Beside the decision: what its round could tell apart, and per arm the gap it detects.
         shown = page.locator("#decisions .resolution").first.inner_text()

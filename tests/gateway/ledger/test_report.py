@@ -257,3 +257,50 @@ def test_report_health_lists_dead_and_idle_upstreams(tmp_path: Path) -> None:
     assert by["live"]["requests"] == 4 and by["live"]["failed_attempts"] == 0
     assert by["live"]["errors"] == 2 and by["live"]["state"] == "ok"
     assert "failing" in table and "no traffic" in table
+
+
+def test_report_health_names_what_an_upstream_cannot_be_told(tmp_path: Path) -> None:
+    """A profiled route's upstream that cannot be told part of its profile is named with field,
+    value and upstream; a difference the route accepts is shown too, and does not trip."""
+    cfg = Config.model_validate(
+        {
+            "upstreams": [
+                {"name": "node", "kind": "vllm", "base_url": "http://127.0.0.1:1/v1", "model": "q"},
+                {
+                    "name": "api-b",
+                    "kind": "openai",
+                    "base_url": "http://127.0.0.1:2/v1",
+                    "model": "q",
+                },
+                {
+                    "name": "api-c",
+                    "kind": "openai",
+                    "base_url": "http://127.0.0.1:3/v1",
+                    "model": "q",
+                },
+            ],
+            "profiles": {"qwen": {"sampling": {"temperature": 0.7, "top_k": 20}}},
+            "models": {
+                "q": {"profile": "qwen", "upstreams": ["node", "api-b"]},
+                "q-ok": {
+                    "profile": "qwen",
+                    "upstreams": ["node", "api-c"],
+                    "accept_unequal": ["top_k"],
+                },
+            },
+        }
+    )
+    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        table = report_health(cfg, "1h", "table", store=store, now=NOW)
+        doc = json.loads(report_health(cfg, "1h", "json", store=store, now=NOW))
+    finally:
+        store.close()
+    assert "not_at_parity on api-b: models.q: api-b cannot be sent top_k=20 (kind openai)" in table
+    assert (
+        "accepted_unequal on api-c: models.q-ok: api-c cannot be sent top_k=20 (kind openai), "
+        "accepted (accept_unequal)"
+    ) in table
+    by = {r["upstream"]: r for r in doc["rows"]}
+    assert by["api-b"]["tripped"] == ["not_at_parity"]
+    assert by["api-c"]["tripped"] == [] and by["node"]["tripped"] == []

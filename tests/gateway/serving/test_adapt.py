@@ -23,6 +23,7 @@ from gateway.errors import ContextExceeded, Unfit
 from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.serving.adapt import adapt, capability_markdown, prompt_bounds
 from gateway.serving.profile import NEUTRAL, params_hash
+from gateway.serving.semantics import Semantics
 from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 HI = [{"role": "user", "content": "hello"}]
@@ -106,17 +107,23 @@ def test_the_hash_is_of_what_was_sent() -> None:
     assert vllm != llama
 
 
-def test_the_hash_names_every_set_hashed_field_in_any_order() -> None:
-    """What the hash is made of: every hashed field the body sets (not None), whatever the
-    order; the engine's kind only while a neutral parameter is left unset."""
-    body = {"prompt": "x", "stop": ["\n"], "temperature": 0.5, "top_p": None, "user": "u"}
-    effective = {"stop": ["\n"], "temperature": 0.5}
-    dump = orjson.dumps(effective, option=orjson.OPT_SORT_KEYS)
+def test_the_hash_is_of_the_meaning_in_any_order_and_either_name() -> None:
+    """What the hash is made of: the request's meaning (every set field, a cap under either
+    name, a lone stop string as a list), whatever the order; the dialect only while a sampler is
+    left to the engine's own defaults."""
+    body = {"prompt": "x", "stop": "\n", "temperature": 0.5, "top_p": None, "user": "u"}
+    body["max_completion_tokens"] = 9
+    meaning = {"stop": ["\n"], "temperature": 0.5, "max_tokens": 9}
+    assert Semantics.of(body, profiled=False).canonical() == meaning
+    dump = orjson.dumps(meaning, option=orjson.OPT_SORT_KEYS)
     assert params_hash(body) == hashlib.sha256(dump).hexdigest()[:16]
     assert params_hash(dict(reversed(body.items()))) == params_hash(body)
-    assert params_hash(body, defaults="vllm") != params_hash(body)
-    full = {**body, **NEUTRAL}
-    assert params_hash(full, defaults="vllm") == params_hash(full)
+    said_otherwise = {"prompt": "y", "stop": ["\n"], "temperature": 0.5, "max_tokens": 9}
+    assert params_hash(said_otherwise) == params_hash(body)
+    left = Semantics.of(body, profiled=False)
+    assert left.digest("vllm") != left.digest("llamacpp")
+    full = Semantics.of({**body, **NEUTRAL}, profiled=False)
+    assert full.digest("vllm") == full.digest("llamacpp") == full.digest()
 
 
 def test_a_body_without_extension_fields_still_has_n_checked() -> None:

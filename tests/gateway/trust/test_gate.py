@@ -104,7 +104,7 @@ def test_refusals_keep_traffic_on_the_best() -> None:
         min_items=50,
     )
     why = next(a.why for a in d.arms if a.upstream == "node")
-    assert d.chosen == "api" and "params_hash" in why
+    assert d.chosen == "api" and "refused, not at parity" in why
     fewer = arm("node", BEST[:150])
     d = decide("m", {"api": arm("api", BEST), "node": fewer}, [CONTROL], {"api": 0.6, "node": 0.1})
     assert d.chosen == "api" and "item sets differ" in d.arms[-1].why
@@ -296,3 +296,46 @@ def test_every_decision_carries_its_resolution() -> None:
     # The control's 12 of 200 discordant set the round's discordance (6%, over the arm's 2.5%).
     assert d.discordance == pytest.approx(0.06) and d.paired_n == N
     assert "200 paired items, 6% discordant; α 0.05, power 0.8" in d.resolution
+
+
+# ---- parity: refusals name field, value and upstream; accepted differences are shown ----------
+
+UNSENT = "api-b cannot be sent top_k=20 (kind openai)"
+
+
+def told(results: list[ItemResult], **fields: str) -> list[ItemResult]:
+    """`results` as the runner keeps them from the gateway's parity headers."""
+    return [replace(r, **fields) for r in results]
+
+
+def test_an_arm_not_at_parity_is_refused_naming_field_value_and_upstream() -> None:
+    asked = "temperature=0.7, top_p=0.8, top_k=20"
+    node = told(arm("node", BEST, params="h-node"), semantics=asked)
+    control = pair(node, told(arm("node-2", BEST, params="h-node"), semantics=asked))
+    api = told(arm("api-b", BEST, params="h-api"), semantics=asked, unsent=UNSENT)
+    d = decide("m", {"node": node, "api-b": api}, [control], {"node": 0.6, "api-b": 0.1})
+    refused = next(a for a in d.arms if a.upstream == "api-b")
+    assert refused.why == f"refused, not at parity with node: {UNSENT}"
+    assert "params_hash" not in refused.why and d.chosen == "node"
+    # Both told everything, asked otherwise: the differing field is named on both sides.
+    other = told(arm("api-b", BEST, params="h-off"), semantics=asked + ", enable_thinking=true")
+    d = decide("m", {"node": node, "api-b": other}, [control], {"node": 0.6, "api-b": 0.1})
+    why = next(a.why for a in d.arms if a.upstream == "api-b")
+    assert why == (
+        "refused, not at parity with node: api-b was asked otherwise than node: "
+        "enable_thinking=true against enable_thinking=unset"
+    )
+
+
+def test_an_accepted_difference_is_shown_beside_the_decision() -> None:
+    node = arm("node", BEST, params="h")
+    control = pair(node, arm("node-2", BEST, params="h"))
+    api = told(arm("api-b", BEST, params="h"), accepted=UNSENT)
+    d = decide(
+        "m", {"node": node, "api-b": api}, [control], {"node": 0.6, "api-b": 0.1}, min_items=50
+    )
+    chosen = next(a for a in d.arms if a.upstream == "api-b")
+    assert d.chosen == "api-b" and chosen.accepted == f"accepted unequal: {UNSENT}"
+    assert d.reason.endswith(f"(accepted unequal: {UNSENT})")
+    assert next(a for a in d.arms if a.upstream == "node").accepted == ""
+    assert GateDecision.from_dict(d.to_dict()) == d

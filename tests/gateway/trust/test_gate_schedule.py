@@ -223,3 +223,70 @@ def test_the_schedule_evaluates_its_targets_through_the_gateway_by_itself(tmp_pa
     assert meta["reasoning_gym"] == 1 and sum("-rg-" in r.item_id for r in results) == 1
     assert 0 < len(results) <= sent
     assert set(lanes()) == {"eval"}  # the suite's requests, recorded as the eval lane
+
+
+def node_and_api(node: str, api: str, root: Path, **route: object) -> object:
+    """A gated Qwen3 route on a vLLM node and a plain OpenAI-compatible API (cheaper)."""
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0, "port": free_port()},
+            "upstreams": [
+                {
+                    "name": "node",
+                    "kind": "vllm",
+                    "base_url": node,
+                    "model": "m",
+                    "profile": "qwen3-instruct",
+                },
+                {"name": "api-b", "kind": "openai", "base_url": api, "model": "m"},
+            ],
+            "models": {
+                "q": {
+                    "profile": "qwen3-instruct",
+                    "upstreams": ["node", "api-b"],
+                    "policy": "cheapest_within_floor",
+                    "gate": {"min_items": 5, "prices": {"node": 10.0, "api-b": 1.0}},
+                    **route,
+                }
+            },
+            "evals": {
+                "suite": "smoke",
+                "concurrency": 4,
+                "timeout_s": 30,
+                "runs_dir": str(root / "runs"),
+            },
+        }
+    )
+
+
+def test_a_round_refuses_an_api_not_at_parity_by_name_and_accepts_what_the_route_accepts(
+    tmp_path: Path,
+) -> None:
+    """Through the gateway, a scheduled round: the plain API cannot be sent Qwen3's top_k or its
+    thinking switch, and the gate says so by field, value and upstream; once the route accepts
+    both, the API is compared at parity, wins on price, and the decision says what it accepted."""
+    unsent = (
+        "api-b cannot be sent top_k=20 (kind openai); "
+        "api-b cannot be sent enable_thinking=false (kind openai)"
+    )
+    with running_fake(tokens=6) as node, running_fake(tokens=6) as api:
+        for route, folder in (
+            ({}, "refused"),
+            ({"accept_unequal": ["top_k", "enable_thinking"]}, "ok"),
+        ):
+            cfg = node_and_api(node.base_url, api.base_url, tmp_path / folder, **route)
+            with serving(cfg, own_port=True) as (_url, app):
+                gw = app.state.gateway
+                run = gw.scheduler.run_gate("q")
+                decision = asyncio.run_coroutine_threadsafe(run, gw_loop(app)).result(timeout=120)
+            arms = {a.upstream: a for a in decision.arms}
+            if not route:
+                assert decision.chosen == "node"
+                assert not arms["api-b"].eligible
+                assert arms["api-b"].why == f"refused, not at parity with node: {unsent}"
+            else:
+                assert decision.chosen == "api-b", decision.reason
+                assert arms["api-b"].accepted == f"accepted unequal: {unsent}"
+                assert decision.reason.endswith(f"(accepted unequal: {unsent})")
+        told = [r["body"] for r in api.requests() if r["path"].endswith("/chat/completions")]
+    assert told and not any({"top_k", "chat_template_kwargs"} & set(b) for b in told)

@@ -18,7 +18,7 @@ from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.ledger.record import Record
 from gateway.ledger.rows import SHADOW_USAGE
 from gateway.ledger.store import Store, record_row
-from gateway.serving.profile import params_hash
+from gateway.serving.semantics import Semantics
 from gateway.serving.wire import Wire
 from gateway.trust.capture import Capture
 from gateway.trust.shadow import DailyBudget, ShadowMirror, most_it_can_cost
@@ -121,8 +121,10 @@ async def test_mirror_pairs_shadow_with_primary_and_records_agreement(
     [shadow] = out
     assert shadow.lane == "shadow" and shadow.shadow_of == "req-1" and shadow.time == record.time
     assert shadow.upstream == "shadow" and shadow.status == 200
-    # Hashed as what the shadow was sent, stripped of what it does not take (and marked).
-    assert shadow.params_hash == params_hash({"temperature": 0.3}, defaults="openai")
+    # Hashed as what it was asked, with what the shadow could not be told; named and marked.
+    asked = Semantics.of(body, profiled=False)
+    assert shadow.params_hash == asked.digest("openai", unsent=["top_k"])
+    assert shadow.unsent == "shadow cannot be sent top_k=20 (kind openai)"
     assert shadow.dropped == "top_k"
     assert shadow.agreement == "normalised"
     assert shadow.completion_tokens == 3 and shadow.cost_usd is not None

@@ -27,6 +27,13 @@ function cell(value, cls) {
   return td;
 }
 
+// What an arm's numbers carry, in their own column: a difference its route accepts
+// (accept_unequal), what its upstream could not be told (not at parity), or neither.
+function parityCell(accepted, unsent) {
+  if (unsent) return cell("not at parity: " + unsent, "warn");
+  return accepted ? cell(accepted, "warn") : cell("at parity", "muted");
+}
+
 function badge(text, kind) {
   const span = document.createElement("span");
   span.className = "badge " + kind;
@@ -145,7 +152,7 @@ function decisionBlock(model, d) {
   const table = document.createElement("table");
   table.createCaption().textContent = `Evidence for ${model}: each arm against the best scorer (${d.best || dash}), paired McNemar`;
   const head = table.createTHead().insertRow();
-  for (const name of ["Upstream", "n", "Accuracy", "95% Wilson", "$/M", "Paired n", "Only best", "Only this", "McNemar p", "Can tell apart", "Verdict"]) {
+  for (const name of ["Upstream", "n", "Accuracy", "95% Wilson", "$/M", "Paired n", "Only best", "Only this", "McNemar p", "Can tell apart", "Verdict", "Parity"]) {
     const th = document.createElement("th");
     th.scope = "col";
     th.textContent = name;
@@ -160,7 +167,7 @@ function decisionBlock(model, d) {
     tr.append(cell(a.upstream), cell(fmt.n(a.n), "num"), cell(fmt.pct(a.accuracy), "num"),
       cell(fmt.ci(a.ci)), cell(fmt.usd(a.price_per_m, 3), "num"), cell(fmt.n(a.paired_n), "num"),
       cell(fmt.n(a.only_best), "num"), cell(fmt.n(a.only_this), "num"), cell(fmt.p(a.p_value), "num"),
-      cell(fmt.gap(a.mde, a.paired_n), "num"), cell(why));
+      cell(fmt.gap(a.mde, a.paired_n), "num"), cell(why), parityCell(a.accepted));
   }
   const wrap = document.createElement("div");
   wrap.className = "scroll";
@@ -189,6 +196,7 @@ function renderQuality(doc) {
         cell(fmt.n(a.n), "num"), cell(fmt.n(a.correct), "num"), cell(fmt.pct(a.accuracy), "num"),
         cell(fmt.ci(a.ci)), cell(fmt.usd(a.usd_per_m_output), "num"),
         cell(a.on_frontier ? badge("on frontier", "ok") : a.usd_per_m_output == null ? "cost unknown" : "no"),
+        parityCell(a.accepted, a.unsent),
       ]);
     }
   }

@@ -190,8 +190,9 @@ def test_thinking_budget_reaches_each_upstream_in_its_dialect(
     fake: FakeHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     """`thinking.budget_tokens` is a cap the engine must apply: vLLM with a reasoning parser
-    gets `thinking_token_budget`, an API provider OpenRouter's `reasoning.max_tokens`; vLLM
-    without a parser (which refuses the field) and llama.cpp get nothing, and that is logged."""
+    gets `thinking_token_budget`, an API provider OpenRouter's `reasoning.max_tokens` beside the
+    thinking switch; vLLM without a parser (which refuses the field) and llama.cpp get nothing,
+    and that is logged (and named on each answer, gateway/serving/dialect.py)."""
     ups = {
         "parsed": {"kind": "vllm", "profile": "qwen3-thinking"},
         "api": {"kind": "openai", "provider": {"only": ["X"]}},
@@ -217,11 +218,12 @@ def test_thinking_budget_reaches_each_upstream_in_its_dialect(
             assert reply.type == "message"
     bodies = dict(zip(ups, (r["body"] for r in fake.requests()), strict=True))
     assert bodies["parsed"]["thinking_token_budget"] == 50
-    assert bodies["api"]["reasoning"] == {"max_tokens": 50}
+    assert bodies["api"]["reasoning"] == {"enabled": True, "max_tokens": 50}
     assert "thinking_token_budget" not in bodies["api"]
     for name in ("plain", "cpp"):
         assert "thinking_token_budget" not in bodies[name] and "reasoning" not in bodies[name]
-        assert f"upstream {name} " in caplog.text and "not enforced" in caplog.text
+        said = f"{name} cannot be sent thinking_token_budget=50 (kind {ups[name]['kind']})"
+        assert f"{said}: not enforced there" in caplog.text
 
 
 def test_leaked_think_is_split_into_a_thinking_block(fake: FakeHandle, gateway: Any) -> None:
