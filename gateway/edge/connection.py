@@ -182,6 +182,7 @@ class BoundedHttp(HttpToolsProtocol):
         self._head = 0  # bytes of the request head so far; -1 once it is complete
         self._reading: asyncio.TimerHandle | None = None  # the head's or the body's deadline
         self._sending: asyncio.TimerHandle | None = None
+        self._full_since: float | None = None  # when the client's socket last filled up
         self._body_at = 0.0  # when the body last arrived
 
     # -- the connection ----------------------------------------------------------------------
@@ -213,7 +214,9 @@ class BoundedHttp(HttpToolsProtocol):
         if self._head >= 0:
             self._head += len(data)
         super().data_received(data)
-        if self._head > self.limits.max_header_bytes and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._head > self.limits.max_header_bytes:
             self._close_with(
                 431,
                 b"Request Header Fields Too Large",
@@ -223,19 +226,22 @@ class BoundedHttp(HttpToolsProtocol):
                 "head",
                 f"a request head passed {self.limits.max_header_bytes} bytes: answered 431",
             )
+            return
+        # A deadline only for what a read left unfinished (a request that came whole in one
+        # read makes no timer): its head, else its body.
+        if self._reading is None:
+            cycle = self.cycle
+            if self._head > 0:
+                self._reading = self.loop.call_later(self.limits.header_timeout_s, self._head_late)
+            elif self._head < 0 and cycle is not None and cycle.more_body:
+                self._reading = self.loop.call_later(self.limits.body_timeout_s, self._body_late)
 
     # -- the request's head and body -----------------------------------------------------------
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._stop_reading_timer()
-        self._reading = self.loop.call_later(self.limits.header_timeout_s, self._head_late)
-
     def on_headers_complete(self) -> None:
         self._head = -1
         self._stop_reading_timer()
-        super().on_headers_complete()
         self._body_at = self.loop.time()
-        self._reading = self.loop.call_later(self.limits.body_timeout_s, self._body_late)
+        super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
         self._body_at = self.loop.time()
@@ -253,7 +259,7 @@ class BoundedHttp(HttpToolsProtocol):
 
     def _head_late(self) -> None:
         self._reading = None
-        if self._head >= 0 and not self.transport.is_closing():
+        if self._head > 0 and not self.transport.is_closing():
             s = self.limits.header_timeout_s
             self._close_with(
                 408,
@@ -289,24 +295,27 @@ class BoundedHttp(HttpToolsProtocol):
 
     # -- the answer --------------------------------------------------------------------------
     def pause_writing(self) -> None:
+        # A full socket may come and go many times a second: no timer is made or cancelled
+        # each time; one, armed at most once a `send_timeout_s`, looks at when it last filled.
         super().pause_writing()
+        self._full_since = self.loop.time()
         if self._sending is None:
             self._sending = self.loop.call_later(self.limits.send_timeout_s, self._send_late)
 
     def resume_writing(self) -> None:
         super().resume_writing()
-        if self._sending is not None:
-            self._sending.cancel()
-            self._sending = None
+        self._full_since = None
 
     def _send_late(self) -> None:
         self._sending = None
-        if self.transport.is_closing():
+        since = self._full_since
+        if since is None or self.transport.is_closing():
+            return
+        s = self.limits.send_timeout_s
+        waited = self.loop.time() - since
+        if waited < s:  # it emptied and filled again since
+            self._sending = self.loop.call_later(s - waited, self._send_late)
             return
         path = self.scope.get("path", "?") if self.scope else "?"
-        throttle.warn(
-            "send",
-            f"a client left its answer on {path} unread for {self.limits.send_timeout_s:g}s: "
-            "dropped",
-        )
+        throttle.warn("send", f"a client left its answer on {path} unread for {s:g}s: dropped")
         self.transport.abort()  # its app sees `http.disconnect`: a relay stops its upstream

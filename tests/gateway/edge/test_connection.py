@@ -18,9 +18,10 @@ import httpx
 import orjson
 import pytest
 
+from gateway.config.server import ServerConfig
 from gateway.edge import connection
 from gateway.edge.app import create_app
-from gateway.edge.connection import Limits
+from gateway.edge.connection import Limits, limits_for
 from tests.harness import ListSink, config_from, free_port, serving_server, wait_for
 
 SHORT = Limits(
@@ -100,6 +101,25 @@ def test_a_slow_request_head_gets_408(caplog: pytest.LogCaptureFixture) -> None:
     error = orjson.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
     assert error["code"] == "request_timeout"
     assert "request head was not complete within 0.5s" in caplog.text
+
+
+def test_a_request_in_pieces_within_the_limits_is_served() -> None:
+    with gateway(SHORT, "http://127.0.0.1:9/v1") as root:
+        s = dial(root)
+        for piece in (b"GET /health HTTP/1.1\r\n", b"host: x\r\n", b"connection: close\r\n\r\n"):
+            s.sendall(piece)
+            time.sleep(0.1)
+        assert read_all(s).startswith(b"HTTP/1.1 200 ")
+
+
+def test_the_connection_limit_fits_the_open_files_limit() -> None:
+    """A served connection may hold two descriptors, a refused one one; 256 stay free."""
+    asked = ServerConfig(max_connections=4096)
+    assert limits_for(asked, 1 << 20).max_connections == 4096
+    assert limits_for(asked, 1 << 20).ceiling == 8192
+    small = limits_for(asked, 1024)
+    assert (small.max_connections, small.ceiling) == (256, 512)
+    assert 2 * small.max_connections + (small.ceiling - small.max_connections) <= 1024 - 256
 
 
 def test_a_slow_request_body_gets_408(caplog: pytest.LogCaptureFixture) -> None:
