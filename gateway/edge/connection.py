@@ -18,7 +18,8 @@ connection's events, so the per-chunk path of an answer (`send`) is unchanged:
   `max_header_bytes` gets a 431, counted as its bytes arrive (memory stays flat);
 - a body that stops for `body_timeout_s` (while the app waits for it) gets a 408;
 - a client whose socket stays full for `send_timeout_s` is dropped: the app sees it gone
-  (`http.disconnect`), so a relayed stream stops its upstream request and records a 499.
+  (`http.disconnect`), so a relayed stream stops its upstream request and records a 499
+  with error_class "SendTimeout".
 Each of these is logged (at most one line per kind every `LOG_EVERY_S`, with the count since).
 """
 
@@ -35,6 +36,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config.server import ServerConfig
 from gateway.errors import GatewayError, HeadersTooLarge
+from gateway.serving.stream_relay import DROPPED
 
 log = logging.getLogger("plumbline")
 
@@ -316,6 +318,9 @@ class BoundedHttp(HttpToolsProtocol):
         if waited < s:  # it emptied and filled again since
             self._sending = self.loop.call_later(s - waited, self._send_late)
             return
-        path = self.scope.get("path", "?") if self.scope else "?"
+        scope: Any = self.scope  # (a TypedDict to mypy; the app reads DROPPED from it)
+        path = scope.get("path", "?") if scope else "?"
+        if scope is not None:
+            scope[DROPPED] = "SendTimeout"
         throttle.warn("send", f"a client left its answer on {path} unread for {s:g}s: dropped")
         self.transport.abort()  # its app sees `http.disconnect`: a relay stops its upstream

@@ -242,5 +242,5 @@ def test_a_client_that_stops_reading_is_dropped(caplog: pytest.LogCaptureFixture
         wait_for(lambda: len(sink.records) == 1, 10)
         s.close()
     (record,) = sink.records
-    assert record.status == 499 and record.error_class == "ClientDisconnected"
+    assert record.status == 499 and record.error_class == "SendTimeout"
     assert "unread for 0.5s: dropped" in caplog.text
