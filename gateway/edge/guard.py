@@ -70,8 +70,9 @@ async def _error(
 
 class AccessGuard:
     """ASGI middleware: bound the request head, authenticate, check the route's role, the model
-    and the budget. (uvicorn's httptools parser has no header-size limit of its own; h11 has
-    `h11_max_incomplete_event_size`.)"""
+    and the budget. The head's size is checked exactly here, on the parsed headers; what is
+    buffered before (httptools has no limit of its own) is bounded as it arrives by the
+    connection (`gateway/edge/connection.py`)."""
 
     def __init__(
         self, app: ASGIApp, access: Access, max_body_bytes: int, max_header_bytes: int = 64 * 1024
