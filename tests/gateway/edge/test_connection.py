@@ -18,10 +18,12 @@ import httpx
 import orjson
 import pytest
 
+from gateway.config import parse_config
 from gateway.config.server import ServerConfig
 from gateway.edge import connection
 from gateway.edge.app import create_app
 from gateway.edge.connection import Limits, limits_for
+from gateway.errors import ConfigError
 from tests.harness import ListSink, config_from, free_port, serving_server, wait_for
 
 SHORT = Limits(
@@ -120,6 +122,18 @@ def test_the_connection_limit_fits_the_open_files_limit() -> None:
     small = limits_for(asked, 1024)
     assert (small.max_connections, small.ceiling) == (256, 512)
     assert 2 * small.max_connections + (small.ceiling - small.max_connections) <= 1024 - 256
+
+
+def test_the_limits_are_validated_config() -> None:
+    base: dict[str, Any] = {"upstreams": [], "models": {}}
+    keys = {"header_timeout_s": 5, "keepalive_timeout_s": 30, "body_timeout_s": 20}
+    keys |= {"send_timeout_s": 15, "max_header_bytes": 32768, "max_connections": 100}
+    server = parse_config({**base, "server": keys}).server
+    limits = limits_for(server, 1 << 20)
+    assert (limits.header_timeout_s, limits.send_timeout_s, limits.max_connections) == (5, 15, 100)
+    for key, bad in (("send_timeout_s", 0), ("max_connections", 0), ("header_timeout_s", -1)):
+        with pytest.raises(ConfigError, match=key):
+            parse_config({**base, "server": {key: bad}})
 
 
 def test_a_slow_request_body_gets_408(caplog: pytest.LogCaptureFixture) -> None:
