@@ -106,7 +106,8 @@ def test_a_slow_request_head_gets_408(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_a_request_in_pieces_within_the_limits_is_served() -> None:
-    with gateway(SHORT, "http://127.0.0.1:9/v1") as root:
+    limits = Limits(**{**SHORT.__dict__, "header_timeout_s": 60})
+    with gateway(limits, "http://127.0.0.1:9/v1") as root:
         s = dial(root)
         for piece in (b"GET /health HTTP/1.1\r\n", b"host: x\r\n", b"connection: close\r\n\r\n"):
             s.sendall(piece)
@@ -149,10 +150,12 @@ def test_a_slow_request_body_gets_408(caplog: pytest.LogCaptureFixture) -> None:
 def test_an_oversized_head_is_cut_while_it_arrives(caplog: pytest.LogCaptureFixture) -> None:
     """A 64 MiB header: the gateway closes the connection once 16 KiB pass (431 where the
     client reads it before the close), buffering none of the rest; /health answers meanwhile."""
-    with gateway(SHORT, "http://127.0.0.1:9/v1") as root, caplog.at_level(logging.WARNING):
+    limits = Limits(**{**SHORT.__dict__, "header_timeout_s": 60})  # only the size cuts it
+    with gateway(limits, "http://127.0.0.1:9/v1") as root, caplog.at_level(logging.WARNING):
         before = rss_mib()
         s = dial(root)
-        s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-huge: ")
+        s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-huge: " + b"a" * 12000)
+        assert health_s(root) < 10  # while a head is part-way in, the gateway answers others
         sent, piece = 0, b"a" * 65536
         with contextlib.suppress(BrokenPipeError, ConnectionResetError, TimeoutError):
             while sent < 64 * 1024 * 1024:
