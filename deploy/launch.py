@@ -35,10 +35,14 @@ from deploy.engine import LaunchSpec
 from deploy.localmodel import ensure_hf_model, gguf_path
 from deploy.supervisor import Replica, Supervisor, backend_lines, replica_name
 from gateway.config import Config, Profile, Upstream
+from gateway.config.server import ServerConfig
+from gateway.edge.connection import start_limits
 
 SERVE_OPTIONS: dict[str, Any] = {
     "loop": "uvloop",
-    "http": "httptools",
+    # uvicorn's httptools protocol with a proxy's connection limits (docs/limits.md); each
+    # process takes them from its app (`app.state.connection_limits`, set by `bound`).
+    "http": "gateway.edge.connection:BoundedHttp",
     "log_level": "warning",
     "access_log": False,
     # Nothing here reads the client's address or scheme, which is all this would rewrite.
@@ -60,8 +64,20 @@ class _Server(uvicorn.Server):
         getattr(self, "_captured_signals", []).clear()
 
 
-def serve(app: Any, host: str, port: int) -> None:
-    """Serve `app` as `plumbline serve` and `plumbline up` do (`SERVE_OPTIONS`)."""
+def bound(app: Any, server: ServerConfig) -> str:
+    """Give `app` the connection limits of `server` (the open-files limit raised first, the
+    connection limit fitted to it: `gateway/edge/connection.py`); the line saying so."""
+    limits, line = start_limits(server)
+    app.state.connection_limits = limits
+    return line
+
+
+def serve(
+    app: Any, host: str, port: int, server: ServerConfig, echo: Callable[[str], None] = print
+) -> None:
+    """Serve `app` as `plumbline serve` and `plumbline up` do (`SERVE_OPTIONS`), with the
+    connection limits of `server`."""
+    echo(f"plumbline: {bound(app, server)}")
     _Server(uvicorn.Config(app, host=host, port=port, **SERVE_OPTIONS)).run()
 
 
@@ -193,7 +209,14 @@ def _migrate_once(config: Config) -> None:
         raise ServeError(f"store error: {reason}") from None
 
 
-def serve_workers(config: Config, config_path: Path, host: str, port: int, workers: int) -> int:
+def serve_workers(
+    config: Config,
+    config_path: Path,
+    host: str,
+    port: int,
+    workers: int,
+    echo: Callable[[str], None] = print,
+) -> int:
     """Serve the gateway as `workers` processes on one port (`plumbline serve --workers N`):
     refused (`ServeError`) where `workers_problems` says a limit would split; the store
     migrated once; then uvicorn's supervisor binds the socket, starts each worker on
@@ -208,6 +231,8 @@ def serve_workers(config: Config, config_path: Path, host: str, port: int, worke
         )
     if config.store.enabled:
         _migrate_once(config)
+    # Raised here, the open-files limit is each worker's too (each fits its own limits to it).
+    echo(f"plumbline: each worker: {start_limits(config.server)[1]}")
     with metrics_folder() as folder:
         # The workers read the config from its file, and where they listen from these.
         env = {"PLUMBLINE_CONFIG": str(config_path.resolve())}

@@ -175,6 +175,8 @@ def _serve(
         create_app(config, config_path=path, tune_gc=True, processes=processes),
         config.server.host,
         config.server.port,
+        config.server,
+        echo=typer.echo,
     )
 
 
@@ -182,7 +184,7 @@ def _serve_workers(config: Config, host: str, port: int, path: Path, workers: in
     from deploy.launch import ServeError, serve_workers
 
     try:
-        status = serve_workers(config, path, host, port, workers)
+        status = serve_workers(config, path, host, port, workers, echo=typer.echo)
     except ServeError as e:
         typer.secho(str(e), fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None

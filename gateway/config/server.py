@@ -24,8 +24,22 @@ class ServerConfig(_Frozen):
     workers: int = Field(1, ge=1)
     # Largest request body accepted (bytes); larger bodies get a 413 before they are read whole.
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
-    # Largest request head (all header names and values); larger gets a 431.
+    # Largest request head (all header names and values); larger gets a 431, counted as the
+    # bytes arrive (the connection is closed once they pass it, never buffered whole).
     max_header_bytes: int = Field(64 * 1024, ge=1024)
+    # The client's connection (gateway/edge/connection.py, docs/limits.md). Seconds allowed
+    # from a request's first byte to the end of its head; a slower one gets a 408 and a close.
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    # Seconds a connection may sit with no request (new, or between keep-alive requests).
+    keepalive_timeout_s: float = Field(60.0, gt=0, le=3600)
+    # Seconds allowed between two pieces of a request body; then a 408 and a close.
+    body_timeout_s: float = Field(60.0, gt=0, le=3600)
+    # Seconds a client may leave the answer unread (its socket full) before it is dropped and
+    # its upstream request stopped.
+    send_timeout_s: float = Field(60.0, gt=0, le=3600)
+    # Client connections served at once; more are answered 503 (and closed at once past twice
+    # this). Lowered at start to what the process's file descriptors allow.
+    max_connections: int = Field(4096, ge=1)
     # Seconds to wait for an upstream's first byte before moving to the next candidate.
     ttft_timeout_s: float = Field(120.0, gt=0)
     # Whole-response budget for non-streamed requests (generous: the model's time is not capped).

@@ -36,6 +36,7 @@ from gateway.config import (
 )
 from gateway.edge import admin, api, doors
 from gateway.edge.access import Access
+from gateway.edge.connection import start_limits
 from gateway.edge.console.api import router as console_router
 from gateway.edge.fastpath import HOT_PATHS, Edge, GatewayApp, install_error_handlers
 from gateway.edge.guard import AccessGuard
@@ -358,4 +359,11 @@ def app_from_env() -> FastAPI:
     if supervisor and supervisor.isdigit():
         end_with_supervisor(int(supervisor))
     path = default_config_path()
-    return create_app(listening_from_env(load_config(path)), config_path=path, tune_gc=True)
+    config = listening_from_env(load_config(path))
+    app = create_app(config, config_path=path, tune_gc=True)
+    # This process serves only this app: its connection limits (docs/limits.md), with the
+    # open-files limit raised to the hard limit.
+    limits, line = start_limits(config.server)
+    app.state.connection_limits = limits
+    log.info("plumbline: %s", line)
+    return app

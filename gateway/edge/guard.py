@@ -72,10 +72,12 @@ async def _error(
 
 class AccessGuard:
     """ASGI middleware: bound the request head, authenticate, check the route's role, the model
-    and the budget. (uvicorn's httptools parser has no header-size limit of its own; h11 has
-    `h11_max_incomplete_event_size`.) Its refusals carry the request ids; `stamp`: every other
-    answer gets them from a wrapper around `send` (the application's; the edge stamps its own
-    answers, `gateway/edge/fastpath.py`, and its streams are written with no wrapper)."""
+    and the budget. The head's size is checked exactly here, on the parsed headers; what is
+    buffered before (httptools has no limit of its own) is bounded as it arrives by the
+    connection (`gateway/edge/connection.py`). Its refusals carry the request ids; `stamp`:
+    every other answer gets them from a wrapper around `send` (the application's; the edge
+    stamps its own answers, `gateway/edge/fastpath.py`, and its streams are written with no
+    wrapper)."""
 
     def __init__(
         self,

@@ -35,6 +35,10 @@ from gateway.serving.outlet import Outlet
 from gateway.serving.redaction import Redactor
 from gateway.serving.upstream import Opened
 
+# The scope's key for why the server dropped the client, where it did (gateway/edge/connection.py
+# sets it: "SendTimeout"); the record's error_class, instead of "ClientDisconnected".
+DROPPED = "plumbline.dropped"
+
 if TYPE_CHECKING:
     from gateway.config import Upstream
     from gateway.serving.call import Call, Translator
@@ -167,7 +171,7 @@ class StreamRelay(Response):
             self.ended = loop.create_future()
             self.outlet = Outlet(send, reply.pause, reply.resume)
         assert self.ended is not None and self.outlet is not None
-        watcher = loop.create_task(self._watch(receive))
+        watcher = loop.create_task(self._watch(receive, scope))
         beat = None
         try:
             if not self.begun:
@@ -199,10 +203,11 @@ class StreamRelay(Response):
         if not (self.gone or self.closed or (self.ended is not None and self.ended.done())):
             self._write(data, True)
 
-    async def _watch(self, receive: Receive) -> None:
+    async def _watch(self, receive: Receive, scope: Scope) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
-        self._left()
+        # Why, where the server dropped the client itself (gateway/edge/connection.py).
+        self._left(scope.get(DROPPED, "ClientDisconnected"))
 
     # -- callbacks from the upstream connection --------------------------------------------
     def _data(self, block: bytes) -> None:
@@ -308,14 +313,15 @@ class StreamRelay(Response):
         if self.outlet.error is not None:
             self._left()
 
-    def _left(self) -> None:
-        """The client went away: stop the upstream (the engine stops generating for nobody)."""
+    def _left(self, why: str = "ClientDisconnected") -> None:
+        """The client went away (or was dropped, `why`): stop the upstream (the engine stops
+        generating for nobody)."""
         if self.gone or self.closed or (self.ended is not None and self.ended.done()):
             return
         self.gone = True
         record = self.call.record
         record.status = 499
-        record.error_class = "ClientDisconnected"
+        record.error_class = why
         self.tap.abort()
         self.opened.response.close()
         self._settle()

@@ -190,7 +190,9 @@ def test_plumbline_serve_port_override_reaches_the_scheduler(
     from gateway import cli
 
     served: list[tuple[Any, str, int]] = []
-    monkeypatch.setattr(deploy.launch, "serve", lambda app, h, p: served.append((app, h, p)))
+    monkeypatch.setattr(
+        deploy.launch, "serve", lambda app, h, p, *_, **__: served.append((app, h, p))
+    )
     config = parse_config({"server": {"port": 8400}, "store": {"enabled": False}})
     cli._serve(config, None, 9125)
     ((app, host, port),) = served
