@@ -35,6 +35,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config.server import ServerConfig
+from gateway.edge.request_id import ECHO, OWN, ids_of, new_id
 from gateway.errors import GatewayError, HeadersTooLarge
 from gateway.serving.stream_relay import DROPPED
 
@@ -122,11 +123,15 @@ throttle = Throttle()
 
 
 def _answer(status: int, reason: bytes, error: GatewayError) -> bytes:
+    """A whole answer written by the connection itself (no request reached the app): it still
+    names a request id, as every answer of the gateway does."""
     body = error.json()
+    rid = new_id().encode()
     return b"".join(
         [
             b"HTTP/1.1 %d %s\r\n" % (status, reason),
             b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
+            b"x-request-id: %s\r\nx-plumbline-request-id: %s\r\n" % (rid, rid),
             b"connection: close\r\n\r\n",
             body,
         ]
@@ -156,6 +161,8 @@ async def refuse(scope: Any, receive: Any, send: Any) -> None:
     body = _Busy("The gateway is serving as many connections as it may; retry shortly.").json()
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     headers += [(b"retry-after", b"1"), (b"connection", b"close")]
+    own, echoed = ids_of(scope)
+    headers += [(ECHO.encode(), echoed.encode()), (OWN.encode(), own.encode())]
     await send({"type": "http.response.start", "status": 503, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -100,6 +100,7 @@ def test_a_slow_request_head_gets_408(caplog: pytest.LogCaptureFixture) -> None:
         s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-slow: ")
         answer = read_all(s)
     assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b"\r\nx-request-id: req-" in answer  # every answer names a request, this one too
     error = orjson.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
     assert error["code"] == "request_timeout"
     assert "request head was not complete within 0.5s" in caplog.text
@@ -186,6 +187,7 @@ def test_past_the_connection_limit_answers_503(caplog: pytest.LogCaptureFixture)
         wait_for(lambda: httpx.get(f"{root}/health", timeout=10).status_code != 503, 10)
     head, body = answer.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in head
+    assert b"x-request-id: req-" in head
     assert orjson.loads(body)["error"]["code"] == "too_many_connections"
     assert "client connections open, the limit is 2: answered 503" in caplog.text
     assert "client connections open: one closed at once" in caplog.text
