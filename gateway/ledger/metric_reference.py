@@ -17,9 +17,17 @@ SUFFIX = {"counter": "_total", "histogram": "_bucket / _sum / _count"}
 def series() -> list[tuple[str, str, tuple[str, ...], str]]:
     """(name as scraped, type, labels, help) of every series, in the order they are defined."""
     from gateway.config import Config
+    from gateway.ledger.backlog import Backlog
     from gateway.ledger.metrics import Metrics
+    from gateway.serving.wire import Wire
+    from gateway.trust.shadow import ShadowMirror
+    from gateway.trust.watchdog import Watchdog
 
-    metrics = Metrics(Config())
+    config = Config()
+    metrics = Metrics(config)  # with every other part that adds series to its registry
+    Backlog(metrics.registry)
+    Watchdog(config, config.watchdog, metrics.registry)
+    ShadowMirror(config, {}, Wire(1.0), lambda record: None, registry=metrics.registry)
     out = []
     collectors: Any = metrics.registry._collector_to_names  # prometheus-client's own index
     for collector in collectors:

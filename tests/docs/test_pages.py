@@ -47,8 +47,11 @@ def _names(route: dict) -> set[str]:
 @pytest.mark.parametrize(("where", "block"), _examples(), ids=[w for w, _ in _examples()])
 def test_every_config_example_loads(where: str, block: str, tmp_path: Path) -> None:
     """A fragment that names upstreams it does not define gets them (a bare OpenAI-compatible
-    entry each), so its own tables and keys are still checked."""
+    entry each), and a route table shown on its own gets one, so its own tables and keys are
+    still checked."""
     data = tomllib.loads(block)
+    for route in data.get("models", {}).values():
+        route.setdefault("upstreams", ["example-upstream"])  # a table shown on its own
     ups = data.setdefault("upstreams", [])
     known = {u["name"] for u in ups} | set(data.get("models", {}))
     wanted = set().union(*(_names(r) for r in data.get("models", {}).values()))
