@@ -23,6 +23,15 @@ app = typer.Typer(no_args_is_help=True, help="Evaluate targets through the gatew
 BaseUrl = Annotated[str, typer.Option(help="The gateway's OpenAI base URL")]
 Targets = Annotated[list[str], typer.Option("--target", "-t", help="A model name on the gateway")]
 RunsDir = Annotated[Path, typer.Option(help="Where runs are kept")]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        envvar="PLUMBLINE_API_KEY",
+        show_envvar=True,
+        help="A client key of the gateway (where its /v1 needs one). Default: the eval lane's "
+        "credential named by [evals].lane_key_env in --config, when set",
+    ),
+]
 
 DEFAULT_URL = "http://127.0.0.1:8400/v1"
 
@@ -62,12 +71,15 @@ def run_cmd(
     config: Annotated[
         Path | None,
         typer.Option(
-            help="Gateway config whose store --keep writes to (default: $PLUMBLINE_CONFIG)"
+            help="Gateway config whose store --keep writes to (default: $PLUMBLINE_CONFIG), "
+            "and whose [evals].lane_key_env names the eval lane's credential"
         ),
     ] = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Run a suite (default | smoke | none) and/or user datasets; resumable with --resume."""
     store = _store(config) if keep else None  # a store that cannot be opened fails first
+    key = _key(api_key, config, keep)
     datasets = []
     for entry in dataset or []:
         path, _, scorer = entry.rpartition(":")
@@ -89,12 +101,18 @@ def run_cmd(
         max_tokens=max_tokens,
         datasets=datasets,
         reasoning_gym=reasoning_gym,
+        api_key=key,
     )
     try:
         try:
             run_dir = runner.run(spec)
         except ValueError as e:  # what was asked cannot be run: said, not a traceback
             raise typer.BadParameter(str(e)) from None
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+            raise typer.BadParameter(
+                f"the gateway refused the key (HTTP {e.status_code}: {runner.said(e)}); give "
+                "--api-key (or PLUMBLINE_API_KEY), or --config with [evals].lane_key_env set"
+            ) from None
         meta, results = runner.load_run(run_dir)
         typer.echo(f"run {meta['run']}: {len(results)} results in {run_dir}")
         if store is not None:
@@ -164,6 +182,22 @@ def _pricing_config(config_path: Path | None) -> Config | None:
         return load_config(path)
     except (ConfigError, OSError) as e:
         raise typer.BadParameter(f"config {path}: {e}") from None
+
+
+def _key(api_key: str | None, config_path: Path | None, keep: bool) -> str:
+    """The key to present: the one given, else (with a config at hand: --config, or --keep's)
+    the eval lane's credential its [evals].lane_key_env names, else none ("unused")."""
+    if api_key:
+        return api_key
+    if config_path is None and not keep:
+        return "unused"
+    from gateway.config import ConfigError, default_config_path, load_config
+
+    try:
+        lane = load_config(config_path or default_config_path()).evals.lane_key()
+    except (ConfigError, OSError) as e:
+        raise typer.BadParameter(f"config: {e}") from None
+    return lane or "unused"
 
 
 def _store(config_path: Path | None) -> Store:

@@ -60,7 +60,9 @@ class RunSpec:
     seed: int = 0
     concurrency: int = 4
     timeout_s: float = 1800.0  # per request: generous; running out is the model's timeout
-    api_key: str = "unused"
+    # The key presented to the gateway (a client key, or the eval lane's credential): never
+    # in the spec's repr.
+    api_key: str = field(default="unused", repr=False)
     runs_dir: Path = Path("var/evals")
     run_id: str | None = None
     window: int | None = None  # long-context window; default: the target's served window
@@ -95,7 +97,7 @@ def reply_from(chat: dict[str, Any]) -> Reply:
     )
 
 
-def _said(e: openai.APIStatusError) -> str:
+def said(e: openai.APIStatusError) -> str:
     """The error body's own message (the client's `message` repeats the status around it)."""
     body = e.body
     if isinstance(body, dict) and isinstance(body.get("message"), str):
@@ -144,7 +146,7 @@ class Runner:
             raise InfraError(f"connection: {e}") from None
         except openai.APIStatusError as e:
             if e.status_code >= 500 or e.status_code == 429:
-                raise InfraError(f"HTTP {e.status_code}: {_said(e)}") from None
+                raise InfraError(f"HTTP {e.status_code}: {said(e)}") from None
             raise
         elapsed = time.perf_counter() - started
         return orjson.loads(raw.content), dict(raw.headers), elapsed, sent
@@ -186,7 +188,7 @@ class Runner:
                 **base,
                 outcome="error",
                 error_class=f"http_{e.status_code}",
-                error=f"HTTP {e.status_code}: {_said(e)}"[:500],
+                error=f"HTTP {e.status_code}: {said(e)}"[:500],
             )
         fp = self.fingerprints[target]
         for key, header in (

@@ -141,6 +141,8 @@ def health_of(gw: Gateway) -> dict[str, Any]:
         "upstreams": upstreams,
         "watchdog": gw.watchdog.snapshot(),
         "gate": gw.gate_book.view(),
+        # Scheduled rounds: this gateway's last ones, how each ended, what the tripwire found.
+        "evals": gw.scheduler.status(),
     }
 
 

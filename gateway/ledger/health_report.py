@@ -19,6 +19,9 @@ failed — then any upstream the store names that the config no longer has. Per 
                       fault: `gateway/ledger/truncation.py`), and their share of completed answers
     tripped           checks over their trip threshold; the config's own findings always are
 
+Below the rows: how the newest scheduled eval rounds ended (a failed one's error class and
+masked message) and each target's newest tripwire verdict (`gateway/ledger/rounds.py`).
+
 Renders as a rich table, CSV or JSON.
 """
 
@@ -38,6 +41,7 @@ from rich.table import Table
 from gateway.config import Config, Upstream
 from gateway.config.trust import CHECKS, WatchdogConfig
 from gateway.ledger.report import Format, reading, span
+from gateway.ledger.rounds import latest_rounds, latest_tripwires, rounds_text
 from gateway.ledger.rows import REQUESTS
 from gateway.ledger.store import Store
 from gateway.ledger.truncation import capped_clause, upstream_cut_clause
@@ -213,6 +217,7 @@ def report_health(
     with reading(config, store) as db, db.engine.connect() as conn:
         flags = list(conn.execute(_flags_query(start, now)))
         failures = failed_attempts(conn.execute(_attempts_query(start, now)))
+        rounds, tripwires = latest_rounds(db.engine), latest_tripwires(db.engine)
     rows = health_rows(config, flags, failures, cfg or WatchdogConfig())
     findings = [asdict(f) for f in config_findings(config)]
     if fmt == "json":
@@ -221,13 +226,15 @@ def report_health(
             "until": now,
             "rows": [asdict(r) | {"state": r.state} for r in rows],
             "findings": findings,
+            "rounds": rounds,
+            "tripwire": tripwires,
         }
         return json.dumps(doc, indent=2)
     if fmt == "csv":
         return _csv(rows)
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}")
-    return _table(rows, findings, since)
+    return _table(rows, findings, since) + rounds_text(rounds, tripwires)
 
 
 COUNTS = ("requests", "completed", "errors", "failed_attempts")

@@ -15,7 +15,7 @@ import email.utils
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,7 +188,13 @@ def sanitise(text: str, upstream: Upstream, limit: int = 300) -> str:
     """Upstream error text as it may be shown to clients and logs: the upstream's own key and
     header values removed, anything shaped like a credential masked, control characters
     (newlines: log and header injection) flattened, length bounded."""
-    for secret in (upstream.api_key(), *upstream.headers.values()):
+    return mask(text, (upstream.api_key() or "", *upstream.headers.values()), limit)
+
+
+def mask(text: str, secrets: Iterable[str] = (), limit: int = 300) -> str:
+    """`text` as it may be shown anywhere: each of `secrets` removed, anything shaped like a
+    credential masked, control characters flattened, length bounded."""
+    for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "[redacted]")
     text = _SECRETS.sub("[redacted]", text)

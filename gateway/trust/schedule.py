@@ -15,6 +15,12 @@ per interval between them, not one each: a round is claimed in the store first, 
 it reaches is a row every gateway routes by (`gateway.trust.gate.SharedGateBook`). Each run's
 results are kept in the store as well (`eval_results`), for `plumbline eval report --from-store`.
 
+Where `[access]` asks /v1 for a key, a round presents the eval lane's credential (`api_key`,
+gateway/edge/lane.py), good only on the eval lane. How each round ended is kept (`RoundOutcome`,
+gateway/trust/rounds.py): in memory for /health, and with a store in its `eval_rounds` row, so a
+round that failed says why (the error's class and its masked message) in the console and
+`plumbline report health`.
+
 The eval suite is the `[evals]` extra and loads only when a round runs, never with the gateway. A
 gateway configured with rounds but without the extra says so at start (`missing`, logged as an
 error) and serves on without them.
@@ -44,6 +50,7 @@ from gateway.trust.gate import (
     decide_shapes,
     gate_arms,
 )
+from gateway.trust.rounds import RoundHistory, RoundOutcome, failure_of, judge_items
 
 if TYPE_CHECKING:
     from evals.result import ItemResult
@@ -69,7 +76,10 @@ class EvalScheduler:
         store: Store | None,
         gate_book: GateBook | SharedGateBook,
         base_url: str,
+        *,
+        api_key: str = "unused",
     ):
+        """`api_key`: the eval lane's credential (never logged; the run spec hides it)."""
         self.config = config
         self.store = store
         self.gate_book = gate_book
@@ -78,6 +88,8 @@ class EvalScheduler:
         self.first_round = 0.0  # no round before this time (`_forever` sets it an interval on)
         self.missing: str | None = None  # why rounds cannot run (`evals_missing`), if so
         self._task: asyncio.Task[None] | None = None
+        self._api_key = api_key
+        self.history = RoundHistory()
 
     @property
     def enabled(self) -> bool:
@@ -118,23 +130,38 @@ class EvalScheduler:
             timeout_s=schedule.timeout_s,
             runs_dir=runs_dir,
             reasoning_gym=schedule.reasoning_gym,
+            api_key=self._api_key,
             **kw,
         )
 
-    async def run_once(self) -> Path | None:
-        """One scheduled round: the configured targets, then every quality-gated route."""
+    def status(self) -> dict[str, Any]:
+        """For /health: whether rounds run, when the next may, and this gateway's last rounds."""
+        return {
+            "enabled": self.enabled,
+            "missing": self.missing,
+            "every_hours": self.config.evals.every_hours,
+            "first_round": self.first_round or None,
+            "rounds": self.history.view(),
+        }
+
+    async def run_once(self, outcome: RoundOutcome | None = None) -> Path | None:
+        """One scheduled round: the configured targets, then every quality-gated route. How it
+        went goes into `outcome` (a fresh one in the history when none is given)."""
         from evals.runner import Runner, load_run
 
+        outcome = outcome if outcome is not None else self.history.begin()
         targets = list(self.config.evals.targets)
         if targets:
             self.last_run = await Runner(self._spec(targets)).run()
             log.info("scheduled eval finished: %s", self.last_run)
-            await self._keep(load_run(self.last_run)[1])
+            results = load_run(self.last_run)[1]
+            judge_items(outcome, results)
+            await self._keep(results)
         for model in self.gated_models():
-            await self.run_gate(model)
+            await self.run_gate(model, outcome)
         return self.last_run
 
-    async def run_gate(self, model: str) -> GateDecision:
+    async def run_gate(self, model: str, outcome: RoundOutcome | None = None) -> GateDecision:
         """Evaluate each upstream of a gated route (the control twice) and re-decide the route."""
         from evals.stats import PairingError
 
@@ -149,6 +176,8 @@ class EvalScheduler:
             target_headers={label: {PIN_HEADER: pin} for label, pin in arms},
         )
         results = await self.evaluate(spec)
+        if outcome is not None:
+            judge_items(outcome, results)
         await self._keep(results)
         by_label: dict[str, list[ItemResult]] = {}
         for r in results:
@@ -245,8 +274,8 @@ class EvalScheduler:
             await asyncio.sleep(look)
             try:
                 await self.tick(time.time())
-            except Exception:
-                log.exception("scheduled eval failed")
+            except Exception:  # the store failed around the round: the round said its own
+                log.exception("scheduled eval could not be claimed or closed")
 
     async def tick(self, now: float) -> bool:
         """One look at the clock: run the round if it is due (`first_round` has come, and with
@@ -259,7 +288,21 @@ class EvalScheduler:
             interval = self.config.evals.every_hours * 3600
             if not await asyncio.to_thread(store.claim_round, now, interval, GATEWAY_ID):
                 return False
-        await self.run_once()
+        outcome = self.history.begin(now)
+        try:
+            await self.run_once(outcome)
+        except Exception as e:
+            outcome.failed(*failure_of(e, (self._api_key,)))
+        if outcome.outcome == "running":
+            outcome.outcome = "ok"
+        outcome.finished = time.time()
+        if outcome.outcome == "failed":
+            log.error("scheduled eval round failed: %s: %s", outcome.error_class, outcome.error)
         if store is not None:
-            await asyncio.to_thread(store.finish_round, now, time.time())
+            error = (
+                (outcome.error_class or "", outcome.error or "") if outcome.error_class else None
+            )
+            await asyncio.to_thread(
+                store.finish_round, now, outcome.finished, outcome.outcome, error
+            )
         return True

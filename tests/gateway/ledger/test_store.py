@@ -167,7 +167,7 @@ def test_workers_starting_together_all_migrate(tmp_path: Path) -> None:
         with store.engine.connect() as conn:
             version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
         head = max(p.name[:4] for p in VERSIONS.glob("0*.py"))
-        assert version == head
+        assert version is not None and version.split("_")[0] == head
     finally:
         store.close()
 
@@ -228,7 +228,8 @@ def test_a_store_whose_guard_made_the_key_tables_migrates_keeping_them(
     try:
         with store.engine.connect() as conn:
             version = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
-        assert version == max(p.name[:4] for p in VERSIONS.glob("0*.py"))
+        assert version is not None
+        assert version.split("_")[0] == max(p.name[:4] for p in VERSIONS.glob("0*.py"))
         assert access.usage("old", 600) == (3, 42)
         found = asyncio.run(access.authenticate("pl-old-key"))
         assert found is not None and found.id == "old"

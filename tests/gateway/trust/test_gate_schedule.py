@@ -104,7 +104,7 @@ def test_gateways_on_one_store_run_one_round_per_interval(tmp_path: Path) -> Non
     ran: list[str] = []
 
     class Counting(EvalScheduler):
-        async def run_once(self) -> None:  # type: ignore[override]
+        async def run_once(self, outcome: object = None) -> None:  # type: ignore[override]
             ran.append(self.base_url)
 
     evals = SimpleNamespace(every_hours=interval / 3600)
