@@ -80,6 +80,9 @@ class RunSpec:
     reasoning_gym: int = 0
     # Seconds before the first retry of an infrastructure error (doubling, at most 20 s).
     retry_wait_s: float = 1.0
+    # The tripwire's verdict per target before the run (`TripwireReport.to_dict`), kept in
+    # run.json; targets that failed it are not in `targets`.
+    tripwire: dict[str, Any] = field(default_factory=dict)
 
 
 def reply_from(chat: dict[str, Any]) -> Reply:
@@ -282,6 +285,8 @@ class Runner:
             "timeout_s": spec.timeout_s,
             "started": time.time(),
         }
+        if spec.tripwire:
+            meta["tripwire"] = spec.tripwire
         self._write_meta(meta)
         todo = [(t, i) for t in spec.targets for i in items if (t, i.id) not in done]
         gate = asyncio.Semaphore(spec.concurrency)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.serving.upstream import mask
 
 if TYPE_CHECKING:
     from evals.result import ItemResult
+    from gateway.trust.gate import GateDecision
 
 HISTORY = 10  # rounds this gateway remembers for /health
 
@@ -100,3 +101,39 @@ class RoundHistory:
 
     def view(self) -> list[dict[str, Any]]:
         return [r.to_dict() for r in reversed(self.rounds)]
+
+
+def tripwire_rows(
+    reports: dict[str, Any], run: str, source: str, now: float
+) -> list[dict[str, Any]]:
+    """`gateway.ledger.rounds.keep_tripwires` rows of `reports` (label -> TripwireReport)."""
+    return [
+        {
+            "time": now,
+            "target": label,
+            "run": run,
+            "source": source,
+            "verdict": r.verdict,
+            "passed": r.passed,
+            "report": r.to_dict(),
+        }
+        for label, r in reports.items()
+    ]
+
+
+def refused_by_tripwire(decision: GateDecision, failed: dict[str, str]) -> GateDecision:
+    """`decision` with an evidence row for each upstream the tripwire kept out of the round
+    (upstream -> why): not eligible, never scored. With nothing scored at all, the reason
+    says so."""
+    from gateway.trust.gate import ArmEvidence
+
+    if not failed:
+        return decision
+    arms = decision.arms + tuple(
+        ArmEvidence(up, 0, 0, 0.0, (0.0, 0.0), None, why=f"refused: failed the tripwire: {why}")
+        for up, why in failed.items()
+    )
+    reason = decision.reason
+    if not decision.arms:
+        reason = f"no eval results: {', '.join(sorted(failed))} failed the tripwire"
+    return replace(decision, arms=arms, reason=reason)

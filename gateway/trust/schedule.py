@@ -21,6 +21,12 @@ gateway/trust/rounds.py): in memory for /health, and with a store in its `eval_r
 round that failed says why (the error's class and its masked message) in the console and
 `plumbline report health`.
 
+Every round starts with the tripwire (evals/tripwire.py) on each target, and on each upstream of a
+gated route (pinned as its arms are): one that fails it (collapsed or silent answers) is not
+scored that round, its verdict kept with the round (/health), in the store (`tripwire_verdicts`,
+the console and `report health`) and, for a gated route, as that upstream's refused evidence.
+`[evals].tripwire = false` skips it.
+
 The eval suite is the `[evals]` extra and loads only when a round runs, never with the gateway. A
 gateway configured with rounds but without the extra says so at start (`missing`, logged as an
 error) and serves on without them.
@@ -41,6 +47,7 @@ from gateway.config.routes import shape_candidates, shape_upstreams
 from gateway.config.trust import GateConfig
 from gateway.extras import evals_missing
 from gateway.ledger.report import window_economics
+from gateway.ledger.rounds import keep_tripwires
 from gateway.trust.gate import (
     PIN_HEADER,
     SHAPE_FAMILIES,
@@ -50,16 +57,34 @@ from gateway.trust.gate import (
     decide_shapes,
     gate_arms,
 )
-from gateway.trust.rounds import RoundHistory, RoundOutcome, failure_of, judge_items
+from gateway.trust.rounds import (
+    RoundHistory,
+    RoundOutcome,
+    failure_of,
+    judge_items,
+    refused_by_tripwire,
+    tripwire_rows,
+)
 
 if TYPE_CHECKING:
     from evals.result import ItemResult
     from evals.runner import RunSpec
+    from evals.tripwire import Target, TripwireReport
     from gateway.config import Config
     from gateway.ledger.store import Store
     from gateway.trust.gate import GateBook, SharedGateBook
 
 log = logging.getLogger("plumbline.schedule")
+
+
+def new_run_id() -> str:
+    """A run's id as the runner makes one: when, and three random bytes."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
+
+
+def _dicts(reports: dict[str, Any]) -> dict[str, Any]:
+    return {label: r.to_dict() for label, r in reports.items()}
+
 
 # How often a gateway with a store looks for a due round (it runs one only if no other did).
 LOOK_S = 60.0
@@ -148,11 +173,18 @@ class EvalScheduler:
         """One scheduled round: the configured targets, then every quality-gated route. How it
         went goes into `outcome` (a fresh one in the history when none is given)."""
         from evals.runner import Runner, load_run
+        from evals.tripwire import Target
 
         outcome = outcome if outcome is not None else self.history.begin()
         targets = list(self.config.evals.targets)
-        if targets:
-            self.last_run = await Runner(self._spec(targets)).run()
+        run_id = new_run_id()
+        reports = await self.tripwire([Target(t, t) for t in targets], outcome, run_id)
+        passed = [t for t in targets if t not in reports or reports[t].passed]
+        if targets and not passed:
+            outcome.failed("tripwire", f"every target failed the tripwire: {', '.join(targets)}")
+        if passed:
+            spec = self._spec(passed, run_id=run_id, tripwire=_dicts(reports))
+            self.last_run = await Runner(spec).run()
             log.info("scheduled eval finished: %s", self.last_run)
             results = load_run(self.last_run)[1]
             judge_items(outcome, results)
@@ -164,18 +196,29 @@ class EvalScheduler:
     async def run_gate(self, model: str, outcome: RoundOutcome | None = None) -> GateDecision:
         """Evaluate each upstream of a gated route (the control twice) and re-decide the route."""
         from evals.stats import PairingError
+        from evals.tripwire import Target
 
         route = self.config.models[model]
         gate_cfg = route.gate or GateConfig()
         control = gate_cfg.control or route.upstreams[0]
         everyone = [*route.upstreams, *shape_upstreams(self.config, model)]
-        arms = gate_arms(model, everyone, control)
+        run_id = new_run_id()
+        pins = [Target(f"{model}@{u}", model, {PIN_HEADER: u}) for u in dict.fromkeys(everyone)]
+        reports = await self.tripwire(pins, outcome or RoundOutcome(time.time()), run_id)
+        failed = {
+            t.headers[PIN_HEADER]: reports[t.label].why()
+            for t in pins
+            if t.label in reports and not reports[t.label].passed
+        }
+        arms = [arm for arm in gate_arms(model, everyone, control) if arm[1] not in failed]
         spec = self._spec(
             [label for label, _ in arms],
             target_models={label: model for label, _ in arms},
             target_headers={label: {PIN_HEADER: pin} for label, pin in arms},
+            run_id=run_id,
+            tripwire=_dicts(reports),
         )
-        results = await self.evaluate(spec)
+        results = await self.evaluate(spec) if arms else []
         if outcome is not None:
             judge_items(outcome, results)
         await self._keep(results)
@@ -206,6 +249,7 @@ class EvalScheduler:
             alpha=gate_cfg.alpha,
             min_items=gate_cfg.min_items,
         )
+        decision = refused_by_tripwire(decision, failed)
         self.gate_book.record(decision)
         log.info("gate %s: %s", model, decision.reason)
         for shaped in decide_shapes(
@@ -220,6 +264,47 @@ class EvalScheduler:
             self.gate_book.record(shaped)
             log.info("gate %s, shape %s: %s", model, shaped.shape, shaped.reason)
         return decision
+
+    async def tripwire(
+        self, targets: list[Target], outcome: RoundOutcome, run_id: str
+    ) -> dict[str, TripwireReport]:
+        """The tripwire on each target through this gateway (label -> report), kept with the
+        round and in the store; nothing (every target passes) with `[evals].tripwire` off."""
+        from evals.runner import LANE_HEADER
+        from evals.tripwire import tripwire_at
+
+        schedule = self.config.evals
+        if not schedule.tripwire or not targets:
+            return {}
+        reports = await tripwire_at(
+            self.base_url,
+            self._api_key,
+            targets,
+            headers=LANE_HEADER,
+            timeout_s=schedule.timeout_s,
+            max_tokens=schedule.tripwire_max_tokens,
+            max_wrong=schedule.tripwire_max_wrong,
+            concurrency=schedule.concurrency,
+        )
+        for label, report in reports.items():
+            outcome.tripwire[label] = {
+                "target": label,
+                "run": run_id,
+                "source": "round",
+                "time": time.time(),
+                "verdict": report.verdict,
+                "passed": report.passed,
+                "report": {k: v for k, v in report.to_dict().items() if k != "prompts"},
+            }
+            if not report.passed:
+                log.warning("tripwire: %s not scored this round: %s", label, report.why())
+        if self.store is not None:
+            rows = tripwire_rows(reports, run_id, "round", time.time())
+            try:
+                await asyncio.to_thread(keep_tripwires, self.store.engine, rows)
+            except Exception:
+                log.exception("tripwire verdicts of %s could not be kept in the store", run_id)
+        return reports
 
     async def evaluate(self, spec: RunSpec) -> list[ItemResult]:
         """One eval run through this gateway, its results read back from the runs folder."""
