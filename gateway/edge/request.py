@@ -22,6 +22,7 @@ from gateway.ledger.record import Record
 from gateway.serving.call import Call
 from gateway.serving.profile import apply_profile, params_hash
 from gateway.trust.gate import pinned_upstream
+from gateway.trust.watchdog import asked_not_to_think
 
 # Where the access guard leaves the body it parsed (to check the model and reserve the budget):
 # (the raw bytes, their JSON), for `read_json` to take instead of parsing the same bytes again.
@@ -159,6 +160,7 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         stream=stream,
         lane="eval" if heads.get("x-plumbline-lane") == "eval" else "prod",
         max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
+        thinking_off=chat and asked_not_to_think(body),
     )
     call = Call(
         door=door,

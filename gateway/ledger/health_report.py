@@ -100,6 +100,7 @@ def _flags_query(since: float, until: float) -> Any:
             _count_if(t.c.provider_mismatch == sa.true()),
             _count_if(t.c.charged_cost_usd.is_not(None)),
             _count_if(t.c.cost_drift == sa.true()),
+            _count_if(sa.and_(ok, t.c.unasked_reasoning == sa.true())),
         )
         .where(t.c.time >= since, t.c.time < until, t.c.upstream.is_not(None))
         .group_by(t.c.upstream)
@@ -165,9 +166,9 @@ def health_rows(
             upstream: Upstream | None = config.upstream(name)
         except KeyError:
             upstream = None
-        v = by_name.get(name, [0] * 14)
+        v = by_name.get(name, [0] * 15)
         total, ok, errors, cut, capped, leak, sampled, degen, tooled, bad = v[:10]
-        provs, mism, charged, drift = v[10:]
+        provs, mism, charged, drift, unasked = v[10:]
         pinned = upstream is not None and bool(pinned_providers(upstream))
         parser = upstream is None or upstream.reasoning == "parser"
         pairs = {
@@ -177,6 +178,8 @@ def health_rows(
             "tool_call": (bad, tooled),
             "provider_mismatch": (mism, provs if pinned else 0),
             "cost_drift": (drift, charged),
+            # Of every completed answer (whether it asked not to think is not stored).
+            "unasked_reasoning": (unasked, ok),
         }
         tripped = [
             c

@@ -68,6 +68,7 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
     tool_call_error: str | None = Field(default=None, max_length=32)
     provider_mismatch: bool = False
     cost_drift: bool = False
+    unasked_reasoning: bool = False
     shadow_of: str | None = Field(default=None, max_length=128)
     agreement: str | None = Field(default=None, max_length=32)
 

@@ -5,6 +5,8 @@ its redacted `error` message), so the console and `plumbline report health` say 
 "no round has run". `tripwire_verdicts` keeps every tripwire a round, `plumbline eval run` or
 `plumbline bench` ran before scoring or benching a target: its verdict, the counts, and per prompt
 the verdict and why (JSON), read back by /health, the console and the eval report.
+`requests.unasked_reasoning` flags an answer that came with reasoning although the request asked
+for none (thinking off): the watchdog's `unasked_reasoning` check, read by `report health`.
 
 Revision ID: 0011_round_outcome
 Revises: 0010
@@ -23,6 +25,10 @@ depends_on = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("requests") as batch:
+        batch.add_column(
+            sa.Column("unasked_reasoning", sa.Boolean, nullable=False, server_default=sa.false())
+        )
     with op.batch_alter_table("eval_rounds") as batch:
         batch.add_column(sa.Column("outcome", sa.String(16)))
         batch.add_column(sa.Column("error_class", sa.String(64)))
@@ -47,3 +53,5 @@ def downgrade() -> None:
         batch.drop_column("error")
         batch.drop_column("error_class")
         batch.drop_column("outcome")
+    with op.batch_alter_table("requests") as batch:
+        batch.drop_column("unasked_reasoning")
