@@ -257,6 +257,7 @@ async def tripwire_targets(
     *,
     max_tokens: int = 256,
     max_wrong: int | None = None,
+    max_degenerate: int = 1,
     concurrency: int = 4,
 ) -> dict[str, TripwireReport]:
     """The tripwire on each target (one after another, each `concurrency` prompts at a time),
@@ -270,6 +271,7 @@ async def tripwire_targets(
             temperature=None,
             concurrency=concurrency,
             max_wrong=max_wrong,
+            max_degenerate=max_degenerate,
             extra_headers=t.headers or None,
         )
     return out

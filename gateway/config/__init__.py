@@ -169,6 +169,8 @@ class EvalSchedule(_Frozen):
     # Wrong tripwire answers that fail a target too (None: only collapse and silence fail it; a
     # small model answers many of them wrongly while healthy).
     tripwire_max_wrong: int | None = Field(None, ge=0)
+    # Collapsed (repeating) tripwire answers a target may give and still be scored.
+    tripwire_max_degenerate: int = Field(1, ge=0)
     tripwire_max_tokens: int = Field(256, ge=16)
 
     def lane_key(self) -> str | None:

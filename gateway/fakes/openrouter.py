@@ -85,7 +85,9 @@ class FakeOpenRouter:
     ignores: bool = False
     thinks_by_default: bool = False
     text: str = "I do not know."
-    usd_per_token: float = 1e-6
+    # What the provider charges (usage.cost), USD per million prompt and completion tokens.
+    usd_per_m_input: float = 0.2
+    usd_per_m_output: float = 0.6
     served: list[Served] = field(default_factory=list)
 
     # -- routing ---------------------------------------------------------------------------
@@ -147,7 +149,8 @@ class FakeOpenRouter:
             "completion_tokens": len(words) + thought,
             "completion_tokens_details": {"reasoning_tokens": thought},
             "total_tokens": total,
-            "cost": round(total * self.usd_per_token, 10),
+            "cost": (prompt * self.usd_per_m_input + (total - prompt) * self.usd_per_m_output)
+            / 1e6,
         }
         head = {
             "id": f"gen-{uuid.uuid4().hex[:16]}",

@@ -284,6 +284,7 @@ class EvalScheduler:
             timeout_s=schedule.timeout_s,
             max_tokens=schedule.tripwire_max_tokens,
             max_wrong=schedule.tripwire_max_wrong,
+            max_degenerate=schedule.tripwire_max_degenerate,
             concurrency=schedule.concurrency,
         )
         for label, report in reports.items():
