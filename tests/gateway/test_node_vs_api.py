@@ -109,8 +109,8 @@ suite = "smoke"
 concurrency = 4
 timeout_s = 20
 runs_dir = "{root}/runs"
-# SmolLM2-135M repeats itself on a few of the tripwire's 20 prompts while healthy (2 of 20 on
-# vLLM CPU when this test was written); a collapsed replica repeats on most of them.
+# SmolLM2-135M repeats itself on a few of the tripwire's 20 prompts while healthy (0 to 2 of 20
+# on vLLM CPU at temperature 0.2 when this test was written); a collapsed one on most of them.
 tripwire_max_degenerate = 5
 
 [watchdog.provider_mismatch]
