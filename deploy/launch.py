@@ -34,8 +34,9 @@ from uvicorn.supervisors.multiprocess import Multiprocess
 from deploy.engine import LaunchSpec
 from deploy.localmodel import ensure_hf_model, gguf_path
 from deploy.supervisor import Replica, Supervisor, backend_lines, replica_name
-from gateway.config import Config, Profile, Upstream
+from gateway.config import LANE_KEY_VAR, Config, Profile, Upstream
 from gateway.config.server import ServerConfig
+from gateway.edge.access import new_key
 from gateway.edge.connection import start_limits
 
 SERVE_OPTIONS: dict[str, Any] = {
@@ -238,6 +239,8 @@ def serve_workers(
         env = {"PLUMBLINE_CONFIG": str(config_path.resolve())}
         env |= {"PLUMBLINE_HOST": host, "PLUMBLINE_PORT": str(port)}
         env["PLUMBLINE_SUPERVISOR"] = str(os.getpid())  # each worker ends with this process
+        # One eval-lane credential for every worker: a round's requests land on any of them.
+        env[LANE_KEY_VAR] = config.evals.lane_key() or new_key()
         with _environment(**env, PROMETHEUS_MULTIPROC_DIR=str(folder)):
             server = uvicorn.Config(
                 GATEWAY_FACTORY,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import openai
 import typer
@@ -15,6 +15,7 @@ from evals.dataset import SCORERS
 from evals.result import ItemResult
 
 if TYPE_CHECKING:
+    from evals.tripwire import TripwireReport
     from gateway.config import Config
     from gateway.ledger.store import Store
 
@@ -23,8 +24,18 @@ app = typer.Typer(no_args_is_help=True, help="Evaluate targets through the gatew
 BaseUrl = Annotated[str, typer.Option(help="The gateway's OpenAI base URL")]
 Targets = Annotated[list[str], typer.Option("--target", "-t", help="A model name on the gateway")]
 RunsDir = Annotated[Path, typer.Option(help="Where runs are kept")]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        envvar="PLUMBLINE_API_KEY",
+        show_envvar=True,
+        help="A client key of the gateway (where its /v1 needs one). Default: the eval lane's "
+        "credential named by [evals].lane_key_env in --config, when set",
+    ),
+]
 
 DEFAULT_URL = "http://127.0.0.1:8400/v1"
+KEY_HINT = "give --api-key (or PLUMBLINE_API_KEY), or --config with [evals].lane_key_env set"
 
 
 @app.command("run")
@@ -62,12 +73,30 @@ def run_cmd(
     config: Annotated[
         Path | None,
         typer.Option(
-            help="Gateway config whose store --keep writes to (default: $PLUMBLINE_CONFIG)"
+            help="Gateway config whose store --keep writes to (default: $PLUMBLINE_CONFIG), "
+            "and whose [evals].lane_key_env names the eval lane's credential"
         ),
     ] = None,
+    api_key: ApiKey = None,
+    tripwire: Annotated[
+        bool,
+        typer.Option(help="Run the tripwire on each target first; one that fails is not scored"),
+    ] = True,
+    tripwire_max_wrong: Annotated[
+        int | None,
+        typer.Option(help="Wrong tripwire answers that fail a target (default: only collapse)"),
+    ] = None,
 ) -> None:
-    """Run a suite (default | smoke | none) and/or user datasets; resumable with --resume."""
+    """Run a suite (default | smoke | none) and/or user datasets; resumable with --resume.
+    The tripwire goes first (--no-tripwire to skip): a target that fails it is not scored."""
     store = _store(config) if keep else None  # a store that cannot be opened fails first
+    key = _key(api_key, config, keep)
+    verdicts = (
+        _tripwire_first(base_url, key, list(target), tripwire_max_wrong, timeout)
+        if tripwire
+        else {}
+    )
+    passed = [t for t in target if t not in verdicts or verdicts[t].passed]
     datasets = []
     for entry in dataset or []:
         path, _, scorer = entry.rpartition(":")
@@ -78,7 +107,7 @@ def run_cmd(
         datasets.append((Path(path), scorer))
     spec = runner.RunSpec(
         base_url=base_url,
-        targets=list(target),
+        targets=passed,
         suite=suite,
         seed=seed,
         concurrency=concurrency,
@@ -89,23 +118,88 @@ def run_cmd(
         max_tokens=max_tokens,
         datasets=datasets,
         reasoning_gym=reasoning_gym,
+        api_key=key,
+        tripwire={t: r.to_dict() for t, r in verdicts.items()},
     )
+    if not passed:
+        _keep_tripwire(store, verdicts, resume or "unscored", "eval run")
+        raise typer.BadParameter("every target failed the tripwire: nothing to score")
     try:
         try:
             run_dir = runner.run(spec)
         except ValueError as e:  # what was asked cannot be run: said, not a traceback
             raise typer.BadParameter(str(e)) from None
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+            raise typer.BadParameter(
+                f"the gateway refused the key (HTTP {e.status_code}: {runner.said(e)}); {KEY_HINT}"
+            ) from None
         meta, results = runner.load_run(run_dir)
         typer.echo(f"run {meta['run']}: {len(results)} results in {run_dir}")
         sandboxed = meta.get("sandbox") or {}  # runs from before the sandbox was reported lack it
         typer.echo(f"code sandbox: {sandboxed.get('refused') or sandboxed.get('isolation')}")
         if store is not None:
             store.write_eval_results([r.to_dict() for r in results], time.time())
+            _keep_tripwire(store, verdicts, meta["run"], "eval run")
             typer.echo(f"kept in the store: eval report {meta['run']} --from-store")
     finally:
         if store is not None:
             store.close()
     _print_summary(results)
+
+
+def _tripwire_first(
+    base_url: str, key: str, targets: list[str], max_wrong: int | None, timeout: float
+) -> dict[str, TripwireReport]:
+    """The tripwire on each target, its verdict printed; a target that fails is named."""
+    from evals.tripwire import Target, tripwire_at
+
+    try:
+        verdicts = asyncio.run(
+            tripwire_at(
+                base_url,
+                key,
+                [Target(t, t) for t in targets],
+                headers=runner.LANE_HEADER,
+                timeout_s=timeout,
+                max_wrong=max_wrong,
+            )
+        )
+    except openai.APIConnectionError as e:
+        raise typer.BadParameter(f"the gateway at {base_url} cannot be reached: {e}") from None
+    for t, report in verdicts.items():
+        refused = [
+            r.detail for r in report.results if r.detail.startswith(("HTTP 401", "HTTP 403"))
+        ]
+        if len(refused) == len(report.results):
+            raise typer.BadParameter(f"the gateway refused the key ({refused[0]}); {KEY_HINT}")
+        said = "passed" if report.passed else f"FAILED, not scored: {report.why()}"
+        typer.echo(f"tripwire {t}: {report.line()}: {said}")
+    return verdicts
+
+
+def _keep_tripwire(
+    store: Store | None, verdicts: dict[str, TripwireReport], run: str, source: str
+) -> None:
+    if store is None or not verdicts:
+        return
+    from gateway.ledger.rounds import keep_tripwires
+
+    now = time.time()
+    keep_tripwires(
+        store.engine,
+        [
+            {
+                "time": now,
+                "target": t,
+                "run": run,
+                "source": source,
+                "verdict": r.verdict,
+                "passed": r.passed,
+                "report": r.to_dict(),
+            }
+            for t, r in verdicts.items()
+        ],
+    )
 
 
 def _print_summary(results: list[ItemResult]) -> None:
@@ -141,15 +235,22 @@ def report_cmd(
     from evals.report import write_report
 
     folders = [r if r.exists() and not from_store else runs_dir / str(r) for r in runs]
+    tripwire: dict[str, Any] = {}
     if from_store:
-        results = _stored_runs([str(r) for r in runs], config)
+        results, tripwire = _stored_runs([str(r) for r in runs], config)
         if not results:
             raise typer.BadParameter(f"no results of {[str(r) for r in runs]} in the store")
     else:
-        results = [item for folder in folders for item in runner.load_run(folder)[1]]
+        results = []
+        for folder in folders:
+            meta, items = runner.load_run(folder)
+            results += items
+            tripwire.update(meta.get("tripwire") or {})
     first = folders[0]
     target = out or first / "report"
-    paths = write_report(results, target, baseline=baseline, config=_pricing_config(config))
+    paths = write_report(
+        results, target, baseline=baseline, config=_pricing_config(config), tripwire=tripwire
+    )
     for kind, path in paths.items():
         typer.echo(f"{kind}: {path}")
 
@@ -168,6 +269,22 @@ def _pricing_config(config_path: Path | None) -> Config | None:
         raise typer.BadParameter(f"config {path}: {e}") from None
 
 
+def _key(api_key: str | None, config_path: Path | None, keep: bool) -> str:
+    """The key to present: the one given, else (with a config at hand: --config, or --keep's)
+    the eval lane's credential its [evals].lane_key_env names, else none ("unused")."""
+    if api_key:
+        return api_key
+    if config_path is None and not keep:
+        return "unused"
+    from gateway.config import ConfigError, default_config_path, load_config
+
+    try:
+        lane = load_config(config_path or default_config_path()).evals.lane_key()
+    except (ConfigError, OSError) as e:
+        raise typer.BadParameter(f"config: {e}") from None
+    return lane or "unused"
+
+
 def _store(config_path: Path | None) -> Store:
     from gateway.config import default_config_path, load_config
     from gateway.ledger.store import Store
@@ -175,10 +292,17 @@ def _store(config_path: Path | None) -> Store:
     return Store.from_config(load_config(config_path or default_config_path()))
 
 
-def _stored_runs(runs: list[str], config_path: Path | None) -> list[ItemResult]:
+def _stored_runs(
+    runs: list[str], config_path: Path | None
+) -> tuple[list[ItemResult], dict[str, Any]]:
+    """The runs' kept results, and the tripwire verdicts kept with them (by target)."""
+    from gateway.ledger.rounds import tripwires_of
+
     store = _store(config_path)
     try:
-        return [ItemResult.from_dict(r) for r in store.eval_results(runs)]
+        results = [ItemResult.from_dict(r) for r in store.eval_results(runs)]
+        verdicts = {v["target"]: v["report"] for v in tripwires_of(store.engine, runs)}
+        return results, verdicts
     finally:
         store.close()
 
@@ -188,20 +312,43 @@ def tripwire_cmd(
     target: Targets,
     base_url: BaseUrl = DEFAULT_URL,
     max_tokens: int = 256,
+    max_wrong: Annotated[
+        int | None, typer.Option(help="Wrong answers a target may give and pass (default 2)")
+    ] = 2,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables")] = False,
+    api_key: ApiKey = None,
+    config: Annotated[
+        Path | None, typer.Option(help="Gateway config naming the eval lane's credential")
+    ] = None,
 ) -> None:
-    """20 fixed prompts per target: ok / degenerate / wrong, served per the target's profile."""
-    from evals.tripwire import run_tripwire
+    """20 fixed prompts per target, served per the target's profile: a table per target
+    (prompt, verdict, why) and its verdict (ok / degenerate / wrong / error). Exits 1 when a
+    target fails."""
+    import json
 
-    async def go() -> None:
-        client = openai.AsyncOpenAI(
-            base_url=base_url, api_key="unused", default_headers=runner.LANE_HEADER
+    from evals.tripwire import Target, table, tripwire_at
+
+    key = _key(api_key, config, False)
+    try:
+        reports = asyncio.run(
+            tripwire_at(
+                base_url,
+                key,
+                [Target(t, t) for t in target],
+                headers=runner.LANE_HEADER,
+                max_tokens=max_tokens,
+                max_wrong=max_wrong,
+            )
         )
-        for name in target:
-            report = await run_tripwire(client, name, max_tokens=max_tokens, temperature=None)
-            typer.echo(f"{name}: {report}")
-        await client.close()
-
-    asyncio.run(go())
+    except openai.APIConnectionError as e:
+        raise typer.BadParameter(f"the gateway at {base_url} cannot be reached: {e}") from None
+    if as_json:
+        typer.echo(json.dumps({t: r.to_dict() for t, r in reports.items()}, indent=2))
+    else:
+        for t, r in reports.items():
+            typer.echo(table(t, r))
+    if not all(r.passed for r in reports.values()):
+        raise typer.Exit(1)
 
 
 @app.command("logits")

@@ -27,10 +27,10 @@ from __future__ import annotations
 import hashlib
 import html
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evals.breakdown import COST_TITLE, cost_section, errors_section, parts_section
 from evals.breakdown import details as details_section
@@ -49,6 +49,7 @@ from evals.stats import (
     by_family,
     pair,
 )
+from evals.tripwire import section as tripwire_section
 
 if TYPE_CHECKING:
     from gateway.config import Config
@@ -337,14 +338,18 @@ def build_report(
     *,
     baseline: str | None = None,
     controls: Sequence[tuple[str, str]] | None = None,
+    tripwire: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Report:
-    """Compute every section of the report from per-item results (pure)."""
+    """Compute every section of the report from per-item results (pure); `tripwire`: each
+    target's tripwire verdict before it was scored (`evals.tripwire.section`)."""
     arms = arms_from_results(results)
     if not arms:
         raise ValueError("no results to report")
     base = baseline or next(iter(arms))
     control_pairs = default_controls(arms) if controls is None else list(controls)
     sections = [_arms_section(arms), _with_accepted(_family_section(arms), arms)]
+    if tripwire:
+        sections.insert(0, tripwire_section(tripwire))
     parts = parts_section(arms)
     if parts:
         sections.append(parts)

@@ -60,7 +60,9 @@ class RunSpec:
     seed: int = 0
     concurrency: int = 4
     timeout_s: float = 1800.0  # per request: generous; running out is the model's timeout
-    api_key: str = "unused"
+    # The key presented to the gateway (a client key, or the eval lane's credential): never
+    # in the spec's repr.
+    api_key: str = field(default="unused", repr=False)
     runs_dir: Path = Path("var/evals")
     run_id: str | None = None
     window: int | None = None  # long-context window; default: the target's served window
@@ -78,6 +80,9 @@ class RunSpec:
     reasoning_gym: int = 0
     # Seconds before the first retry of an infrastructure error (doubling, at most 20 s).
     retry_wait_s: float = 1.0
+    # The tripwire's verdict per target before the run (`TripwireReport.to_dict`), kept in
+    # run.json; targets that failed it are not in `targets`.
+    tripwire: dict[str, Any] = field(default_factory=dict)
 
 
 def reply_from(chat: dict[str, Any]) -> Reply:
@@ -95,7 +100,7 @@ def reply_from(chat: dict[str, Any]) -> Reply:
     )
 
 
-def _said(e: openai.APIStatusError) -> str:
+def said(e: openai.APIStatusError) -> str:
     """The error body's own message (the client's `message` repeats the status around it)."""
     body = e.body
     if isinstance(body, dict) and isinstance(body.get("message"), str):
@@ -144,7 +149,7 @@ class Runner:
             raise InfraError(f"connection: {e}") from None
         except openai.APIStatusError as e:
             if e.status_code >= 500 or e.status_code == 429:
-                raise InfraError(f"HTTP {e.status_code}: {_said(e)}") from None
+                raise InfraError(f"HTTP {e.status_code}: {said(e)}") from None
             raise
         elapsed = time.perf_counter() - started
         return orjson.loads(raw.content), dict(raw.headers), elapsed, sent
@@ -186,7 +191,7 @@ class Runner:
                 **base,
                 outcome="error",
                 error_class=f"http_{e.status_code}",
-                error=f"HTTP {e.status_code}: {_said(e)}"[:500],
+                error=f"HTTP {e.status_code}: {said(e)}"[:500],
             )
         fp = self.fingerprints[target]
         for key, header in (
@@ -285,6 +290,8 @@ class Runner:
             "sandbox": sandbox.describe(),
             "started": time.time(),
         }
+        if spec.tripwire:
+            meta["tripwire"] = spec.tripwire
         self._write_meta(meta)
         todo = [(t, i) for t in spec.targets for i in items if (t, i.id) not in done]
         gate = asyncio.Semaphore(spec.concurrency)

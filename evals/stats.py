@@ -154,7 +154,10 @@ class Paired:
 
 
 def _single_hash(label: str, results: Iterable[ItemResult]) -> str:
-    hashes = {r.params_hash for r in results}
+    """The arm's one sampling-parameter hash. Items never answered (a timeout, an error: no
+    hash came back) were sampled by nobody and do not count; an arm with no answer at all has
+    the empty hash."""
+    hashes = {r.params_hash for r in results if r.params_hash} or {""}
     if len(hashes) != 1:
         raise ParamsMismatch(
             f"arm {label!r} mixes {len(hashes)} sampling-parameter hashes: {sorted(hashes)}"

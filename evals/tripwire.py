@@ -7,14 +7,22 @@ model's own chat template (the chat endpoint) and gets one of three verdicts:
                  and stopped on length
     wrong        no expected substring in the answer
     ok           an expected substring is there
+    error        no answer came (the gateway or the upstream refused or failed): the target
+                 cannot be vouched for
 
 The detector (`degeneration`) looks for collapse, not for bad answers; its rules are in
 `gateway/trust/degeneration.py` (the watchdog reads it on live answers too).
 
-A configuration is `degenerate` when more than `max_degenerate` prompts are, else `wrong` when
-more than `max_wrong` are, else `ok`. The defaults (1 and 2) are for capable models; a very
+A configuration is `degenerate` when more than `max_degenerate` prompts are, else `error` when
+any prompt got no answer, else `wrong` when more than `max_wrong` are (never, with `max_wrong`
+None), else `ok`; it passes only as `ok`. The defaults (1 and 2) are for capable models; a very
 small model answers many prompts wrongly while healthy, so judge it against its own reference
-configuration rather than the defaults — the tripwire's job is the degenerate count.
+configuration rather than the defaults — the tripwire's job is the degenerate count. Before a
+scheduled round, `plumbline eval run` and `plumbline bench` (`tripwire_targets`) `max_wrong` is
+None unless configured: only collapse and silence keep a target from being scored or benched.
+
+`table` renders a report per target (prompt, verdict, why) for `plumbline eval tripwire`;
+`TripwireReport.to_dict` is its JSON (`--json`, run.json, the store's `tripwire_verdicts`).
 """
 
 from __future__ import annotations
@@ -22,13 +30,15 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from evals.section import Section
 from gateway.trust.degeneration import degeneration
 
-Verdict = Literal["ok", "degenerate", "wrong"]
+Verdict = Literal["ok", "degenerate", "wrong", "error"]
+VERDICTS: tuple[Verdict, ...] = ("ok", "degenerate", "wrong", "error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,27 +119,60 @@ def judge(
 class TripwireReport:
     results: tuple[PromptResult, ...]
     max_degenerate: int = 1
-    max_wrong: int = 2
+    max_wrong: int | None = 2
     counts: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
         counts = Counter(r.verdict for r in self.results)
-        object.__setattr__(self, "counts", {v: counts[v] for v in ("ok", "degenerate", "wrong")})
+        object.__setattr__(self, "counts", {v: counts[v] for v in VERDICTS})
 
     @property
     def verdict(self) -> Verdict:
         if self.counts["degenerate"] > self.max_degenerate:
             return "degenerate"
-        if self.counts["wrong"] > self.max_wrong:
+        if self.counts["error"]:
+            return "error"
+        if self.max_wrong is not None and self.counts["wrong"] > self.max_wrong:
             return "wrong"
         return "ok"
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "ok"
 
     def line(self) -> str:
         c = self.counts
         return (
             f"{self.verdict} ({c['ok']} ok, {c['degenerate']} degenerate, "
-            f"{c['wrong']} wrong of {len(self.results)})"
+            f"{c['wrong']} wrong, {c['error']} error of {len(self.results)})"
         )
+
+    def why(self) -> str:
+        """Why the verdict, in a sentence: the counts against their limits, and the first
+        prompt of the deciding kind with its reason."""
+        verdict, c = self.verdict, self.counts
+        limits = {"degenerate": self.max_degenerate, "wrong": self.max_wrong, "error": 0}
+        if verdict == "ok":
+            return self.line()
+        first = next(r for r in self.results if r.verdict == verdict)
+        return (
+            f"{c[verdict]} of {len(self.results)} prompts {verdict} (at most {limits[verdict]} "
+            f"allowed); first: {first.prompt.text!r}: {first.detail}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "passed": self.passed,
+            "why": self.why(),
+            "counts": dict(self.counts),
+            "max_degenerate": self.max_degenerate,
+            "max_wrong": self.max_wrong,
+            "prompts": [
+                {"prompt": r.prompt.text, "verdict": r.verdict, "why": r.detail}
+                for r in self.results
+            ],
+        }
 
 
 def _reasoning_of(message: Any) -> str | None:
@@ -152,28 +195,155 @@ async def run_tripwire(
     temperature: float | None = 0.0,
     concurrency: int = 4,
     max_degenerate: int = 1,
-    max_wrong: int = 2,
+    max_wrong: int | None = 2,
     extra_body: dict[str, Any] | None = None,
+    extra_headers: dict[str, str] | None = None,
 ) -> TripwireReport:
-    """Send every prompt through `client` (an `openai.AsyncOpenAI`) and judge the replies.
+    """Send every prompt through `client` (an `openai.AsyncOpenAI`) and judge the replies. A
+    prompt the client gets no answer to (after its own retries) is an `error`, with why.
 
     `temperature=None` leaves sampling to the target's profile (the gateway fills it in).
     """
+    import openai
+
     gate = asyncio.Semaphore(concurrency)
     sampling: dict[str, Any] = {} if temperature is None else {"temperature": temperature}
 
     async def one(prompt: Prompt) -> PromptResult:
-        async with gate:
-            resp = await client.chat.completions.create(
-                model=model,
-                messages=[{"role": "user", "content": prompt.text}],
-                max_tokens=max_tokens,
-                extra_body=extra_body,
-                **sampling,
-            )
+        try:
+            async with gate:
+                resp = await client.chat.completions.create(
+                    model=model,
+                    messages=[{"role": "user", "content": prompt.text}],
+                    max_tokens=max_tokens,
+                    extra_body=extra_body,
+                    extra_headers=extra_headers,
+                    **sampling,
+                )
+        except openai.APIStatusError as e:
+            return PromptResult(prompt, "error", f"HTTP {e.status_code}: {_said(e)}"[:300])
+        except openai.APIError as e:
+            return PromptResult(prompt, "error", f"{type(e).__name__}: {e}"[:300])
+        if not resp.choices:
+            return PromptResult(prompt, "error", "an answer without choices")
         choice = resp.choices[0]
         message = choice.message
         return judge(prompt, message.content, _reasoning_of(message), choice.finish_reason)
 
     results = await asyncio.gather(*(one(p) for p in prompts))
     return TripwireReport(tuple(results), max_degenerate=max_degenerate, max_wrong=max_wrong)
+
+
+def _said(e: Any) -> str:
+    body = e.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return str(body["message"])
+    return str(e.message)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What the tripwire asks: a `label` (how the run names the target), the `model` sent, and
+    headers (an eval-lane pin of one upstream)."""
+
+    label: str
+    model: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+async def tripwire_targets(
+    client: Any,
+    targets: Sequence[Target],
+    *,
+    max_tokens: int = 256,
+    max_wrong: int | None = None,
+    max_degenerate: int = 1,
+    concurrency: int = 4,
+) -> dict[str, TripwireReport]:
+    """The tripwire on each target (one after another, each `concurrency` prompts at a time),
+    sampling left to the target's profile: label -> report."""
+    out: dict[str, TripwireReport] = {}
+    for t in targets:
+        out[t.label] = await run_tripwire(
+            client,
+            t.model,
+            max_tokens=max_tokens,
+            temperature=None,
+            concurrency=concurrency,
+            max_wrong=max_wrong,
+            max_degenerate=max_degenerate,
+            extra_headers=t.headers or None,
+        )
+    return out
+
+
+async def tripwire_at(
+    base_url: str,
+    api_key: str,
+    targets: Sequence[Target],
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 300.0,
+    **kw: Any,
+) -> dict[str, TripwireReport]:
+    """`tripwire_targets` through a fresh client of the OpenAI API at `base_url` (its own
+    retries on 429, 5xx and lost connections), closed after."""
+    import openai
+
+    client = openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key=api_key,
+        max_retries=2,
+        timeout=openai.Timeout(timeout_s, connect=10.0),
+        default_headers=dict(headers or {}),
+    )
+    try:
+        return await tripwire_targets(client, targets, **kw)
+    finally:
+        await client.close()
+
+
+def table(label: str, report: TripwireReport, width: int = 160) -> str:
+    """One target's report as a text table: each prompt, its verdict and why, then the
+    verdict line."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    grid = Table(title=f"{label}: {report.line()}", title_justify="left")
+    for name in ("#", "prompt", "verdict", "why"):
+        grid.add_column(name, justify="right" if name == "#" else "left", overflow="fold")
+    for i, r in enumerate(report.results, 1):
+        grid.add_row(str(i), r.prompt.text, r.verdict, r.detail or "–")
+    console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
+    console.print(grid)
+    verdict = "passed" if report.passed else f"FAILED: {report.why()}"
+    console.print(f"{label}: {verdict}")
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def section(verdicts: Mapping[str, Mapping[str, Any]]) -> Section:
+    """The eval report's tripwire section: each target's verdict (`TripwireReport.to_dict`)
+    before it was scored; a target that failed has no scores in the report."""
+    rows = []
+    for label, v in verdicts.items():
+        c = v.get("counts", {})
+        rows.append(
+            (
+                label,
+                str(v["verdict"]),
+                "yes" if v["passed"] else "no: not scored",
+                *(str(c.get(k, 0)) for k in VERDICTS),
+                str(v.get("why", "")),
+            )
+        )
+    return Section(
+        "Tripwire before scoring",
+        ("target", "verdict", "scored", *VERDICTS, "why"),
+        tuple(rows),
+        (
+            "20 fixed prompts per target (evals/tripwire.py); a degenerate or silent target is not "
+            "scored.",
+        ),
+    )

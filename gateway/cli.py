@@ -327,6 +327,14 @@ def bench(
     max_ttft_delta_ms: Annotated[
         float | None, typer.Option(help="Goal: TTFT p50 at most this many ms over the baseline's")
     ] = 1.0,
+    tripwire: Annotated[
+        bool,
+        typer.Option(help="Run the tripwire on each target first; one that fails is not benched"),
+    ] = True,
+    tripwire_max_wrong: Annotated[
+        int | None,
+        typer.Option(help="Wrong tripwire answers that fail a target (default: only collapse)"),
+    ] = None,
 ) -> None:
     """Load-test a gateway or any OpenAI-compatible URL with the reference workload shapes."""
     from gateway.config import environment
@@ -353,6 +361,8 @@ def bench(
             compare_out=compare_out,
             min_ratio=min_ratio,
             max_ttft_delta_ms=max_ttft_delta_ms,
+            tripwire=tripwire,
+            tripwire_max_wrong=tripwire_max_wrong,
         )
     except ValueError as e:
         typer.secho(str(e), fg=typer.colors.RED, err=True)

@@ -150,6 +150,10 @@ class RouteConfig(_Frozen):
         return (*self.upstreams, *self.fallback)
 
 
+# Where `plumbline serve --workers` hands its workers the eval lane's credential it made.
+LANE_KEY_VAR = "PLUMBLINE_LANE_KEY"
+
+
 class EvalSchedule(_Frozen):
     """Scheduled eval runs: the gateway evaluates its own targets through itself."""
 
@@ -167,6 +171,29 @@ class EvalSchedule(_Frozen):
     runs_dir: str = "var/evals"
     # Of the math items, this many from reasoning-gym's generators (needs reasoning-gym).
     reasoning_gym: int = Field(0, ge=0)
+    # Name of the environment variable holding the eval lane's credential: the key a round's
+    # requests present (good only on the eval lane, gateway/edge/lane.py). Set it to run
+    # `plumbline eval run --config` through a gateway whose /v1 needs a key, or for gateways
+    # that must share one. Unset: the gateway makes one at start (and `plumbline serve
+    # --workers` one for all its workers) that never leaves its memory.
+    lane_key_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+    # The tripwire (evals/tripwire.py) on each target before a round scores it: a target that
+    # fails (degenerate answers, or no answers) is not scored that round.
+    tripwire: bool = True
+    # Wrong tripwire answers that fail a target too (None: only collapse and silence fail it; a
+    # small model answers many of them wrongly while healthy).
+    tripwire_max_wrong: int | None = Field(None, ge=0)
+    # Collapsed (repeating) tripwire answers a target may give and still be scored.
+    tripwire_max_degenerate: int = Field(1, ge=0)
+    tripwire_max_tokens: int = Field(256, ge=16)
+
+    def lane_key(self) -> str | None:
+        """The eval lane's credential from the environment: `lane_key_env`'s value, else the
+        one `plumbline serve --workers` made for its workers (`LANE_KEY_VAR`); None when
+        neither is there."""
+        if self.lane_key_env is not None and os.environ.get(self.lane_key_env):
+            return os.environ[self.lane_key_env]
+        return os.environ.get(LANE_KEY_VAR) or None
 
 
 class Config(_Frozen):

@@ -4,6 +4,7 @@
     tools = ["api-a"]             # requests with tools go to api-a (then the route's fallbacks)
     long_context = ["api-b"]      # prompts of long_context_tokens or more, or over a window
     reasoning = "thinker"         # a string: another route's upstreams
+    math = "thinker"              # maths problems (numbers and operators, "prove", "solve"…)
     long_context_tokens = 16000
 
 A shape without a rule (and `default`) keeps the route's own upstreams. The shapes are
@@ -26,7 +27,7 @@ Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9.
 SubRoute = Annotated[list[Name], Field(min_length=1)] | Name
 # The task shapes of gateway/serving/shape.py, in the order its classifier checks them; every
 # one but `default` may have a rule. Bounded: the shape is a metric label.
-SHAPES = ("tools", "long_context", "edit", "structured", "reasoning", "default")
+SHAPES = ("tools", "long_context", "edit", "structured", "reasoning", "math", "default")
 RULED = SHAPES[:-1]
 # What a route's `accept_unequal` may name: the parts of a request's meaning an upstream's dialect
 # may be unable to carry (gateway/serving/dialect.py). Anything else is refused at load.
@@ -57,6 +58,7 @@ class Shapes(BaseModel):
     structured: SubRoute | None = None
     # Requests that ask the model to reason (reasoning effort, thinking on).
     reasoning: SubRoute | None = None
+    math: SubRoute | None = None
     # A prompt estimated at this many tokens or more is long_context (it is too when it is over
     # the smallest known window of the route's own upstreams). None: only the windows say.
     long_context_tokens: int | None = Field(None, ge=1)

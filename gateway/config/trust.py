@@ -28,6 +28,7 @@ CHECKS = (
     "tool_call",
     "provider_mismatch",
     "cost_drift",
+    "unasked_reasoning",
 )
 # Checks found in the config itself, not in traffic: tripped from the start, never demote.
 CONFIG_CHECKS = ("sampling_parity", "thinking_mismatch")
@@ -69,6 +70,7 @@ class WatchdogConfig(_Frozen):
     tool_call: Threshold = Threshold(rate=0.1, min_samples=10)
     provider_mismatch: Threshold = Threshold(rate=0.01, min_samples=5)
     cost_drift: Threshold = Threshold(rate=0.05, min_samples=10, demote=False)
+    unasked_reasoning: Threshold = Threshold(rate=0.05, min_samples=5)
 
     def threshold(self, check: str) -> Threshold:
         if check not in CHECKS:

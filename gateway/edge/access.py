@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -46,6 +46,9 @@ from gateway.errors import Forbidden, RateLimited
 from gateway.ledger import keys as stored
 from gateway.ledger.database import migrate
 from gateway.ledger.record import Record
+
+if TYPE_CHECKING:
+    from gateway.edge.lane import LaneCredential
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -117,6 +120,9 @@ class Ticket:
     settled: bool = False
 
 
+# Who presents the eval lane's credential (gateway/edge/lane.py): no budget, every model.
+LANE_KEY = Key("eval-lane", "eval", None, None, None, 60.0)
+
 # The request's reservation: set by the guard (gateway/edge/guard.py), settled by `Access.submit`.
 CURRENT_TICKET: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
     "plumbline_ticket", default=None
@@ -165,6 +171,8 @@ class Access:
             )
             migrate(engine)
         self.engine = engine
+        # The eval lane's credential (gateway/edge/lane.py), set by the app: its key is `eval`.
+        self.lane: LaneCredential | None = None
 
     def attach(self, engine: Engine, *, own: bool = False) -> None:
         """Keep keys and counters in `engine` (the record store's, shared by every gateway on
@@ -197,6 +205,8 @@ class Access:
 
     async def authenticate(self, plaintext: str) -> Key | None:
         digest = hash_key(plaintext)
+        if self.lane is not None and self.lane.matches(digest):
+            return LANE_KEY
         found: Key | None = None
         for known, key in self._keys:  # every entry is compared: no early exit on a match
             if hmac.compare_digest(known, digest):

@@ -144,6 +144,8 @@ def health_of(gw: Gateway) -> dict[str, Any]:
         "gate": gw.gate_book.view(),
         # The records not in the store yet: spooled, quarantined (gateway/ledger/backlog.py).
         "ledger": ledger_health(gw.queue),
+        # Scheduled rounds: this gateway's last ones, how each ended, what the tripwire found.
+        "evals": gw.scheduler.status(),
     }
 
 

@@ -41,6 +41,7 @@ from gateway.edge.console.api import router as console_router
 from gateway.edge.fastpath import HOT_PATHS, Edge, GatewayApp, install_error_handlers
 from gateway.edge.guard import AccessGuard
 from gateway.edge.housekeeping import Demotions, Housekeeper, Prober
+from gateway.edge.lane import LaneCredential
 from gateway.edge.request import BODY
 from gateway.ledger.backlog import Backlog
 from gateway.ledger.cost import price_record
@@ -140,7 +141,14 @@ class Gateway:
             redact=self.dispatcher.redactor.text,
         )
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
-        self.scheduler = EvalScheduler(config, store, self.gate_book, f"http://{host}:{s.port}/v1")
+        lane = access.lane if access is not None else None
+        self.scheduler = EvalScheduler(
+            config,
+            store,
+            self.gate_book,
+            f"http://{host}:{s.port}/v1",
+            api_key=lane.reveal() if lane is not None else "unused",
+        )
         self.prober = Prober(
             config, self.wire, self.engines, self.set_health, self.processes.serving
         )
@@ -281,6 +289,8 @@ def create_app(
     `processes`: the supervisor of the engines it launched (`plumbline up`), read by routing
     and ``/health``."""
     access = access or Access(config.access)
+    if access.lane is None:  # the key the gateway's own eval rounds present (edge/lane.py)
+        access.lane = LaneCredential.from_config(config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -22,6 +22,7 @@ from gateway.edge.access import (
     presented_key,
 )
 from gateway.edge.console import credentials as console
+from gateway.edge.lane import LANE_ROLE, on_eval_lane
 from gateway.edge.request import PARSED
 from gateway.edge.request_id import id_headers, stamped
 from gateway.errors import (
@@ -118,6 +119,9 @@ class AccessGuard:
             token = console.basic_password(scope["headers"])
         key = await self.access.authenticate(token) if token is not None else None
         scope.setdefault("state", {})["key_role"] = key.role if key else None
+        if key is not None and key.role == LANE_ROLE:
+            await self._lane(scope, receive, send, key)
+            return
         if roles is None:
             await self._call(scope, receive, send, key if key and key.role == "client" else None)
             return
@@ -141,8 +145,24 @@ class AccessGuard:
             return
         if key.role != "client" or scope["method"] != "POST" or path not in GENERATION_PATHS:
             await self._call(scope, receive, send, key if key.role == "client" else None)
+        else:
+            await self._generation(scope, receive, send, key)
+
+    async def _lane(self, scope: Scope, receive: Receive, send: Send, key: Key) -> None:
+        """The eval lane's credential: /v1 on the eval lane, and nothing else."""
+        path: str = scope["path"]
+        if (path.startswith("/v1/") or path == "/v1") and on_eval_lane(scope["headers"]):
+            await self._call(scope, receive, send, key)
             return
-        await self._generation(scope, receive, send, key)
+        await _error(
+            scope,
+            send,
+            Forbidden(
+                "The eval lane's credential is good only for /v1 requests on the eval lane "
+                "(x-plumbline-lane: eval)."
+            ),
+            [],
+        )
 
     async def _generation(self, scope: Scope, receive: Receive, send: Send, key: Key) -> None:
         if key.models is None and not key.budgeted:

@@ -23,6 +23,7 @@ from gateway.ledger.record import Record
 from gateway.serving.call import Call
 from gateway.serving.profile import apply_profile, params_hash
 from gateway.trust.gate import pinned_upstream
+from gateway.trust.watchdog import asked_not_to_think
 
 # Where the access guard leaves the body it parsed (to check the model and reserve the budget):
 # (the raw bytes, their JSON), for `read_json` to take instead of parsing the same bytes again.
@@ -161,6 +162,7 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         model=model,
         stream=stream,
         lane="eval" if heads.get("x-plumbline-lane") == "eval" else "prod",
+        thinking_off=chat and asked_not_to_think(body),
     )
     # The cap as a count; a value that is not one is named on the record, never stored raw.
     record.max_tokens, odd_cap = count_of(body, "max_completion_tokens", "max_tokens")

@@ -19,6 +19,9 @@ failed — then any upstream the store names that the config no longer has. Per 
                       fault: `gateway/ledger/truncation.py`), and their share of completed answers
     tripped           checks over their trip threshold; the config's own findings always are
 
+Below the rows: how the newest scheduled eval rounds ended (a failed one's error class and
+masked message) and each target's newest tripwire verdict (`gateway/ledger/rounds.py`).
+
 Renders as a rich table, CSV or JSON.
 """
 
@@ -38,6 +41,7 @@ from rich.table import Table
 from gateway.config import Config, Upstream
 from gateway.config.trust import CHECKS, WatchdogConfig
 from gateway.ledger.report import Format, reading, span
+from gateway.ledger.rounds import latest_rounds, latest_tripwires, rounds_text
 from gateway.ledger.rows import REQUESTS
 from gateway.ledger.store import Store
 from gateway.ledger.truncation import capped_clause, upstream_cut_clause
@@ -96,6 +100,7 @@ def _flags_query(since: float, until: float) -> Any:
             _count_if(t.c.provider_mismatch == sa.true()),
             _count_if(t.c.charged_cost_usd.is_not(None)),
             _count_if(t.c.cost_drift == sa.true()),
+            _count_if(sa.and_(ok, t.c.unasked_reasoning == sa.true())),
         )
         .where(t.c.time >= since, t.c.time < until, t.c.upstream.is_not(None))
         .group_by(t.c.upstream)
@@ -161,9 +166,9 @@ def health_rows(
             upstream: Upstream | None = config.upstream(name)
         except KeyError:
             upstream = None
-        v = by_name.get(name, [0] * 14)
+        v = by_name.get(name, [0] * 15)
         total, ok, errors, cut, capped, leak, sampled, degen, tooled, bad = v[:10]
-        provs, mism, charged, drift = v[10:]
+        provs, mism, charged, drift, unasked = v[10:]
         pinned = upstream is not None and bool(pinned_providers(upstream))
         parser = upstream is None or upstream.reasoning == "parser"
         pairs = {
@@ -173,6 +178,8 @@ def health_rows(
             "tool_call": (bad, tooled),
             "provider_mismatch": (mism, provs if pinned else 0),
             "cost_drift": (drift, charged),
+            # Of every completed answer (whether it asked not to think is not stored).
+            "unasked_reasoning": (unasked, ok),
         }
         tripped = [
             c
@@ -213,6 +220,7 @@ def report_health(
     with reading(config, store) as db, db.engine.connect() as conn:
         flags = list(conn.execute(_flags_query(start, now)))
         failures = failed_attempts(conn.execute(_attempts_query(start, now)))
+        rounds, tripwires = latest_rounds(db.engine), latest_tripwires(db.engine)
     rows = health_rows(config, flags, failures, cfg or WatchdogConfig())
     findings = [asdict(f) for f in config_findings(config)]
     if fmt == "json":
@@ -221,13 +229,15 @@ def report_health(
             "until": now,
             "rows": [asdict(r) | {"state": r.state} for r in rows],
             "findings": findings,
+            "rounds": rounds,
+            "tripwire": tripwires,
         }
         return json.dumps(doc, indent=2)
     if fmt == "csv":
         return _csv(rows)
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}")
-    return _table(rows, findings, since)
+    return _table(rows, findings, since) + rounds_text(rounds, tripwires)
 
 
 COUNTS = ("requests", "completed", "errors", "failed_attempts")

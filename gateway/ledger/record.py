@@ -84,12 +84,16 @@ class Record:
     tool_call_error: str | None = None  # invalid_json | unknown_tool | schema (first problem)
     provider_mismatch: bool = False  # answered by a provider other than the pinned one
     cost_drift: bool = False  # charged cost differs from the computed one beyond the threshold
+    # Reasoning came back although the request asked for none (`thinking_off`).
+    unasked_reasoning: bool = False
     shadow_of: str | None = None  # lane "shadow": the primary request's id
     agreement: str | None = (
         None  # lane "shadow": agreement with the primary (gateway/trust/shadow.py)
     )
     # Monotonic accept time, not stored.
     t0: float = field(default_factory=perf_counter, repr=False)
+    # The request asked not to think (gateway/trust/watchdog.py: asked_not_to_think); not stored.
+    thinking_off: bool = field(default=False, repr=False)
 
     def as_row(self) -> dict[str, Any]:
         """Every stored field (not `t0`); attempts as plain dicts. Built by hand: `asdict`'s
@@ -116,7 +120,7 @@ class Record:
             self.usage_estimated = True
 
 
-_ROW_FIELDS = tuple(f.name for f in fields(Record) if f.name != "t0")
+_ROW_FIELDS = tuple(f.name for f in fields(Record) if f.name not in ("t0", "thinking_off"))
 
 
 class RecordSink(Protocol):

@@ -72,6 +72,7 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
     tool_call_error: str | None = Field(default=None, max_length=32)
     provider_mismatch: bool = False
     cost_drift: bool = False
+    unasked_reasoning: bool = False
     shadow_of: str | None = Field(default=None, max_length=128)
     agreement: str | None = Field(default=None, max_length=32)
 
@@ -107,6 +108,24 @@ class EvalRoundRow(SQLModel, table=True, metadata=metadata):
     started: float = Field(primary_key=True)
     gateway: str = Field(max_length=128)
     finished: float | None = None
+    outcome: str | None = Field(None, max_length=16)  # ok | failed
+    error_class: str | None = Field(None, max_length=64)
+    error: str | None = Field(None, sa_type=sa.Text)  # redacted
+
+
+class TripwireVerdictRow(SQLModel, table=True, metadata=metadata):
+    """One tripwire on one target before it was scored or benched (evals/tripwire.py)."""
+
+    __tablename__ = "tripwire_verdicts"
+    __table_args__ = (sa.Index("ix_tripwire_verdicts_run", "run"),)
+
+    time: float = Field(primary_key=True)
+    target: str = Field(primary_key=True, max_length=256)
+    run: str = Field(max_length=128)  # the round's or the run's id
+    source: str = Field(max_length=16)  # round | eval run | bench
+    verdict: str = Field(max_length=16)  # ok | degenerate | wrong | error
+    passed: bool
+    report: str = Field(sa_type=sa.Text)  # counts and per prompt verdict and why (JSON)
 
 
 class ShadowUsageRow(SQLModel, table=True, metadata=metadata):
@@ -192,6 +211,7 @@ REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
 CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
 DECISIONS: sa.Table = GateDecisionRow.__table__  # type: ignore[attr-defined]
 ROUNDS: sa.Table = EvalRoundRow.__table__  # type: ignore[attr-defined]
+TRIPWIRES: sa.Table = TripwireVerdictRow.__table__  # type: ignore[attr-defined]
 SHADOW_USAGE: sa.Table = ShadowUsageRow.__table__  # type: ignore[attr-defined]
 EVAL_RESULTS: sa.Table = EvalResultRow.__table__  # type: ignore[attr-defined]
 DEMOTIONS: sa.Table = DemotionRow.__table__  # type: ignore[attr-defined]

@@ -183,9 +183,18 @@ class Store:
             conn.execute(ROUNDS.insert().values(started=now, gateway=gateway))
             return True
 
-    def finish_round(self, started: float, now: float) -> None:
+    def finish_round(
+        self, started: float, now: float, outcome: str = "ok", error: tuple[str, str] | None = None
+    ) -> None:
+        """The round claimed at `started` ended at `now`: `outcome` ok | failed, a failed
+        one's (error class, redacted message)."""
+        error_class, message = error if error is not None else (None, None)
         with writing(self.engine) as conn:
-            conn.execute(ROUNDS.update().where(ROUNDS.c.started == started).values(finished=now))
+            conn.execute(
+                ROUNDS.update()
+                .where(ROUNDS.c.started == started)
+                .values(finished=now, outcome=outcome, error_class=error_class, error=message)
+            )
 
     def _insert_new(self, table: sa.Table) -> Any:
         """An INSERT that leaves rows already present alone (ON CONFLICT DO NOTHING)."""

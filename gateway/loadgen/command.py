@@ -19,7 +19,42 @@ from gateway.loadgen.runner import BenchConfig, run_bench
 from gateway.loadgen.scrape import parse_server_metrics
 from gateway.loadgen.shape import parse_concurrencies, parse_shape
 from gateway.loadgen.stats import Row
-from gateway.loadgen.target import Endpoint, parse_target
+from gateway.loadgen.target import Endpoint, Target, parse_target
+
+
+def tripwire_first(
+    targets: Sequence[Target], console: Console, max_wrong: int | None, timeout_s: float
+) -> list[Target]:
+    """The tripwire (evals/tripwire.py) on each target; those that fail are not benched (a
+    collapsed or silent server's speed means nothing). ValueError when none passes."""
+    import asyncio
+
+    from gateway.extras import evals_missing
+
+    missing = evals_missing("the tripwire before a bench")
+    if missing is not None:
+        raise ValueError(f"{missing}; or skip it with --no-tripwire")
+    from evals.tripwire import Target as Asked
+    from evals.tripwire import tripwire_at
+
+    passed = []
+    for t in targets:
+        [report] = asyncio.run(
+            tripwire_at(
+                t.base_url,
+                t.api_key or "unused",
+                [Asked(t.label, t.model)],
+                timeout_s=timeout_s,
+                max_wrong=max_wrong,
+            )
+        ).values()
+        said = "passed" if report.passed else f"FAILED, not benched: {report.why()}"
+        console.print(f"tripwire {t.label}: {report.line()}: {said}", markup=False)
+        if report.passed:
+            passed.append(t)
+    if not passed:
+        raise ValueError("every target failed the tripwire: nothing to bench")
+    return passed
 
 
 def bench_main(
@@ -43,6 +78,8 @@ def bench_main(
     compare_out: str | None = None,
     min_ratio: float | None = 0.99,
     max_ttft_delta_ms: float | None = 1.0,
+    tripwire: bool = True,
+    tripwire_max_wrong: int | None = None,
 ) -> list[Row]:
     """The ``plumbline bench`` command: parse options, run with a live display, print the table.
 
@@ -53,6 +90,9 @@ def bench_main(
     if api_key_env and not key:
         raise ValueError(f"environment variable {api_key_env} is not set")
     targets = [parse_target(t, model, key) for t in target]
+    console = console or Console()
+    if tripwire:
+        targets = tripwire_first(targets, console, tripwire_max_wrong, timeout_s)
     config = BenchConfig(
         targets=targets,
         shapes=[parse_shape(s) for s in shape],
@@ -68,7 +108,6 @@ def bench_main(
         rounds=rounds,
         server_metrics=parse_server_metrics(server_metrics, [t.label for t in targets]),
     )
-    console = console or Console()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
         rows = run_bench(config, progress)

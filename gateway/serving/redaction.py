@@ -222,3 +222,10 @@ class Redactor:
             if any(form in view for form in self.forms):
                 return True
         return False
+
+
+def mask(text: str, secrets: Iterable[str] = (), limit: int = LIMIT) -> str:
+    """`text` as it may be shown anywhere (a failed eval round's message, say): the redaction
+    of `secrets` in every encoding, of URLs, hosts, addresses, paths and anything shaped like a
+    credential, bounded to `limit` characters."""
+    return Redactor.from_values(secrets).text(text, limit)

@@ -84,7 +84,7 @@ def refuse_incomparable(
     every_item = set().union(*({r.item_digest for r in results[u]} for u in summaries))
     refused: list[ArmEvidence] = []
     for up in list(summaries):
-        hashes = {r.params_hash for r in results[up]}
+        hashes = {r.params_hash for r in results[up] if r.params_hash}  # answered items
         why = None
         if reference is not None and hashes != {reference}:
             label = control or "the control"

@@ -21,7 +21,7 @@ there is one, so gateways sharing a store route alike. Routing puts its choice f
 scheduler needs to evaluate each upstream of a route separately.
 
 Per task shape (gateway/serving/shape.py): the eval families stand for shapes (`SHAPE_FAMILIES`:
-tools -> tools, long_context -> longctx, reasoning -> math, edit -> editformat), and
+tools -> tools, long_context -> longctx, reasoning and math -> math, edit -> editformat), and
 `decide_shapes` re-decides each shape on its family's items alone, among the upstreams the shape
 routes to. A shape's decision is kept under `MODEL#SHAPE` (a name no route can have) and routing
 prefers it to the route's own (`latest_for`).
@@ -190,6 +190,7 @@ SHAPE_FAMILIES = {
     "tools": "tools",
     "long_context": "longctx",
     "reasoning": "math",
+    "math": "math",
     "edit": "editformat",
 }
 

@@ -15,6 +15,18 @@ per interval between them, not one each: a round is claimed in the store first, 
 it reaches is a row every gateway routes by (`gateway.trust.gate.SharedGateBook`). Each run's
 results are kept in the store as well (`eval_results`), for `plumbline eval report --from-store`.
 
+Where `[access]` asks /v1 for a key, a round presents the eval lane's credential (`api_key`,
+gateway/edge/lane.py), good only on the eval lane. How each round ended is kept (`RoundOutcome`,
+gateway/trust/rounds.py): in memory for /health, and with a store in its `eval_rounds` row, so a
+round that failed says why (the error's class and its masked message) in the console and
+`plumbline report health`.
+
+Every round starts with the tripwire (evals/tripwire.py) on each target, and on each upstream of a
+gated route (pinned as its arms are): one that fails it (collapsed or silent answers) is not
+scored that round, its verdict kept with the round (/health), in the store (`tripwire_verdicts`,
+the console and `report health`) and, for a gated route, as that upstream's refused evidence.
+`[evals].tripwire = false` skips it.
+
 The eval suite is the `[evals]` extra and loads only when a round runs, never with the gateway. A
 gateway configured with rounds but without the extra says so at start (`missing`, logged as an
 error) and serves on without them.
@@ -35,6 +47,7 @@ from gateway.config.routes import shape_candidates, shape_upstreams
 from gateway.config.trust import GateConfig
 from gateway.extras import evals_missing
 from gateway.ledger.report import window_economics
+from gateway.ledger.rounds import keep_tripwires
 from gateway.trust.gate import (
     PIN_HEADER,
     SHAPE_FAMILIES,
@@ -43,6 +56,14 @@ from gateway.trust.gate import (
     decide,
     decide_shapes,
     gate_arms,
+)
+from gateway.trust.rounds import (
+    RoundHistory,
+    RoundOutcome,
+    failure_of,
+    judge_items,
+    refused_by_tripwire,
+    tripwire_rows,
 )
 from gateway.trust.sizing import (
     family_sizes,
@@ -55,11 +76,22 @@ from gateway.trust.sizing import (
 if TYPE_CHECKING:
     from evals.result import ItemResult
     from evals.runner import RunSpec
+    from evals.tripwire import Target, TripwireReport
     from gateway.config import Config
     from gateway.ledger.store import Store
     from gateway.trust.gate import GateBook, SharedGateBook
 
 log = logging.getLogger("plumbline.schedule")
+
+
+def new_run_id() -> str:
+    """A run's id as the runner makes one: when, and three random bytes."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
+
+
+def _dicts(reports: dict[str, Any]) -> dict[str, Any]:
+    return {label: r.to_dict() for label, r in reports.items()}
+
 
 # How often a gateway with a store looks for a due round (it runs one only if no other did).
 LOOK_S = 60.0
@@ -76,7 +108,10 @@ class EvalScheduler:
         store: Store | None,
         gate_book: GateBook | SharedGateBook,
         base_url: str,
+        *,
+        api_key: str = "unused",
     ):
+        """`api_key`: the eval lane's credential (never logged; the run spec hides it)."""
         self.config = config
         self.store = store
         self.gate_book = gate_book
@@ -85,6 +120,8 @@ class EvalScheduler:
         self.first_round = 0.0  # no round before this time (`_forever` sets it an interval on)
         self.missing: str | None = None  # why rounds cannot run (`evals_missing`), if so
         self._task: asyncio.Task[None] | None = None
+        self._api_key = api_key
+        self.history = RoundHistory()
 
     @property
     def enabled(self) -> bool:
@@ -130,23 +167,48 @@ class EvalScheduler:
             timeout_s=schedule.timeout_s,
             runs_dir=runs_dir,
             reasoning_gym=schedule.reasoning_gym,
+            api_key=self._api_key,
             **kw,
         )
 
-    async def run_once(self, now: float | None = None) -> Path | None:
-        """One scheduled round: the configured targets, then every quality-gated route."""
+    def status(self) -> dict[str, Any]:
+        """For /health: whether rounds run, when the next may, and this gateway's last rounds."""
+        return {
+            "enabled": self.enabled,
+            "missing": self.missing,
+            "every_hours": self.config.evals.every_hours,
+            "first_round": self.first_round or None,
+            "rounds": self.history.view(),
+        }
+
+    async def run_once(
+        self, now: float | None = None, outcome: RoundOutcome | None = None
+    ) -> Path | None:
+        """One scheduled round: the configured targets, then every quality-gated route, each
+        target through the tripwire first. The round's items come from its seed (`now`: the
+        round's time, for seed rotation); how it went goes into `outcome` (a fresh one in the
+        history when none is given)."""
         from evals.runner import Runner, load_run
+        from evals.tripwire import Target
 
         now = time.time() if now is None else now
+        outcome = outcome if outcome is not None else self.history.begin()
         targets = list(self.config.evals.targets)
-        if targets:
-            self.last_run = await Runner(self._spec(targets, now)).run()
+        run_id = new_run_id()
+        reports = await self.tripwire([Target(t, t) for t in targets], outcome, run_id)
+        passed = [t for t in targets if t not in reports or reports[t].passed]
+        if targets and not passed:
+            outcome.failed("tripwire", f"every target failed the tripwire: {', '.join(targets)}")
+        if passed:
+            spec = self._spec(passed, now, run_id=run_id, tripwire=_dicts(reports))
+            self.last_run = await Runner(spec).run()
             results = load_run(self.last_run)[1]
             said = await asyncio.to_thread(targets_resolution, results)
             log.info("scheduled eval finished: %s; %s", self.last_run, said)
+            judge_items(outcome, results)
             await self._keep(results)
         for model in self.gated_models():
-            await self.run_gate(model, now)
+            await self.run_gate(model, now, outcome)
         return self.last_run
 
     def round_sizes(self, model: str) -> dict[str, int]:
@@ -166,16 +228,27 @@ class EvalScheduler:
         }
         return family_sizes(dict(SUITES[self.config.evals.suite]), route_items, shape_items)
 
-    async def run_gate(self, model: str, now: float | None = None) -> GateDecision:
-        """Evaluate each upstream of a gated route (the control twice) on a round sized to
-        decide, and re-decide the route."""
+    async def run_gate(
+        self, model: str, now: float | None = None, outcome: RoundOutcome | None = None
+    ) -> GateDecision:
+        """Evaluate each upstream of a gated route (the control twice) that passes the
+        tripwire, on a round sized to decide, and re-decide the route."""
         from evals.stats import PairingError
+        from evals.tripwire import Target
 
         route = self.config.models[model]
         gate_cfg = route.gate or GateConfig()
         control = gate_cfg.control or route.upstreams[0]
         everyone = [*route.upstreams, *shape_upstreams(self.config, model)]
-        arms = gate_arms(model, everyone, control)
+        run_id = new_run_id()
+        pins = [Target(f"{model}@{u}", model, {PIN_HEADER: u}) for u in dict.fromkeys(everyone)]
+        reports = await self.tripwire(pins, outcome or RoundOutcome(time.time()), run_id)
+        failed = {
+            t.headers[PIN_HEADER]: reports[t.label].why()
+            for t in pins
+            if t.label in reports and not reports[t.label].passed
+        }
+        arms = [arm for arm in gate_arms(model, everyone, control) if arm[1] not in failed]
         sizes = await asyncio.to_thread(self.round_sizes, model)
         spec = self._spec(
             [label for label, _ in arms],
@@ -183,11 +256,15 @@ class EvalScheduler:
             target_models={label: model for label, _ in arms},
             target_headers={label: {PIN_HEADER: pin} for label, pin in arms},
             sizes=sizes,
+            run_id=run_id,
+            tripwire=_dicts(reports),
         )
         log.info(
             "gate %s: a round of %d items %s, seed %d", model, sum(sizes.values()), sizes, spec.seed
         )
-        results = await self.evaluate(spec)
+        results = await self.evaluate(spec) if arms else []
+        if outcome is not None:
+            judge_items(outcome, results)
         await self._keep(results)
         by_label: dict[str, list[ItemResult]] = {}
         for r in results:
@@ -218,6 +295,7 @@ class EvalScheduler:
             detect_gap=gate_cfg.detect_gap,
             power=gate_cfg.power,
         )
+        decision = refused_by_tripwire(decision, failed)
         self.gate_book.record(decision)
         log.info("gate %s: %s; %s", model, decision.reason, decision.resolution)
         for shaped in decide_shapes(
@@ -236,6 +314,48 @@ class EvalScheduler:
                 "gate %s, shape %s: %s; %s", model, shaped.shape, shaped.reason, shaped.resolution
             )
         return decision
+
+    async def tripwire(
+        self, targets: list[Target], outcome: RoundOutcome, run_id: str
+    ) -> dict[str, TripwireReport]:
+        """The tripwire on each target through this gateway (label -> report), kept with the
+        round and in the store; nothing (every target passes) with `[evals].tripwire` off."""
+        from evals.runner import LANE_HEADER
+        from evals.tripwire import tripwire_at
+
+        schedule = self.config.evals
+        if not schedule.tripwire or not targets:
+            return {}
+        reports = await tripwire_at(
+            self.base_url,
+            self._api_key,
+            targets,
+            headers=LANE_HEADER,
+            timeout_s=schedule.timeout_s,
+            max_tokens=schedule.tripwire_max_tokens,
+            max_wrong=schedule.tripwire_max_wrong,
+            max_degenerate=schedule.tripwire_max_degenerate,
+            concurrency=schedule.concurrency,
+        )
+        for label, report in reports.items():
+            outcome.tripwire[label] = {
+                "target": label,
+                "run": run_id,
+                "source": "round",
+                "time": time.time(),
+                "verdict": report.verdict,
+                "passed": report.passed,
+                "report": {k: v for k, v in report.to_dict().items() if k != "prompts"},
+            }
+            if not report.passed:
+                log.warning("tripwire: %s not scored this round: %s", label, report.why())
+        if self.store is not None:
+            rows = tripwire_rows(reports, run_id, "round", time.time())
+            try:
+                await asyncio.to_thread(keep_tripwires, self.store.engine, rows)
+            except Exception:
+                log.exception("tripwire verdicts of %s could not be kept in the store", run_id)
+        return reports
 
     async def evaluate(self, spec: RunSpec) -> list[ItemResult]:
         """One eval run through this gateway, its results read back from the runs folder."""
@@ -290,8 +410,8 @@ class EvalScheduler:
             await asyncio.sleep(look)
             try:
                 await self.tick(time.time())
-            except Exception:
-                log.exception("scheduled eval failed")
+            except Exception:  # the store failed around the round: the round said its own
+                log.exception("scheduled eval could not be claimed or closed")
 
     async def tick(self, now: float) -> bool:
         """One look at the clock: run the round if it is due (`first_round` has come, and with
@@ -304,7 +424,21 @@ class EvalScheduler:
             interval = self.config.evals.every_hours * 3600
             if not await asyncio.to_thread(store.claim_round, now, interval, GATEWAY_ID):
                 return False
-        await self.run_once(now)
+        outcome = self.history.begin(now)
+        try:
+            await self.run_once(now, outcome)
+        except Exception as e:
+            outcome.failed(*failure_of(e, (self._api_key,)))
+        if outcome.outcome == "running":
+            outcome.outcome = "ok"
+        outcome.finished = time.time()
+        if outcome.outcome == "failed":
+            log.error("scheduled eval round failed: %s: %s", outcome.error_class, outcome.error)
         if store is not None:
-            await asyncio.to_thread(store.finish_round, now, time.time())
+            error = (
+                (outcome.error_class or "", outcome.error or "") if outcome.error_class else None
+            )
+            await asyncio.to_thread(
+                store.finish_round, now, outcome.finished, outcome.outcome, error
+            )
         return True

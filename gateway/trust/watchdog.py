@@ -12,6 +12,9 @@ Each finished record is one observation per check that applies to it:
     tool_call           responses with tool calls               invalid JSON, unknown tool, schema
     provider_mismatch   pinned provider route, provider known   another provider answered
     cost_drift          provider reported usage.cost            charged vs computed beyond threshold
+    unasked_reasoning   completed, the request asked not to     reasoning came back anyway (tokens
+                        think (`asked_not_to_think`)            or text): the provider thinks
+                                                                though thinking was off
 
 `Watchdog` keeps the last `window` observations per (upstream, check) — bounded memory — and
 trips a check when its flagged share reaches the threshold's `rate` over at least `min_samples`;
@@ -87,7 +90,29 @@ def annotate(record: Record, config: Config) -> None:
     pins = pinned_providers(upstream)
     if pins and record.provider:
         record.provider_mismatch = provider_slug(record.provider) not in pins
+    record.unasked_reasoning = record.thinking_off and record.reasoning_tokens > 0
     record.cost_drift = drifted(record, config.prices.get(record.upstream))
+
+
+def asked_not_to_think(body: dict[str, Any]) -> bool:
+    """Whether a request body (its profile applied) asks the model not to think: vLLM's
+    `chat_template_kwargs.enable_thinking = false`, OpenRouter's `reasoning.enabled = false` or
+    `reasoning.effort = "none"`, or `reasoning_effort = "none"`; and nothing in it asks to."""
+    said: list[bool] = []
+    kwargs = body.get("chat_template_kwargs")
+    if isinstance(kwargs, dict) and isinstance(kwargs.get("enable_thinking"), bool):
+        said.append(not kwargs["enable_thinking"])
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict):
+        if isinstance(reasoning.get("enabled"), bool):
+            said.append(not reasoning["enabled"])
+        if isinstance(reasoning.get("effort"), str):
+            said.append(reasoning["effort"] == "none")
+        if reasoning.get("max_tokens"):
+            said.append(False)
+    if isinstance(body.get("reasoning_effort"), str):
+        said.append(body["reasoning_effort"] == "none")
+    return bool(said) and all(said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +211,8 @@ def observations(record: Record, config: Config) -> dict[str, bool]:
         out["provider_mismatch"] = record.provider_mismatch
     if record.charged_cost_usd is not None and record.upstream in config.prices:
         out["cost_drift"] = record.cost_drift
+    if completed and record.thinking_off:
+        out["unasked_reasoning"] = record.unasked_reasoning
     return out
 
 

@@ -92,8 +92,10 @@ def test_tripwire_and_logits_commands_through_the_gateway() -> None:
         code_t = CliRunner().invoke(cli.app, ["eval", "tripwire", "-t", "ok", "--base-url", url])
         args = ["eval", "logits", "--a", "ok", "--b", "ok", "--base-url", url]
         code_l = CliRunner().invoke(cli.app, [*args, "--mode", "greedy", "--max-tokens", "4"])
-    assert code_t.exit_code == 0, code_t.output
-    assert code_t.output.startswith("ok: ")
+    # The fake answers "tok0 tok1 …": wrong, so the target fails (exit status 1), in a table.
+    assert code_t.exit_code == 1, code_t.output
+    assert "TripwireReport(" not in code_t.output and "What is 12 + 30?" in code_t.output
+    assert "ok: FAILED: 19 of 20 prompts wrong (at most 2 allowed)" in code_t.output
     assert code_l.exit_code == 0, code_l.output
     lines = code_l.output.splitlines()
     assert [line.split()[0] for line in lines] == ["control", "pair", "verdict:"]
@@ -112,3 +114,41 @@ def test_logits_scores_every_token_of_fixed_texts_not_one_per_prompt() -> None:
     positions = sum(len(t.split()) - 1 for t in TEXTS)
     assert f"positions={positions}," in ran.output.splitlines()[0]
     assert positions > 10 * len(TEXTS)
+
+
+def test_eval_tripwire_json_and_eval_run_skips_a_target_that_fails_it(tmp_path: Path) -> None:
+    """`eval run` starts with the tripwire: a collapsed target is not scored, the verdicts are
+    in run.json and in the report; `eval tripwire --json` is the same verdicts as JSON."""
+    import json
+
+    runs = tmp_path / "runs"
+    with (
+        running_fake(tokens=4) as fake,
+        running_fake(degenerate=True, tokens=12) as broken,
+        running_gateway(gateway_for(ok=fake.base_url, broken=broken.base_url)) as url,
+    ):
+        asked = ["eval", "tripwire", "-t", "ok", "-t", "broken", "--base-url", url, "--json"]
+        tripwire = CliRunner().invoke(cli.app, asked)
+        args = ["eval", "run", "-t", "ok", "-t", "broken", "--suite", "smoke", "--base-url", url]
+        ran = CliRunner().invoke(cli.app, [*args, "--runs-dir", str(runs), "--timeout", "20"])
+        skipped = CliRunner().invoke(
+            cli.app, [*args, "--runs-dir", str(tmp_path / "all"), "--no-tripwire"]
+        )
+    doc = json.loads(tripwire.output)
+    assert tripwire.exit_code == 1
+    assert doc["broken"]["verdict"] == "degenerate" and doc["ok"]["verdict"] == "wrong"
+    assert len(doc["broken"]["prompts"]) == 20
+    assert ran.exit_code == 0, ran.output
+    assert "tripwire broken: degenerate" in ran.output and "FAILED, not scored" in ran.output
+    [folder] = [p for p in runs.iterdir() if p.is_dir()]
+    meta, results = load_run(folder)
+    assert {r.target for r in results} == {"ok"} and meta["targets"] == ["ok"]
+    assert meta["tripwire"]["broken"]["passed"] is False
+    assert meta["tripwire"]["ok"]["passed"] is True  # wrong answers alone do not fail a run
+    reported = CliRunner().invoke(cli.app, ["eval", "report", str(folder)])
+    assert reported.exit_code == 0, reported.output
+    md = (folder / "report" / "report.md").read_text()
+    assert "## Tripwire before scoring" in md and "no: not scored" in md
+    assert skipped.exit_code == 0, skipped.output
+    [every] = [p for p in (tmp_path / "all").iterdir() if p.is_dir()]
+    assert {r.target for r in load_run(every)[1]} == {"ok", "broken"}

@@ -150,3 +150,11 @@ def test_noise_floor_verdicts() -> None:
 def test_noise_floor_needs_a_control() -> None:
     with pytest.raises(ValueError):
         NoiseFloor.from_controls([])
+
+
+def test_items_never_answered_do_not_mix_an_arms_hash() -> None:
+    """A timed-out item has no params hash (nothing was sampled): it stays in the denominator
+    as not correct, but does not make the arm look sampled two ways."""
+    timed_out = [ItemResult("t", "i1", "d1", "f", "timeout", params_hash="")]
+    p = pair(arm(["correct"], params="h1") + timed_out, arm(["correct", "wrong"], params="h1"))
+    assert p.n == 2

@@ -103,5 +103,7 @@ async def traffic(request: Request, window: str = "24h") -> Response:
 @router.get("/api/quality")
 async def quality(request: Request) -> Response:
     gw = request.app.state.gateway
-    doc = await asyncio.to_thread(panels.quality, gw.config, gw.store, gw.gate_book.view)
+    doc = await asyncio.to_thread(
+        panels.quality, gw.config, gw.store, gw.gate_book.view, gw.scheduler.status
+    )
     return _json(doc)

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from gateway.errors import BadRequest
 from gateway.ledger.health_report import report_health
 from gateway.ledger.report import report_cost
+from gateway.ledger.rounds import latest_rounds, latest_tripwires
 from gateway.ledger.rows import EVAL_RESULTS, REQUESTS
 from gateway.ledger.truncation import capped_clause
 from gateway.trust.shadow_report import report_shadow
@@ -265,12 +266,38 @@ def eval_round(config: Config, store: Store, run: str, kept: float) -> dict[str,
 
 
 def quality(
-    config: Config, store: Store | None, decisions: Callable[[], dict[str, Any]]
+    config: Config,
+    store: Store | None,
+    decisions: Callable[[], dict[str, Any]],
+    schedule: Callable[[], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The latest eval rounds in the store and the gate's latest decision per gated route
     (`decisions`: the gate book's view), with its evidence (per arm: score, interval, paired
-    McNemar against the best, the noise floor of the control pair, the verdict)."""
+    McNemar against the best, the noise floor of the control pair, the verdict); how the last
+    scheduled rounds ended and each target's latest tripwire (`schedule`: the scheduler's own
+    view, used where there is no store)."""
     rounds = []
     if store is not None:
         rounds = [eval_round(config, store, run, kept) for run, kept in _latest_runs(store, ROUNDS)]
-    return {"store": store is not None, "rounds": rounds, "decisions": decisions()}
+    return {
+        "store": store is not None,
+        "rounds": rounds,
+        "decisions": decisions(),
+        "schedule": scheduled(store, schedule),
+    }
+
+
+def scheduled(store: Store | None, schedule: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+    """The newest scheduled rounds (how each ended, a failed one's class and masked message)
+    and the newest tripwire verdict per target: from the store (every gateway's), else from
+    this gateway's scheduler."""
+    if store is not None:
+        return {
+            "rounds": latest_rounds(store.engine, ROUNDS),
+            "tripwire": latest_tripwires(store.engine),
+        }
+    own = schedule() if schedule is not None else {"rounds": []}
+    tripwire: dict[str, Any] = {}
+    for r in reversed(own["rounds"]):
+        tripwire.update(r.get("tripwire", {}))
+    return {"rounds": own["rounds"], "tripwire": tripwire}

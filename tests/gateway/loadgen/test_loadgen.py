@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import random
 from dataclasses import astuple
 from pathlib import Path
@@ -170,6 +171,7 @@ def test_bench_main_prints_a_table(fake, tmp_path: Path):
         tsv=str(tmp_path / "b.tsv"),
         seed=1,
         console=console,
+        tripwire=False,  # the fake repeats a filler text: the tripwire would fail it
     )
     assert len(rows) == 2
     text = console.export_text()
@@ -292,3 +294,19 @@ def test_detect_tokenizer_names_the_model_it_is_given():
     # two probes each ("the", "the the"); a name the node does not serve is refused
     named = [b.get("model", "-") for b in asked if "prompt" in b]
     assert named == ["m", "m", "-", "-", "other"]
+
+
+def test_bench_starts_with_the_tripwire_and_benches_no_collapsed_target() -> None:
+    out = io.StringIO()
+    with running_fake(degenerate=True, tokens=12) as broken:
+        with pytest.raises(ValueError, match="every target failed the tripwire"):
+            bench_main(
+                target=[f"broken={broken.base_url}"],
+                model="m",
+                concurrency="1",
+                tsv=None,
+                console=Console(file=out, width=200),
+            )
+        asked = len(broken.requests())
+    assert "tripwire broken: degenerate" in out.getvalue() and "not benched" in out.getvalue()
+    assert asked == 20  # the tripwire's prompts only: no load was sent

@@ -123,3 +123,66 @@ def test_shape_rules_load_and_name_their_upstreams() -> None:
 def test_bad_shape_rules_fail_at_load(shapes: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         shaped_config(shapes)
+
+
+def ask(text: str) -> dict[str, Any]:
+    return {
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+    }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What is 12 + 30?",
+        "Solve 3x + 5 = 20 for x.",
+        "Prove that the square root of 2 is irrational.",
+        "Compute the sum of the first 100 positive integers.",
+        "Find the derivative of sin(x) * x.",
+        "Evaluate \\int_0^1 x^2 dx.",
+        "How many ways can 5 people sit at a round table of 5 seats?",
+        "If x = 4, what is x^2 - 1?",
+        "What is the remainder when 2^100 is divided by 7?",
+        "Simplify (a+b)(a-b).",
+        "Let n ≥ 3 be an integer; show the polygon has n(n-3)/2 diagonals.",
+    ],
+)
+def test_maths_problems_are_the_math_shape(text: str) -> None:
+    assert classify(ask(text)) == "math"
+    assert classify({"prompt": text}) == "math"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "hi",
+        "Write a haiku about the sea.",
+        "The meeting is on 2024-12-04 at 10:30; can you move it?",
+        "Compute the checksum of a file in Python:\n```python\nimport hashlib\n```",
+        "How many languages do you speak?",  # a question, and no number in it
+        "Add 1/2 cup of sugar.",
+        "Summarise version 3.10-2's changelog.",
+    ],
+)
+def test_other_prompts_are_not_maths(text: str) -> None:
+    assert classify(ask(text)) == "default"
+
+
+def test_only_the_last_user_message_is_read_for_maths_and_asking_to_think_wins() -> None:
+    earlier = [
+        {"role": "user", "content": "What is 12 + 30?"},
+        {"role": "assistant", "content": "42"},
+    ]
+    body = {"messages": [*earlier, {"role": "user", "content": "thanks, and a poem?"}]}
+    assert classify(body) == "default"
+    assert classify({**ask("Prove it."), "reasoning_effort": "high"}) == "reasoning"
+    parts = [{"type": "text", "text": "Solve"}, {"type": "text", "text": "x^2 = 9"}]
+    assert classify({"messages": [{"role": "user", "content": parts}]}) == "math"
+
+
+def test_every_item_of_the_math_family_is_the_math_shape() -> None:
+    """The family the math shape is gated on is what the shape catches."""
+    from evals.families.math import build
+
+    items = build(0)
+    assert items and all(classify({"messages": list(i.messages)}) == "math" for i in items)

@@ -115,7 +115,9 @@ def test_gateways_on_one_store_run_one_round_per_interval(tmp_path: Path) -> Non
     ran: list[str] = []
 
     class Counting(EvalScheduler):
-        async def run_once(self, now: float | None = None) -> None:  # type: ignore[override]
+        async def run_once(  # type: ignore[override]
+            self, now: float | None = None, outcome: object = None
+        ) -> None:
             ran.append(self.base_url)
 
     evals = SimpleNamespace(every_hours=interval / 3600)
@@ -290,3 +292,39 @@ def test_a_round_refuses_an_api_not_at_parity_by_name_and_accepts_what_the_route
                 assert decision.reason.endswith(f"(accepted unequal: {unsent})")
         told = [r["body"] for r in api.requests() if r["path"].endswith("/chat/completions")]
     assert told and not any({"top_k", "chat_template_kwargs"} & set(b) for b in told)
+
+
+def test_a_round_starts_with_the_tripwire_and_an_upstream_that_fails_it_is_not_scored(
+    tmp_path: Path,
+) -> None:
+    """The cheap upstream has collapsed (repeating digits): the round's tripwire fails it, so it
+    is never scored; the gate names why it is not eligible, and the verdict is on /health, in
+    the store and in the console's quality panel."""
+    from gateway.edge.console import panels
+    from gateway.ledger.rounds import latest_tripwires
+
+    with running_fake(tokens=6) as dear, running_fake(degenerate=True, tokens=12) as cheap:
+        cfg = gated_config(dear.base_url, cheap.base_url, tmp_path)
+        with serving(cfg, own_port=True, record=True) as (url, app):
+            gw = app.state.gateway
+            gw.scheduler.first_round = 0.0
+            tick = gw.scheduler.tick(1e9)
+            asyncio.run_coroutine_threadsafe(tick, gw_loop(app)).result(timeout=180)
+            root = url.removesuffix("/v1")
+            health = httpx.get(f"{root}/health").json()
+            # The console's quality panel (its route needs an admin key; the panel is this).
+            quality = panels.quality(cfg, gw.store, gw.gate_book.view, gw.scheduler.status)
+            stored = latest_tripwires(gw.store.engine)
+            sent_cheap = len(cheap.requests())
+    decision = health["gate"]["smol"]
+    arms = {a["upstream"]: a for a in decision["arms"]}
+    assert decision["chosen"] == "dear"
+    assert arms["cheap"]["n"] == 0 and not arms["cheap"]["eligible"]
+    assert arms["cheap"]["why"].startswith("refused: failed the tripwire: ")
+    [round_] = health["evals"]["rounds"]
+    assert round_["tripwire"]["smol@cheap"]["verdict"] == "degenerate"
+    assert round_["tripwire"]["smol@dear"]["passed"] is True
+    assert stored["smol@cheap"]["passed"] is False and stored["smol@cheap"]["source"] == "round"
+    assert len(stored["smol@cheap"]["report"]["prompts"]) == 20
+    assert quality["schedule"]["tripwire"]["smol@cheap"]["verdict"] == "degenerate"
+    assert sent_cheap == 20  # the tripwire's prompts, and no eval item

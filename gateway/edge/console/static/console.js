@@ -177,13 +177,34 @@ function decisionBlock(model, d) {
   return box;
 }
 
+function renderSchedule(schedule) {
+  const rounds = schedule.rounds || [];
+  fill("schedule-table", rounds.map((r) => [
+    cell(fmt.time(r.started)), cell(r.gateway || "this gateway", "mono"),
+    cell(badge(r.outcome, r.outcome === "ok" ? "ok" : r.outcome === "failed" ? "bad" : "idle")),
+    cell(r.outcome === "failed" ? `${r.error_class}: ${r.error}` : r.finished ? `finished ${fmt.time(r.finished)}` : "running"),
+  ]), "No scheduled round has run yet.");
+  const trips = Object.values(schedule.tripwire || {});
+  fill("tripwire-table", trips.map((t) => {
+    const c = t.report.counts || {};
+    const why = t.passed ? "" : t.report.why || "";
+    return [cell(t.target, "mono"), cell(badge(t.verdict, t.passed ? "ok" : "bad")), cell(fmt.n(c.ok), "num"),
+      cell(fmt.n(c.degenerate), "num"), cell(fmt.n(c.wrong), "num"), cell(fmt.n(c.error), "num"),
+      cell(why), cell(fmt.time(t.time))];
+  }), "No tripwire has run yet.");
+  return rounds[0];
+}
+
 function renderQuality(doc) {
   const holder = $("decisions");
   const entries = Object.entries(doc.decisions);
+  const last = renderSchedule(doc.schedule || {});
   if (!entries.length) {
     const p = document.createElement("p");
     p.className = "muted";
-    p.textContent = "No gate decision yet: no route has the cheapest_within_floor policy, or no round has run.";
+    p.textContent = last && last.outcome === "failed"
+      ? `No gate decision yet: the last scheduled round failed (${last.error_class}: ${last.error}).`
+      : "No gate decision yet: no route has the cheapest_within_floor policy, or no round has run.";
     holder.replaceChildren(p);
   } else {
     holder.replaceChildren(...entries.map(([m, d]) => decisionBlock(m, d)));
