@@ -219,13 +219,14 @@ class EvalScheduler:
 
         gate_cfg = self.config.models[model].gate or GateConfig()
         route_items = planned_items(gate_cfg, observed_discordance(self.gate_book.latest(model)))
-        shape_items = {
-            SHAPE_FAMILIES[shape]: planned_items(
-                gate_cfg, observed_discordance(self.gate_book.latest(model, shape))
-            )
-            for shape in shape_candidates(self.config, model, SHAPE_FAMILIES)
-            if shape in SHAPE_FAMILIES
-        }
+        shape_items: dict[str, int] = {}
+        for shape in shape_candidates(self.config, model, SHAPE_FAMILIES):
+            if shape not in SHAPE_FAMILIES:
+                continue
+            family = SHAPE_FAMILIES[shape]  # two shapes may share one (reasoning, math)
+            last = self.gate_book.latest(model, shape)
+            need = planned_items(gate_cfg, observed_discordance(last))
+            shape_items[family] = max(need, shape_items.get(family, 0))
         return family_sizes(dict(SUITES[self.config.evals.suite]), route_items, shape_items)
 
     async def run_gate(

@@ -50,8 +50,12 @@ def test_every_config_example_loads(where: str, block: str, tmp_path: Path) -> N
     entry each), and a route table shown on its own gets one, so its own tables and keys are
     still checked."""
     data = tomllib.loads(block)
-    for route in data.get("models", {}).values():
+    models = data.get("models", {})
+    for route in list(models.values()):
         route.setdefault("upstreams", ["example-upstream"])  # a table shown on its own
+        for rule in route.get("shapes", {}).values():
+            if isinstance(rule, str):  # a sub-route by another route's name
+                models.setdefault(rule, {"upstreams": ["example-upstream"]})
     ups = data.setdefault("upstreams", [])
     known = {u["name"] for u in ups} | set(data.get("models", {}))
     wanted = set().union(*(_names(r) for r in data.get("models", {}).values()))
