@@ -185,7 +185,13 @@ def test_a_round_changes_one_shapes_route_and_not_anothers() -> None:
                     "smol": {
                         "upstreams": ["dear", "cheap"],
                         "policy": "cheapest_within_floor",
-                        "gate": {"min_items": 5, "prices": {"dear": 10.0, "cheap": 1.0}},
+                        # 12 items a family tell apart a 58-point gap at best: a gate that
+                        # asks for 60 points lets them decide (docs/rounds.md).
+                        "gate": {
+                            "min_items": 5,
+                            "prices": {"dear": 10.0, "cheap": 1.0},
+                            "detect_gap": 0.6,
+                        },
                     }
                 },
             }

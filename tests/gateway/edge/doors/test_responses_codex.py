@@ -22,7 +22,7 @@ from gateway.ledger.record import Record
 from tests.gateway.edge.test_api import gateway_config
 from tests.harness import ListSink, running_gateway
 
-README = Path(__file__).resolve().parents[4] / "README.md"
+POLICY_PAGE = Path(__file__).resolve().parents[4] / "docs" / "doors" / "responses-and-messages.md"
 EXEC = {
     "type": "function",
     "name": "exec_command",
@@ -511,8 +511,8 @@ def test_prompt_cache_key_is_session_affinity(fake: FakeHandle, fake2: FakeHandl
     assert set(chosen) == {"a", "b"}  # and the keys do spread over the upstreams
 
 
-def test_readme_table_is_the_code_table() -> None:
-    text = README.read_text()
+def test_the_docs_table_is_the_code_table() -> None:
+    text = POLICY_PAGE.read_text()
     table = markdown(protocol_responses.POLICY)
     assert table in text
     section = text[text.index("**POST /v1/responses**") :]
