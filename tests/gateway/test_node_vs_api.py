@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -80,7 +81,9 @@ provider = {PIN}
 profile = "smol-quiet"
 upstreams = ["smol-vllm", "api"]
 policy = "cheapest_within_floor"
-gate = {{ control = "smol-vllm", min_items = 5 }}
+# A CPU test affords a small round (6 items a family): the gate is asked for no finer gap than it can
+# resolve (docs/rounds.md), and its decision says what that was.
+gate = {{ control = "smol-vllm", min_items = 5, round_items = 6, detect_gap = 1.0 }}
 
 [models.smol-ignored]
 profile = "smol-quiet"
@@ -187,6 +190,7 @@ def test_the_gate_compares_the_node_with_the_api_it_replaces(tmp_path: Path) -> 
             wait_for(lambda: bool(finished()), timeout=1500)
             health = httpx.get(f"{root}/health").json()
             quality = httpx.get(f"{root}/console/api/quality", headers=admin, timeout=60).json()
+            shown = console_quality(root, tmp_path / "console-quality.png")
             report = subprocess.run(
                 [sys.executable, "-c", "from gateway.cli import app; app()", "report", "health"]
                 + ["--config", str(path), "--format", "json"],
@@ -215,6 +219,9 @@ def test_the_gate_compares_the_node_with_the_api_it_replaces(tmp_path: Path) -> 
     arms = {a["upstream"]: a for a in decision["arms"]}
     assert set(arms) == {"smol-vllm", "api"}, decision
     assert decision["chosen"] in arms, decision["reason"]
+    assert decision["resolution"].startswith("this round can tell apart"), decision
+    # The same decision in the console, as a person reads it.
+    assert decision["reason"] in shown and "smol-vllm" in shown and "api" in shown
     for name, arm in arms.items():
         assert arm["n"] > 0 and len(arm["ci"]) == 2, (name, arm)
         assert arm["eligible"], (name, arm["why"])
@@ -223,6 +230,35 @@ def test_the_gate_compares_the_node_with_the_api_it_replaces(tmp_path: Path) -> 
     priced = {a["upstream"]: a for a in latest["arms"] if not a["control"]}
     assert priced["api"]["usd_per_m_output"] is not None
     assert priced["smol-vllm"]["usd_per_m_output"] is not None
+
+
+def console_quality(root: str, path: Path) -> str:
+    """The console's quality panel as a person sees it (headless Chromium, the admin key as the
+    HTTP Basic password): its text, and a screenshot at `path` (copied to PLUMBLINE_ARTIFACTS
+    when set)."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian's chromium is not installed: apt-get install chromium"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            context = browser.new_context(
+                http_credentials={"username": "ops", "password": ADMIN},
+                viewport={"width": 1440, "height": 900},
+            )
+            page = context.new_page()
+            page.goto(f"{root}/console")
+            page.locator("#decisions table").first.wait_for(timeout=60_000)
+            panel = page.locator("#quality")
+            panel.screenshot(path=str(path))
+            text = panel.inner_text()
+        finally:
+            browser.close()
+    if out := os.environ.get("PLUMBLINE_ARTIFACTS"):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(out) / path.name)
+    return text
 
 
 def finished_rounds(health: dict[str, Any]) -> list[dict[str, Any]]:
