@@ -81,8 +81,8 @@ provider = {PIN}
 profile = "smol-quiet"
 upstreams = ["smol-vllm", "api"]
 policy = "cheapest_within_floor"
-# A CPU test affords a small round (6 items a family): the gate is asked for no finer gap than it can
-# resolve (docs/rounds.md), and its decision says what that was.
+# A CPU test affords a small round (6 items a family): the gate is asked for no finer gap than
+# it can resolve (docs/rounds.md), and its decision says what that was.
 gate = {{ control = "smol-vllm", min_items = 5, round_items = 6, detect_gap = 1.0 }}
 
 [models.smol-ignored]
