@@ -269,7 +269,7 @@ def gate_arms(model: str, upstreams: Sequence[str], control: str) -> list[tuple[
 
 
 class _Book:
-    """What routing and `GET /admin/gate` read: the latest decision per model, and a bounded
+    """What routing and /health's `gate` key read: the latest decision per model, and a bounded
     history. Where they are kept is the subclass's: `_read` and `record`."""
 
     history: int
@@ -292,7 +292,7 @@ class _Book:
         return own if own is not None and own.chosen is not None else self.latest(model)
 
     def view(self) -> dict[str, Any]:
-        """For `GET /admin/gate`: the latest decision of every gated model."""
+        """For /health's `gate` key: the latest decision of every gated model."""
         latest: dict[str, Any] = self._read()["latest"]
         return latest
 
