@@ -84,7 +84,8 @@ def refuse_incomparable(
     every_item = set().union(*({r.item_digest for r in results[u]} for u in summaries))
     refused: list[ArmEvidence] = []
     for up in list(summaries):
-        hashes = {r.params_hash for r in results[up] if r.params_hash}  # answered items
+        # The answered items' hash (as `evals.stats` pairs them): none answered reads "".
+        hashes = {r.params_hash for r in results[up] if r.params_hash} or {""}
         why = None
         if reference is not None and hashes != {reference}:
             label = control or "the control"
