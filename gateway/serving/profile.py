@@ -17,19 +17,10 @@ from typing import Any
 
 from gateway.config import Profile
 from gateway.serving.semantics import NEUTRAL as NEUTRAL
-from gateway.serving.semantics import Semantics
+from gateway.serving.semantics import SAMPLERS, Semantics
 
-# The sampling fields a profile may fill in.
-SAMPLING = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "seed",
-)
+# The sampling fields a profile may fill in: the samplers, and the seed.
+SAMPLING = (*SAMPLERS, "seed")
 
 
 def apply_profile(body: dict[str, Any], profile: Profile | None, chat: bool) -> dict[str, Any]:
