@@ -147,25 +147,25 @@ def run_cmd(
     _print_summary(results)
 
 
+def _tripwire(
+    base_url: str, key: str, targets: list[str], **options: Any
+) -> dict[str, TripwireReport]:
+    """The tripwire on each target through the gateway's eval lane (`options`: tripwire_at's);
+    a gateway that cannot be reached is the user's error, said plainly."""
+    from evals.tripwire import Target, tripwire_at
+
+    asked = [Target(t, t) for t in targets]
+    try:
+        return asyncio.run(tripwire_at(base_url, key, asked, headers=runner.LANE_HEADER, **options))
+    except openai.APIConnectionError as e:
+        raise typer.BadParameter(f"the gateway at {base_url} cannot be reached: {e}") from None
+
+
 def _tripwire_first(
     base_url: str, key: str, targets: list[str], max_wrong: int | None, timeout: float
 ) -> dict[str, TripwireReport]:
     """The tripwire on each target, its verdict printed; a target that fails is named."""
-    from evals.tripwire import Target, tripwire_at
-
-    try:
-        verdicts = asyncio.run(
-            tripwire_at(
-                base_url,
-                key,
-                [Target(t, t) for t in targets],
-                headers=runner.LANE_HEADER,
-                timeout_s=timeout,
-                max_wrong=max_wrong,
-            )
-        )
-    except openai.APIConnectionError as e:
-        raise typer.BadParameter(f"the gateway at {base_url} cannot be reached: {e}") from None
+    verdicts = _tripwire(base_url, key, targets, timeout_s=timeout, max_wrong=max_wrong)
     for t, report in verdicts.items():
         refused = [
             r.detail for r in report.results if r.detail.startswith(("HTTP 401", "HTTP 403"))
@@ -326,22 +326,10 @@ def tripwire_cmd(
     target fails."""
     import json
 
-    from evals.tripwire import Target, table, tripwire_at
+    from evals.tripwire import table
 
     key = _key(api_key, config, False)
-    try:
-        reports = asyncio.run(
-            tripwire_at(
-                base_url,
-                key,
-                [Target(t, t) for t in target],
-                headers=runner.LANE_HEADER,
-                max_tokens=max_tokens,
-                max_wrong=max_wrong,
-            )
-        )
-    except openai.APIConnectionError as e:
-        raise typer.BadParameter(f"the gateway at {base_url} cannot be reached: {e}") from None
+    reports = _tripwire(base_url, key, target, max_tokens=max_tokens, max_wrong=max_wrong)
     if as_json:
         typer.echo(json.dumps({t: r.to_dict() for t, r in reports.items()}, indent=2))
     else:
