@@ -31,7 +31,7 @@ from evals.families import code as family  # noqa: E402
 from evals.item import Reply  # noqa: E402
 
 ALWAYS_EQUAL = """
-class _Same:
+class Same:
     def __eq__(self, other): return True
     def __ne__(self, other): return False
     def __bool__(self): return True
@@ -54,7 +54,7 @@ def tricks(entry: str) -> dict[str, str]:
         "os._exit(0)": f"import os\n{head}    os._exit(0)\nos._exit(0)\n",
         "raise SystemExit": f"{head}    raise SystemExit\nraise SystemExit\n",
         "exit in body": f"import sys\n{head}    sys.exit(0)\n",
-        "always-equal": f"{ALWAYS_EQUAL}\n{head}    return _Same()\n",
+        "always-equal": f"{ALWAYS_EQUAL}\n{head}    return Same()\n",
     }
 
 

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.sandbox_humaneval import ALWAYS_EQUAL
 from evals import sandbox
 from evals.families import code as family
 from evals.item import Item, Reply, items_digest
@@ -209,22 +210,6 @@ def test_canonical_solutions_of_a_fixed_sample_pass(problems: dict) -> None:
         assert verdict.correct, (item.id, verdict.detail)
         assert verdict.detail == sandbox.isolation()
 
-
-ALWAYS_EQUAL = """
-class Same:
-    def __eq__(self, other): return True
-    def __ne__(self, other): return False
-    def __hash__(self): return 0
-    def __bool__(self): return True
-    def __lt__(self, other): return False
-    def __gt__(self, other): return False
-    def __abs__(self): return 0
-    def __sub__(self, other): return self
-    __rsub__ = __sub__
-    def __len__(self): return 0
-    def __iter__(self): return iter(())
-    def __getitem__(self, key): return self
-"""
 
 EXITS = {
     "sys.exit(0)": "import sys\n{head}    sys.exit(0)\nsys.exit(0)\n",
