@@ -97,6 +97,7 @@ TARGETS = (
     "plumbline-w2",
     "plumbline-w4",
     "plumbline-norecord",
+    "plumbline-w4-norecord",
     "floor",
     "floor-wire",
 )
@@ -277,11 +278,10 @@ def summary_markdown(cells: list[dict]) -> str:
 def starter(target: str, fake: Proc, scratch: Path, venvs: Path) -> Callable[[], Proc]:
     if target == "direct":
         return lambda: fake
-    if target == "plumbline-norecord":
-        return lambda: plumbline(fake, scratch, 1, record=False)
     if target.startswith("plumbline"):
-        workers = int(target.partition("-w")[2] or 1)
-        return lambda: plumbline(fake, scratch, workers)
+        base, cut, _ = target.partition("-norecord")
+        workers = int(base.partition("-w")[2] or 1)
+        return lambda: plumbline(fake, scratch, workers, record=not cut)
     if target.startswith("floor"):
         return lambda: floor(fake, scratch, wire=target == "floor-wire")
     if target == "litellm":

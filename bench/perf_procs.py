@@ -206,7 +206,7 @@ def plumbline(fake: Proc, scratch: Path, workers: int = 1, record: bool = True) 
         ]
         env = {}
     name = "plumbline" if workers == 1 else f"plumbline-w{workers}"
-    name = name if record else "plumbline-norecord"
+    name = name if record else f"{name}-norecord"
     return launch(
         name, argv, f"http://127.0.0.1:{port}/v1", scratch, env=env, headers=BENCH_HEADERS
     )
