@@ -8,6 +8,7 @@ test_response_state_shared.py; with real SDKs: test_stateful_sdks.py.)
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from gateway.edge.access import hash_key
 from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.store import Store
-from tests.harness import config_from, running_gateway
+from tests.harness import config_from, running_gateway, wait_for
 
 KEY_A, KEY_B = "key-a-plaintext", "key-b-plaintext"
 
@@ -188,6 +189,36 @@ def test_retention_purges_expired_responses(gateway: str, fake: FakeHandle, db: 
         store.close()
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(r.id)
+
+
+def test_the_hourly_housekeeping_purges_expired_responses(fake: FakeHandle, db: Any) -> None:
+    with running_gateway(config(fake.base_url, db), record=True) as url:
+        fake.script({"text": "old"})
+        r = client(url).responses.create(model="smol", input="hi")
+        assert client(url).responses.retrieve(r.id).id == r.id
+    short = {**db, "responses_retention_days": 1e-9}  # the housekeeper's first tick is hourly
+    with running_gateway(config(fake.base_url, short), record=True) as url:
+
+        def purged() -> bool:
+            try:
+                client(url).responses.retrieve(r.id)
+            except openai.NotFoundError:
+                return True
+            return False
+
+        wait_for(purged)
+
+
+def test_no_key_is_stored(fake: FakeHandle, db: dict[str, Any]) -> None:
+    with running_gateway(config(fake.base_url, db, keys=True), record=True) as url:
+        fake.script({"text": "fine"})
+        r = client(url, KEY_A).responses.create(model="smol", input="hi")
+        assert client(url, KEY_A).responses.retrieve(r.id).id == r.id
+    with sqlite3.connect(db["url"].removeprefix("sqlite:///")) as conn:
+        rows = conn.execute("SELECT * FROM stored_responses").fetchall()
+        rows += conn.execute("SELECT * FROM stored_items").fetchall()
+    assert rows and KEY_A not in repr(rows) and hash_key(KEY_A) not in repr(rows)
+    assert {row[1] for row in rows[:1]} == {"a"}  # the key's id, never the key
 
 
 def test_without_a_store_references_are_refused(fake: FakeHandle) -> None:
