@@ -93,17 +93,20 @@ def upstream() -> Iterator[ScriptedUpstream]:
         yield scripted
 
 
+@pytest.mark.parametrize("stream", [False, True])
 def test_vercel_ai_sdk_runs_tools_on_stored_items(
-    upstream: ScriptedUpstream, tmp_path: Path
+    upstream: ScriptedUpstream, tmp_path: Path, stream: bool
 ) -> None:
     assert (MODULES / "ai").is_dir(), "the Vercel AI SDK is missing: run deploy/install.sh"
-    upstream.script(whole("Let me check.", [CALL]), whole("It is sunny in Paris."))
+    answer = streamed if stream else whole
+    upstream.script(answer("Let me check.", [CALL]), answer("It is sunny in Paris."))
     with running_gateway(config(upstream.base_url, tmp_path), record=True) as url:
         env = {
             **os.environ,
             "OPENAI_BASE_URL": url,
             "OPENAI_API_KEY": "none",
             "HARNESS_MODULES": str(MODULES),
+            "STREAM": "1" if stream else "0",
         }
         run = subprocess.run(
             ["node", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60
@@ -113,6 +116,9 @@ def test_vercel_ai_sdk_runs_tools_on_stored_items(
     assert result["text"] == "It is sunny in Paris."
     assert [s["toolCalls"] for s in result["steps"]] == [["get_weather"], []]
     assert result["steps"][0]["text"] == "Let me check."
+    assert sent(upstream, 0).get("stream", False) is stream
+    # the SDK sent the first step's text back as a reference to the gateway's stored item
+    assert result["sentTypes"][1][:3] == ["user", "item_reference", "function_call"]
     # step 2 reached the model whole: the referenced text, the call beside it, the result
     messages = sent(upstream, 1)["messages"]
     assert messages[0] == {"role": "user", "content": "What is the weather in Paris?"}
