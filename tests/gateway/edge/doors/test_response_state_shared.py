@@ -14,6 +14,7 @@ import anthropic
 import httpx
 import openai
 
+from gateway.edge.access import hash_key
 from gateway.fakes.upstream import FakeHandle
 from gateway.ledger import responses_store
 from gateway.ledger.store import Store
@@ -76,11 +77,11 @@ def test_two_gateways_on_postgresql_share_stored_responses(fake: FakeHandle, pg_
         ]
 
 
-def thread_turn(url: str, **body: Any) -> httpx.Response:
+def thread_turn(url: str, key: str = "none", **body: Any) -> httpx.Response:
     return httpx.post(
         f"{url}/messages",
         json={"model": "smol", "max_tokens": 64, **body},
-        headers={"anthropic-beta": "message-threads-2026-08-12", "x-api-key": "none"},
+        headers={"anthropic-beta": "message-threads-2026-08-12", "x-api-key": key},
         timeout=10,
     )
 
@@ -130,3 +131,19 @@ def test_thread_refusals_carry_the_sdks_error_codes(fake: FakeHandle, tmp_path: 
         )
         replies = list(runner)
         assert [b.text for b in replies[-1].content if b.type == "text"] == ["fine"]
+
+
+def test_a_thread_is_only_its_keys(fake: FakeHandle, tmp_path: Path) -> None:
+    keys = [{"id": "a", "sha256": hash_key("key-a")}, {"id": "b", "sha256": hash_key("key-b")}]
+    cfg = config(fake.base_url, {"url": f"sqlite:///{tmp_path / 'r.db'}"})
+    cfg = cfg.model_copy(update={"access": config_from({"access": {"keys": keys}}).access})
+    with running_gateway(cfg, record=True) as url:
+        fake.script({"text": "Noted."})
+        hi = [{"role": "user", "content": "hi"}]
+        first = thread_turn(url, "key-a", messages=hi, thread={"type": "create"})
+        cont = {"type": "continue", "previous_message_id": first.json()["id"]}
+        other = thread_turn(url, "key-b", messages=hi, thread=cont)
+        assert other.status_code == 404
+        assert other.json()["error"]["details"]["error_code"] == "thread_not_found"
+        fake.script({"text": "again"})
+        assert thread_turn(url, "key-a", messages=hi, thread=cont).status_code == 200
