@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gateway.fakes.upstream import FakeHandle
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import ListSink, config_from, running_gateway
 
 ROOT = Path(__file__).resolve().parents[2]

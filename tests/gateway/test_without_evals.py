@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.fakes.upstream import FakeHandle
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,10 +20,10 @@ from gateway.edge.doors.policy import markdown
 from gateway.edge.fields import CHAT_POLICY, COMPLETIONS_POLICY
 from gateway.edge.protocol import ChatRequest, CompletionRequest
 from gateway.errors import ContextExceeded, Unfit
-from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.serving.adapt import adapt, capability_markdown, prompt_bounds
 from gateway.serving.profile import NEUTRAL, params_hash
 from gateway.serving.semantics import Semantics
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 HI = [{"role": "user", "content": "hello"}]
