@@ -1,4 +1,4 @@
-"""Issue 7's planted faults, each flagged without a human looking.
+"""Planted faults in what was served, each flagged without a human looking.
 
 Live faults run through a real gateway against the fault-injecting fake upstream, with the
 watchdog as a record sink (works before the lead's wiring). Where the wiring is still missing

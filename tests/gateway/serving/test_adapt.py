@@ -201,8 +201,8 @@ def test_each_strip_is_logged_once_per_upstream_and_field(caplog: pytest.LogCapt
 def test_llamacpp_gets_its_own_names_and_the_full_sampling_set(
     fake: FakeHandle, fake2: FakeHandle
 ) -> None:
-    """Issue 16: both default arms hashed alike while llama.cpp sampled with its own top_k=40,
-    min_p=0.05, repeat_penalty=1.1; issue 15: max_completion_tokens and json_schema."""
+    """Two default arms once hashed alike while llama.cpp sampled with its own top_k=40,
+    min_p=0.05, repeat_penalty=1.1; and max_completion_tokens and json_schema are adapted."""
     cfg = config(
         {"name": "v", "kind": "vllm", "base_url": fake.base_url},
         {"name": "l", "kind": "llamacpp", "base_url": fake2.base_url},
@@ -235,7 +235,7 @@ def test_llamacpp_gets_its_own_names_and_the_full_sampling_set(
 
 
 def test_an_api_upstream_is_not_sent_vllm_only_fields(fake: FakeHandle) -> None:
-    """Issue 16: a direct `openai` upstream was sent top_k and friends and said nothing."""
+    """A direct `openai` upstream was once sent top_k and friends and said nothing."""
     cfg = config(
         {"name": "api", "kind": "openai", "base_url": fake.base_url},
         models={"q": {"profile": "qwen3-instruct", "upstreams": ["api"]}},
