@@ -12,6 +12,7 @@ split by cause with `gateway.ledger.truncation`'s clause.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,6 @@ import sqlalchemy as sa
 
 from gateway.errors import BadRequest
 from gateway.ledger.health_report import report_health
-from gateway.ledger.percentile import percentile
 from gateway.ledger.report import report_cost
 from gateway.ledger.rounds import latest_rounds, latest_tripwires
 from gateway.ledger.rows import EVAL_RESULTS, REQUESTS
@@ -86,7 +86,15 @@ def cost(config: Config, store: Store | None, window: str, now: float) -> dict[s
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
-    return {f"p{p}": percentile(values, p / 100) if values else None for p in PERCENTILES}
+    ordered = sorted(values)
+    out: dict[str, float | None] = {}
+    for p in PERCENTILES:
+        if not ordered:
+            out[f"p{p}"] = None
+            continue
+        # Nearest rank: a value some request actually saw.
+        out[f"p{p}"] = ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+    return out
 
 
 def _tpot(e2e: float | None, ttft: float | None, tokens: int) -> float | None:
