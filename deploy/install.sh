@@ -38,6 +38,9 @@ if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
     fi
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check -e ".[${extras}]"
+# The test and bench tools (fake upstreams, the load generator behind `plumbline bench`) are a
+# distribution of their own, kept out of the gateway's wheel: ./kit, editable, for tests and CI.
+.venv/bin/pip install --quiet --disable-pip-version-check -e ./kit
 if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
     # The project's install keeps the build above (same pin); were it replaced (a cached native
     # wheel of another version), this says so instead of an illegal instruction at run time.

@@ -8,7 +8,7 @@ the result says so (exit -9), so a harness that loops on a tiny model's junk fai
 instead of hanging it. A binary missing is a failure, not a skip: CI installs them.
 
 `scripted_route` is the scripted upstream these sessions run against: the fake upstream's
-harness mode (`gateway/fakes/plan.py`: the first offered tool of the calls given, then
+harness mode (`kit/plumbline_kit/fakes/plan.py`: the first offered tool of the calls given, then
 ``All done.`` once a tool result comes back), behind a gateway route of the window given.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.fakes.upstream import FakeHandle, running_fake
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests.harness import ListSink, config_from, running_gateway
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,12 +28,12 @@ from typing import Any
 import orjson
 
 from gateway.errors import GatewayError, MalformedStream, UpstreamCut, sse_error_event
+from gateway.ledger.percentile import percentile
 from gateway.ledger.record import Record
 from gateway.serving.accounting import (
     apply_usage,
     estimated_usage_chunk,
     note_finish,
-    percentile,
     stream_error,
     swap_model,
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gateway.fakes.upstream import FakeHandle, running_fake
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests import agents
 from tests.agents import chat_requests, explain
 from tests.harness import ListSink, config_from, running_gateway

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gateway.fakes.upstream import FakeHandle
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.agents import chat_requests, explain, run_codex, tool_turn
 from tests.harness import ListSink, config_from, running_gateway
 

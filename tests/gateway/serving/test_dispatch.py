@@ -20,9 +20,9 @@ import pytest
 
 from gateway.edge.app import create_app
 from gateway.errors import AttemptError
-from gateway.fakes.upstream import FakeHandle
 from gateway.serving.dispatch import _first_block, _FirstEvent
 from gateway.serving.upstream import _retry_after
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import ListSink, config_from, serving_server
 
 BODY = {"model": "smol", "messages": [{"role": "user", "content": "hello there"}]}

@@ -18,8 +18,8 @@ import openai
 import pytest
 
 from gateway.edge.access import hash_key
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.store import Store
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import config_from, running_gateway, wait_for
 
 KEY_A, KEY_B = "key-a-plaintext", "key-b-plaintext"

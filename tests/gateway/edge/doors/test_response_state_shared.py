@@ -15,9 +15,9 @@ import httpx
 import openai
 
 from gateway.edge.access import hash_key
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger import responses_store
 from gateway.ledger.store import Store
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway import pg
 from tests.harness import config_from, running_gateway
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from gateway.edge.doors import response_object
 from gateway.edge.doors.responses import chat_request
 from gateway.edge.doors.responses_stream import ResponsesTranslator
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.record import Record
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway.edge.test_api import client, gateway_config
 from tests.harness import ListSink, running_gateway
 

@@ -17,8 +17,8 @@ import pytest
 from gateway.edge.doors import protocol_responses
 from gateway.edge.doors.policy import markdown
 from gateway.edge.doors.responses_stream import ResponsesTranslator
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.record import Record
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway.edge.test_api import gateway_config
 from tests.harness import ListSink, running_gateway
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from gateway.loadgen.shape import Shape
-from gateway.loadgen.target import Endpoint
+from plumbline_kit.loadgen.shape import Shape
+from plumbline_kit.loadgen.target import Endpoint
 
 # Common English words, each one token (with its leading space) in the usual BPE vocabularies.
 _WORD_LIST = """

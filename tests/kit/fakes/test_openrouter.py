@@ -11,8 +11,8 @@ import httpx
 import openai
 import pytest
 
-from gateway.fakes.openrouter import NO_ENDPOINT, FakeOpenRouter, running_openrouter
 from gateway.ledger.health_report import report_health
+from plumbline_kit.fakes.openrouter import NO_ENDPOINT, FakeOpenRouter, running_openrouter
 from tests.harness import config_from, serving, wait_for
 
 HI = [{"role": "user", "content": "hi"}]

@@ -1,7 +1,8 @@
-"""One timed streaming request: the body sent, and the bytes read back into a `Sample`.
+"""One timed request: the body sent, and the bytes read back into a `Sample`.
 
 Streams are read as bytes; only the usage chunk is JSON-decoded. TTFT is time to the first event
-carrying text; ITL is the gap between such events. Clock: ``time.perf_counter``.
+carrying text; ITL is the gap between such events. `stream_one` times a streamed answer,
+`whole_one` a whole (non-streamed) one. Clock: ``time.perf_counter``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from dataclasses import dataclass, field
 import aiohttp
 import orjson
 
-from gateway.loadgen.shape import Shape
-from gateway.loadgen.target import Endpoint, Target
+from plumbline_kit.loadgen.shape import Shape
+from plumbline_kit.loadgen.target import Endpoint, Target
 
 _EVENT_SPLIT = re.compile(rb"\r?\n\r?\n")
 # An event carries output when one of these fields holds a non-empty string, or it has tool calls.
@@ -35,6 +36,8 @@ class Sample:
     first: float = 0.0
     last: float = 0.0
     events: int = 0  # events that carried text
+    chunks: int = 0  # every JSON data event (text, role, usage), as a relay writes them
+    first_block: float = 0.0  # the first body bytes (a stream's first chunk, whatever it holds)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str = ""
@@ -48,6 +51,7 @@ def read_events(sample: Sample, events: list[bytes], now: float) -> bool:
             continue
         if event.startswith(b"[DONE]", 5 + (event[5:6] == b" ")):
             return True
+        sample.chunks += 1
         if _USAGE.search(event):
             usage = orjson.loads(event[5:])["usage"]
             sample.prompt_tokens = int(usage.get("prompt_tokens") or 0)
@@ -63,9 +67,14 @@ def read_events(sample: Sample, events: list[bytes], now: float) -> bool:
 
 
 async def stream_one(
-    session: aiohttp.ClientSession, url: str, payload: bytes, headers: Mapping[str, str]
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: bytes,
+    headers: Mapping[str, str],
+    need_text: bool = True,
 ) -> Sample:
-    """POST one streaming request and time it; errors are recorded, never raised."""
+    """POST one streaming request and time it; errors are recorded, never raised. With
+    `need_text`, a stream that carried no text is an error ("no tokens streamed")."""
     sample = Sample(start=time.perf_counter())
     done = False
     try:
@@ -76,6 +85,8 @@ async def stream_one(
             else:
                 pending = b""
                 async for chunk in resp.content.iter_any():
+                    if not sample.first_block:
+                        sample.first_block = time.perf_counter()
                     parts = _EVENT_SPLIT.split(pending + chunk)
                     pending = parts.pop()
                     done = read_events(sample, parts, time.perf_counter()) or done
@@ -86,8 +97,28 @@ async def stream_one(
     except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError) as exc:
         sample.error = f"{type(exc).__name__}: {exc}"
     sample.end = time.perf_counter()
-    if not sample.error and not sample.events:
+    if need_text and not sample.error and not sample.events:
         sample.error = "no tokens streamed"
+    return sample
+
+
+async def whole_one(
+    session: aiohttp.ClientSession, url: str, payload: bytes, headers: Mapping[str, str]
+) -> Sample:
+    """POST one non-streaming request and time it (one chunk: the whole answer); errors are
+    recorded, never raised."""
+    sample = Sample(start=time.perf_counter())
+    try:
+        async with session.post(url, data=payload, headers=headers) as resp:
+            if resp.status != 200:
+                body = (await resp.content.read(200)).decode(errors="replace")
+                sample.error = f"HTTP {resp.status}: {body}".strip()
+            else:
+                await resp.read()
+                sample.chunks = 1
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        sample.error = f"{type(exc).__name__}: {exc}"
+    sample.end = time.perf_counter()
     return sample
 
 

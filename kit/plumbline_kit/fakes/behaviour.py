@@ -1,4 +1,4 @@
-"""The fake upstream's behaviours (`gateway/fakes/upstream.py`): what a request is answered
+"""The fake upstream's behaviours (`plumbline_kit/fakes/upstream.py`): what a request is answered
 with, and the checks a behaviour object must pass.
 
 Behaviour: a JSON object; the effective one for a request is the server defaults, overlaid by
@@ -22,7 +22,7 @@ tokens                      answer length in tokens (default 16)
 text                        answer text instead of ``tok0 tok1 ...``
 degenerate                  answer is ``111 222 333 444 111 ...``
 realistic                   answer is ``tokens`` pieces of a realistic passage (non-ASCII,
-                            quotes, backslashes, line breaks: `gateway/fakes/text.py`)
+                            quotes, backslashes, line breaks: `plumbline_kit/fakes/text.py`)
 pace_tps                    per-token pacing, tokens per second (a non-stream answer waits
                             for all its tokens)
 leak_think                  ``true``: content is ``<think>...</think>answer`` (no reasoning

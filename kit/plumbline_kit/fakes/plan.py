@@ -1,4 +1,4 @@
-"""The plan of a fake answer (`gateway/fakes/upstream.py`): from a request and its behaviour,
+"""The plan of a fake answer (`plumbline_kit/fakes/upstream.py`): from a request and its behaviour,
 the answer's tokens, reasoning, tool call, finish reason and the prompt's "tokens" (whitespace
 pieces, as ``/tokenize`` and ``usage.prompt_tokens`` agree).
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from gateway.fakes.text import realistic_words
+from plumbline_kit.fakes.text import realistic_words
 
 DEFAULT_TOKENS = 16
 DEFAULT_REASONING_TOKENS = 8
@@ -95,7 +95,7 @@ def answer_pieces(
     text: str | None, tokens: int, degenerate: bool, realistic: bool = False
 ) -> tuple[tuple[str, str], ...]:
     """The answer's tokens: ``text`` words, degenerate repetition, pieces of a realistic
-    passage (`gateway/fakes/text.py`), or ``tok0 tok1 ...``."""
+    passage (`plumbline_kit/fakes/text.py`), or ``tok0 tok1 ...``."""
     if realistic and text is None:
         return tuple(("c", t) for t in realistic_words(tokens))
     if text is not None:

@@ -1,5 +1,5 @@
-"""The fake upstream's bodies (`gateway/fakes/upstream.py`), rendered from a plan
-(`gateway/fakes/plan.py`) once as templates that only the request id is substituted into.
+"""The fake upstream's bodies (`plumbline_kit/fakes/upstream.py`), rendered from a plan
+(`plumbline_kit/fakes/plan.py`) once as templates that only the request id is substituted into.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from gateway.fakes.plan import Plan
+from plumbline_kit.fakes.plan import Plan
 
 ID_MARK = "__FAKEID__"
 _ID_MARK_B = ID_MARK.encode()

@@ -34,7 +34,7 @@ from pathlib import Path
 from rich.table import Table
 from scipy.stats import t as student_t
 
-from gateway.loadgen.stats import Row
+from plumbline_kit.loadgen.stats import Row
 
 
 @dataclass(frozen=True)

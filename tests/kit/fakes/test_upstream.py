@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.fakes.upstream import FakeHandle, running_fake
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 
 MSGS = [{"role": "user", "content": "three little words"}]
 
@@ -370,7 +370,7 @@ def test_realistic_text_streams_the_passage_with_its_escapes_and_logprobs(
 ) -> None:
     """`realistic`: non-ASCII, quotes, backslashes, tabs and line breaks, one piece per chunk,
     with logprobs whose bytes are each piece's UTF-8; the whole answer is the stream joined."""
-    from gateway.fakes.text import PASSAGE, pieces
+    from plumbline_kit.fakes.text import PASSAGE, pieces
 
     n = len(pieces()) + 7  # past the end: the passage starts again
     fake.set_default(realistic=True, tokens=n)

@@ -3,7 +3,7 @@
 Used by the gateway's tests (retries, fallback, reasoning split, truncation, usage, faults) and
 by the benchmarks as "the upstream directly". It runs on aiohttp's low-level server, renders
 stream chunks once per (plan, second) and substitutes only the request id, so an unpaced
-256-token stream costs one write. What it answers is the behaviours (`gateway/fakes/behaviour.py`),
+256-token stream costs one write. What it answers is the behaviours (`behaviour.py`),
 the plan of each answer (`plan.py`) and its bodies (`answer.py`); the HTTP server is
 `server.py`; this module runs it.
 
@@ -23,7 +23,7 @@ Any ``model`` is accepted and echoed; ``/v1/models`` lists the configured ``mode
 
 Behaviour: a JSON object; the effective one for a request is the server defaults, overlaid by
 ``POST /_fake/default``, overlaid by the next entry of the script (``null`` removes a key). The
-keys and what each does: `gateway/fakes/behaviour.py`.
+keys and what each does: `plumbline_kit/fakes/behaviour.py`.
 
 Control API: ``POST /_fake/script`` (JSON list, appended, consumed FIFO by generation
 requests), ``POST /_fake/default`` (object), ``GET /_fake/requests`` (received bodies, headers,
@@ -32,7 +32,8 @@ more also makes ``/health`` and ``/v1/models`` fail (a "down" server).
 
 Harness: ``running_fake(**defaults)`` yields a ``FakeHandle`` (``base_url`` plus the control
 calls) for a server in a background thread, or in a subprocess with ``process=True``.
-CLI: ``python -m gateway.fakes.upstream --port N [--tokens N] [--pace-tps X] [--default JSON]``.
+CLI: ``python -m plumbline_kit.fakes.upstream --port N [--tokens N] [--pace-tps X]
+[--default JSON]``.
 """
 
 from __future__ import annotations
@@ -55,12 +56,12 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.fakes.behaviour import (
+from plumbline_kit.fakes.behaviour import (
     BEHAVIOUR_KEYS,
     BehaviourError,
     validate_behaviour,
 )
-from gateway.fakes.server import FakeUpstream
+from plumbline_kit.fakes.server import FakeUpstream
 
 BACKLOG = 4096
 
@@ -192,7 +193,7 @@ def _fake_process(host: str, defaults: dict[str, Any]) -> Iterator[str]:
     cmd = [
         sys.executable,
         "-m",
-        "gateway.fakes.upstream",
+        "plumbline_kit.fakes.upstream",
         "--host",
         host,
         "--port",
@@ -226,7 +227,7 @@ def _fake_process(host: str, defaults: dict[str, Any]) -> Iterator[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m gateway.fakes.upstream``: serve a fake upstream on loopback."""
+    """``python -m plumbline_kit.fakes.upstream``: serve a fake upstream on loopback."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8100)

@@ -1,20 +1,23 @@
-"""The benchmark's load: a cheap aiohttp client that drives one scenario and tallies what came back.
+"""The benchmarks' scenarios (``bench/*.py``): one load shape driven against a URL, tallied.
 
-Cheap on purpose: the client shares two cores with the proxy it measures, so it reads stream
-blocks as bytes and counts events (``data: {``) without parsing them. A scenario either loops
-(each of `concurrency` workers sends requests back to back for a fixed time) or sends each
-worker's request once (the "seed scale" burst of thousands of paced streams).
+A scenario either loops (each of `concurrency` workers sends requests back to back for a fixed
+time) or sends each worker's request once (the "seed scale" burst of thousands of paced streams,
+in one or more waves). Every request goes through the load generator's one engine
+(`plumbline_kit.loadgen.stream`), which reads a stream's blocks as bytes and JSON-decodes only
+its usage chunk: cheap on purpose, as the client shares the machine with the proxy it measures.
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
+import orjson
+
+from plumbline_kit.loadgen.stream import Sample, stream_one, whole_one
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,8 @@ class Scenario:
 
 @dataclass
 class Tally:
-    """What one scenario measured on one target."""
+    """What one scenario measured on one target. `chunks`: the answers' JSON data events (a
+    whole answer counts one); `first_chunk`: seconds to a stream's first bytes."""
 
     requests: int = 0
     chunks: int = 0
@@ -53,14 +57,16 @@ class Tally:
         self.errors += 1
         self.first_error = self.first_error or reason[:160]
 
-
-def percentile(values: list[float], q: int) -> float:
-    """The `q`-th percentile (1–99) of `values`; NaN when empty."""
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+    def add(self, sample: Sample) -> None:
+        """Count one request's sample (an error is counted as one, and nothing else)."""
+        if sample.error:
+            self.fail(sample.error)
+            return
+        self.requests += 1
+        self.chunks += sample.chunks
+        self.latency.append(sample.end - sample.start)
+        if sample.first_block:
+            self.first_chunk.append(sample.first_block - sample.start)
 
 
 def body(scenario: Scenario, model: str, extra: Mapping[str, object] | None = None) -> dict:
@@ -87,38 +93,13 @@ async def one(
     payload: dict,
     headers: Mapping[str, str],
     tally: Tally,
-    timeout: aiohttp.ClientTimeout,
 ) -> None:
-    """One request; a streamed answer counts its events, a whole one counts as one chunk."""
-    t0 = time.perf_counter()
-    chunks, first = 0, None
-    try:
-        async with session.post(url, json=payload, headers=headers, timeout=timeout) as resp:
-            if resp.status != 200:
-                text = (await resp.content.read(160)).decode(errors="replace")
-                tally.fail(f"HTTP {resp.status}: {text}")
-                return
-            if payload["stream"]:
-                tail = b""
-                async for block in resp.content.iter_any():
-                    if first is None:
-                        first = time.perf_counter() - t0
-                    chunks += (tail + block).count(b"data: {") - tail.count(b"data: {")
-                    tail = block[-8:]
-                if b"[DONE]" not in tail:
-                    tally.fail("stream ended without [DONE]")
-                    return
-            else:
-                await resp.read()
-                chunks = 1
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        tally.fail(f"{type(exc).__name__}: {exc}")
-        return
-    tally.requests += 1
-    tally.chunks += chunks
-    tally.latency.append(time.perf_counter() - t0)
-    if first is not None:
-        tally.first_chunk.append(first)
+    """One request, timed by the engine and counted into `tally`."""
+    data = orjson.dumps(payload)
+    if payload["stream"]:
+        tally.add(await stream_one(session, url, data, headers, need_text=False))
+    else:
+        tally.add(await whole_one(session, url, data, headers))
 
 
 async def drive(
@@ -132,22 +113,20 @@ async def drive(
 ) -> Tally:
     """Warm up with `warmup` short requests, then run `scenario` against `url`."""
     payload = body(scenario, model, extra)
-    headers = dict(headers or {})
-    timeout = aiohttp.ClientTimeout(total=scenario.timeout_s)
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    timeout = aiohttp.ClientTimeout(total=scenario.timeout_s)  # per request
     connector = aiohttp.TCPConnector(limit=0, force_close=scenario.fresh)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         warm = {**payload, "max_tokens": 1}
-        await asyncio.gather(
-            *(one(session, url, warm, headers, Tally(), timeout) for _ in range(warmup))
-        )
+        await asyncio.gather(*(one(session, url, warm, headers, Tally()) for _ in range(warmup)))
         tally = Tally()
         deadline = time.perf_counter() + seconds
 
         async def worker() -> None:
             for _ in range(max(scenario.waves, 1)):
-                await one(session, url, payload, headers, tally, timeout)
+                await one(session, url, payload, headers, tally)
             while not scenario.once and time.perf_counter() < deadline:
-                await one(session, url, payload, headers, tally, timeout)
+                await one(session, url, payload, headers, tally)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(scenario.concurrency)))

@@ -1,4 +1,4 @@
-"""The fake upstream's server (`gateway/fakes/upstream.py` runs it): its state (defaults,
+"""The fake upstream's server (`plumbline_kit/fakes/upstream.py` runs it): its state (defaults,
 script, request log, engine version) and its aiohttp low-level HTTP handlers.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway.fakes.answer import (
+from plumbline_kit.fakes.answer import (
     DONE,
     StreamTemplate,
     embeddings_body,
@@ -26,13 +26,19 @@ from gateway.fakes.answer import (
     usage_event,
     usage_of,
 )
-from gateway.fakes.behaviour import (
+from plumbline_kit.fakes.behaviour import (
     DEFAULT_HANG,
     BehaviourError,
     overlay,
     validate_behaviour,
 )
-from gateway.fakes.plan import RequestError, int_param, make_plan, prompt_token_ids, prompt_units
+from plumbline_kit.fakes.plan import (
+    RequestError,
+    int_param,
+    make_plan,
+    prompt_token_ids,
+    prompt_units,
+)
 
 RECORDED_HEADERS_SKIP = frozenset({"host", "content-length", "connection", "accept-encoding"})
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]

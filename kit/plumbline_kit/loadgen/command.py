@@ -13,13 +13,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gateway.loadgen.compare import compare, compare_table, write_compare
-from gateway.loadgen.report import table
-from gateway.loadgen.runner import BenchConfig, run_bench
-from gateway.loadgen.scrape import parse_server_metrics
-from gateway.loadgen.shape import parse_concurrencies, parse_shape
-from gateway.loadgen.stats import Row
-from gateway.loadgen.target import Endpoint, Target, parse_target
+from plumbline_kit.loadgen.compare import compare, compare_table, write_compare
+from plumbline_kit.loadgen.report import table
+from plumbline_kit.loadgen.runner import BenchConfig, run_bench
+from plumbline_kit.loadgen.scrape import parse_server_metrics
+from plumbline_kit.loadgen.shape import parse_concurrencies, parse_shape
+from plumbline_kit.loadgen.stats import Row
+from plumbline_kit.loadgen.target import Endpoint, Target, parse_target
 
 
 def tripwire_first(

@@ -1,4 +1,6 @@
-"""gateway.loadgen against the fake upstream (a real HTTP server on loopback). No timing asserts."""
+"""plumbline_kit.loadgen against the fake upstream (a real HTTP server on loopback).
+
+No timing asserts."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.fakes.upstream import running_fake
-from gateway.loadgen import (
+from plumbline_kit.fakes.upstream import running_fake
+from plumbline_kit.loadgen import (
     COLUMNS,
     SHAPES,
     BenchConfig,
@@ -32,7 +34,6 @@ from gateway.loadgen import (
     parse_concurrencies,
     parse_shape,
     parse_target,
-    percentile,
     read_events,
     run_bench,
 )
@@ -220,13 +221,6 @@ def test_shapes_and_parsing():
     assert (target.label, target.root) == ("127.0.0.1:8000", "http://127.0.0.1:8000")
     with pytest.raises(ValueError):
         parse_target("localhost:8000", "m")
-
-
-def test_percentile():
-    assert percentile([], 50) != percentile([], 50)  # NaN
-    assert percentile([3.0], 99) == 3.0
-    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 50) == 3.0
-    assert percentile([0.0, 10.0], 99) == pytest.approx(9.9)
 
 
 def test_events_are_read_from_bytes():

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 
-from gateway.loadgen.shape import Shape
-from gateway.loadgen.stream import Sample
-from gateway.loadgen.target import Target
+from gateway.ledger.percentile import percentile
+from plumbline_kit.loadgen.shape import Shape
+from plumbline_kit.loadgen.stream import Sample
+from plumbline_kit.loadgen.target import Target
 
 
 @dataclass(frozen=True)
@@ -82,17 +83,6 @@ class Row:
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row))
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The `q`-th percentile (0–100) by linear interpolation; NaN when `values` is empty."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
 def summarise(run: RunInfo, samples: Sequence[Sample]) -> Row:
     """Reduce one run's measured samples to its row."""
     ok = [s for s in samples if not s.error]
@@ -134,14 +124,14 @@ def summarise(run: RunInfo, samples: Sequence[Sample]) -> Row:
         out_tok_per_s=rate(sum(completion)),
         mean_prompt_tokens=round(sum(prompt) / len(ok), 1) if ok else 0.0,
         mean_completion_tokens=round(sum(completion) / len(ok), 1) if ok else 0.0,
-        ttft_p50_ms=ms(ttft, 50),
-        ttft_p99_ms=ms(ttft, 99),
-        tpot_p50_ms=ms(tpot, 50),
-        tpot_p99_ms=ms(tpot, 99),
-        itl_p50_ms=ms(gaps, 50),
-        itl_p99_ms=ms(gaps, 99),
-        e2e_p50_ms=ms(e2e, 50),
-        e2e_p99_ms=ms(e2e, 99),
+        ttft_p50_ms=ms(ttft, 0.50),
+        ttft_p99_ms=ms(ttft, 0.99),
+        tpot_p50_ms=ms(tpot, 0.50),
+        tpot_p99_ms=ms(tpot, 0.99),
+        itl_p50_ms=ms(gaps, 0.50),
+        itl_p99_ms=ms(gaps, 0.99),
+        e2e_p50_ms=ms(e2e, 0.50),
+        e2e_p99_ms=ms(e2e, 0.99),
         tokenizer=run.tokenizer,
         prompt_fit="exact" if run.misses == 0 else f"{run.misses} off",
         ignore_eos=run.ignore_eos,

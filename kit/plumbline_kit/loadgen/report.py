@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from gateway.loadgen.stats import COLUMNS, Row
+from plumbline_kit.loadgen.stats import COLUMNS, Row
 
 
 def append_tsv(path: Path, rows: Sequence[Row]) -> None:

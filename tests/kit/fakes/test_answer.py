@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.fakes.answer import ID_MARK, body_template, stream_template
-from gateway.fakes.behaviour import BehaviourError, overlay, validate_behaviour
-from gateway.fakes.plan import HARNESS_CALLS, cut_at_stop, make_plan
+from plumbline_kit.fakes.answer import ID_MARK, body_template, stream_template
+from plumbline_kit.fakes.behaviour import BehaviourError, overlay, validate_behaviour
+from plumbline_kit.fakes.plan import HARNESS_CALLS, cut_at_stop, make_plan
 
 MSGS = [{"role": "user", "content": "three little words"}]
 

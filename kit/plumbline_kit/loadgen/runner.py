@@ -25,13 +25,13 @@ from pathlib import Path
 import aiohttp
 from rich.progress import Progress
 
-from gateway.loadgen.prompt import build_prompts, detect_tokenizer
-from gateway.loadgen.report import append_tsv
-from gateway.loadgen.scrape import Scraper, ServerSide, server_means
-from gateway.loadgen.shape import Shape
-from gateway.loadgen.stats import Row, RunInfo, summarise
-from gateway.loadgen.stream import Sample, request_body, stream_one
-from gateway.loadgen.target import Endpoint, Target
+from plumbline_kit.loadgen.prompt import build_prompts, detect_tokenizer
+from plumbline_kit.loadgen.report import append_tsv
+from plumbline_kit.loadgen.scrape import Scraper, ServerSide, server_means
+from plumbline_kit.loadgen.shape import Shape
+from plumbline_kit.loadgen.stats import Row, RunInfo, summarise
+from plumbline_kit.loadgen.stream import Sample, request_body, stream_one
+from plumbline_kit.loadgen.target import Endpoint, Target
 
 
 @dataclass(frozen=True)

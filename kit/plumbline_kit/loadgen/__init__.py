@@ -15,22 +15,28 @@ modules, in the order a run uses them:
     command  the ``plumbline bench`` entry point (`bench_main`)
 """
 
-from gateway.loadgen.command import bench_main
-from gateway.loadgen.compare import Comparison, Spread, compare, spread, write_compare
-from gateway.loadgen.prompt import WORDS, Tokenizer, build_prompts, detect_tokenizer, fit_words
-from gateway.loadgen.report import append_tsv, table
-from gateway.loadgen.runner import BenchConfig, Run, bench, run_bench, schedule
-from gateway.loadgen.scrape import (
+from plumbline_kit.loadgen.command import bench_main
+from plumbline_kit.loadgen.compare import Comparison, Spread, compare, spread, write_compare
+from plumbline_kit.loadgen.prompt import (
+    WORDS,
+    Tokenizer,
+    build_prompts,
+    detect_tokenizer,
+    fit_words,
+)
+from plumbline_kit.loadgen.report import append_tsv, table
+from plumbline_kit.loadgen.runner import BenchConfig, Run, bench, run_bench, schedule
+from plumbline_kit.loadgen.scrape import (
     Scraper,
     ServerSide,
     histograms,
     parse_server_metrics,
     server_means,
 )
-from gateway.loadgen.shape import SHAPES, Shape, parse_concurrencies, parse_shape
-from gateway.loadgen.stats import COLUMNS, Row, RunInfo, percentile, summarise
-from gateway.loadgen.stream import Sample, read_events, request_body, stream_one
-from gateway.loadgen.target import Endpoint, Target, parse_target
+from plumbline_kit.loadgen.shape import SHAPES, Shape, parse_concurrencies, parse_shape
+from plumbline_kit.loadgen.stats import COLUMNS, Row, RunInfo, summarise
+from plumbline_kit.loadgen.stream import Sample, read_events, request_body, stream_one
+from plumbline_kit.loadgen.target import Endpoint, Target, parse_target
 
 __all__ = [
     "COLUMNS",
@@ -61,7 +67,6 @@ __all__ = [
     "parse_server_metrics",
     "parse_shape",
     "parse_target",
-    "percentile",
     "read_events",
     "request_body",
     "run_bench",

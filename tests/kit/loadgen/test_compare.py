@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from gateway.loadgen import Row, Shape, compare, parse_target, schedule, spread
-from gateway.loadgen.compare import cells_of, fmt_spread
+from plumbline_kit.loadgen import Row, Shape, compare, parse_target, schedule, spread
+from plumbline_kit.loadgen.compare import cells_of, fmt_spread
 
 T2 = 4.302652729911275  # Student's t, 97.5th percentile, 2 degrees of freedom
 

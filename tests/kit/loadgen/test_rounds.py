@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from gateway import cli
-from gateway.fakes.upstream import FakeHandle, running_fake
-from gateway.loadgen import COLUMNS, histograms, parse_server_metrics, server_means
-from gateway.loadgen.compare import TSV_COLUMNS
-from tests.gateway.loadgen.metrics_server import histogram, serving_metrics
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
+from plumbline_kit.loadgen import COLUMNS, histograms, parse_server_metrics, server_means
+from plumbline_kit.loadgen.compare import TSV_COLUMNS
 from tests.harness import config_from, running_gateway
+from tests.kit.loadgen.metrics_server import histogram, serving_metrics
 
 OLD_COLUMNS = COLUMNS[: COLUMNS.index("first_error") + 1]  # the columns before rounds existed
 
@@ -29,7 +29,7 @@ def fake() -> Iterator[FakeHandle]:
 
 def bench(*args: str) -> tuple[int, str]:
     # The fake repeats filler text, which the tripwire rightly calls degenerate: these tests are
-    # about the rounds, so they skip it (tests/gateway/loadgen/test_loadgen.py runs it).
+    # about the rounds, so they skip it (tests/kit/loadgen/test_loadgen.py runs it).
     args = ("bench", "--model", "m", "--seed", "5", "--no-tripwire", *args)
     result = CliRunner().invoke(cli.app, list(args), env={"COLUMNS": "240"})
     return result.exit_code, result.output
