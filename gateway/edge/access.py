@@ -56,9 +56,6 @@ T = TypeVar("T")
 KEY_PREFIX = "pl-"
 CACHE_TTL_S = 5.0
 CACHE_MAX = 10_000
-GENERATION_PATHS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages"}
-)
 
 # ---- keys -------------------------------------------------------------------------------------
 

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from gateway.edge.doors.chunks import ChatStream, Piece, record_usage, sse
-from gateway.edge.doors.messages import render, stop_of, usage_of
-from gateway.edge.doors.messages_request import Translation, client_id
+from gateway.edge.doors.messages.render import render, stop_of, usage_of
+from gateway.edge.doors.messages.translation import Translation, client_id
 from gateway.ledger.record import Record
 
 

@@ -1,53 +1,32 @@
 """HTTP handlers of the OpenAI front door: each one reads, validates and calls one function.
 
 Bodies are read with a size limit and parsed with orjson (`gateway/edge/request.py`); the pydantic
-models in `protocol` validate the parsed dict, which is then relayed as is.
+models in `protocol` validate the parsed dict, which is then relayed as is. `ROUTES` is the door's
+rows of the edge's request table (`gateway/edge/table.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
-from fastapi import APIRouter
-from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.config import Config
-from gateway.edge.protocol import ChatRequest, CompletionRequest, EmbeddingRequest, validate
+from gateway.edge.doors.openai.protocol import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    validate,
+)
 from gateway.edge.request import call_of, read_json, route_of, watch
-from gateway.ledger.backlog import health as ledger_health
-
-if TYPE_CHECKING:
-    from gateway.edge.app import Gateway
-
-router = APIRouter()
+from gateway.edge.route import Route
 
 JSON = "application/json"
 
 
-def _request_body(model: type[BaseModel]) -> dict[str, Any]:
-    """`openapi_extra` documenting a body the handler parses itself: the model's JSON schema,
-    with its `$defs` inlined (the models are not recursive), so fuzzers can generate from it."""
-    schema = model.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return inline(defs[ref.rsplit("/", 1)[1]])
-            return {k: inline(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [inline(v) for v in node]
-        return node
-
-    return {"requestBody": {"required": True, "content": {JSON: {"schema": inline(schema)}}}}
-
-
-@router.post("/v1/chat/completions", openapi_extra=_request_body(ChatRequest))
 async def chat_completions(request: Request) -> Response:
     gw = request.app.state.gateway
     body = await read_json(request, gw.config.server.max_body_bytes)
@@ -56,7 +35,6 @@ async def chat_completions(request: Request) -> Response:
     return await gw.relay.respond(call, watch(request))
 
 
-@router.post("/v1/completions", openapi_extra=_request_body(CompletionRequest))
 async def completions(request: Request) -> Response:
     gw = request.app.state.gateway
     body = await read_json(request, gw.config.server.max_body_bytes)
@@ -65,7 +43,6 @@ async def completions(request: Request) -> Response:
     return await gw.relay.respond(call, watch(request))
 
 
-@router.post("/v1/embeddings", openapi_extra=_request_body(EmbeddingRequest))
 async def embeddings(request: Request) -> Response:
     gw = request.app.state.gateway
     body = await read_json(request, gw.config.server.max_body_bytes)
@@ -101,14 +78,12 @@ def model_entry(
     return entry
 
 
-@router.get("/v1/models")
 async def models(request: Request) -> Response:
     gw = request.app.state.gateway
     data = [model_entry(gw.config, name, learned=gw.engines.windows) for name in gw.config.models]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
 
 
-@router.get("/v1/models/{model:path}")
 async def model(request: Request, model: str) -> Response:
     gw = request.app.state.gateway
     route = route_of(gw.config, model)
@@ -116,40 +91,10 @@ async def model(request: Request, model: str) -> Response:
     return Response(orjson.dumps(entry), media_type=JSON)
 
 
-@router.get("/health")
-async def health(request: Request) -> Response:
-    return Response(orjson.dumps(health_of(request.app.state.gateway)), media_type=JSON)
-
-
-def health_of(gw: Gateway) -> dict[str, Any]:
-    """`/health`'s document: every upstream's live state, the watchdog's, the gate's."""
-    upstreams = {
-        name: {
-            "healthy": st.healthy,
-            "inflight": st.inflight,
-            "cooling": st.cooling_until > 0,
-            "demoted": st.demoted,
-            # Which gateways' watchdogs demote it: this one, and others on the same store.
-            "demoted_by": gw.demotions.by(name),
-            "engine": gw.engines.known.get(name),
-            # The engine process `plumbline up` supervises: state, restarts, last exit status.
-            "process": gw.engine_view(name),
-        }
-        for name, st in gw.pool.states.items()
-    }
-    return {
-        "status": "ok",
-        "upstreams": upstreams,
-        "watchdog": gw.watchdog.snapshot(),
-        "gate": gw.gate_book.view(),
-        # The records not in the store yet: spooled, quarantined (gateway/ledger/backlog.py).
-        "ledger": ledger_health(gw.queue),
-        # Scheduled rounds: this gateway's last ones, how each ended, what the tripwire found.
-        "evals": gw.scheduler.status(),
-    }
-
-
-@router.get("/metrics")
-async def metrics(request: Request) -> Response:
-    body, content_type = request.app.state.gateway.metrics.render()
-    return Response(body, media_type=content_type)
+ROUTES = (
+    Route("POST", "/v1/chat/completions", chat_completions, body=ChatRequest, generation=True),
+    Route("POST", "/v1/completions", completions, body=CompletionRequest, generation=True),
+    Route("POST", "/v1/embeddings", embeddings, body=EmbeddingRequest, generation=True),
+    Route("GET", "/v1/models", models),
+    Route("GET", "/v1/models/{model:path}", model),
+)

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from gateway.edge.doors.chunks import ChatStream, Piece, ToolDelta, record_usage, sse
-from gateway.edge.doors.response_object import (
+from gateway.edge.doors.responses.render import (
     call_item,
     logprobs_of,
     message_item,
@@ -35,8 +35,8 @@ from gateway.edge.doors.response_object import (
     response_object,
     usage_of,
 )
-from gateway.edge.doors.responses import context_overflow
-from gateway.edge.doors.responses_tools import Tools, custom_input, restored
+from gateway.edge.doors.responses.tools import Tools, custom_input, restored
+from gateway.edge.doors.responses.translation import context_overflow
 from gateway.ledger.record import Record
 
 HEARTBEAT_S = 15.0

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.edge.doors.protocol_responses import EXTENSIONS
-from gateway.edge.doors.responses_tools import Tools, history_call, tool_choice, tools_of
+from gateway.edge.doors.responses.protocol import EXTENSIONS
+from gateway.edge.doors.responses.tools import Tools, history_call, tool_choice, tools_of
 from gateway.errors import BadRequest
 from gateway.serving.profile import SAMPLING
 
