@@ -59,6 +59,8 @@ class LaneCredential(Protocol):
     def matches(self, digest: str) -> bool: ...
 
     def reveal(self) -> str: ...
+
+
 CACHE_TTL_S = 5.0
 CACHE_MAX = 10_000
 

@@ -75,6 +75,20 @@ class Gateway:
         self.queue = RecordQueue.from_config(config, store) if store is not None else None
         if self.queue is not None:
             self.queue.gauges = Backlog(self.metrics.registry)
+        self._trust(config, store)
+        self.wire = Wire(s.connect_timeout_s)
+        self.engines = Engines()
+        self.processes = ProcessHealth(processes, self.set_health)
+        self.shadow = ShadowMirror.from_config(
+            config, self.wire, self.finish, registry=self.metrics.registry, store=store
+        )
+        self.sinks = _sinks(self.metrics, self.watchdog, self.queue, access, store, sinks)
+        self._serving(config)
+        self._background(config, store, access)
+
+    def _trust(self, config: Config, store: Store | None) -> None:
+        """What watches the upstreams: demotions, the watchdog and its text sampler, the gate's
+        book of decisions."""
         self.demotions = Demotions(self.id, self.pool, store)
         self.watchdog = Watchdog(
             config, config.watchdog, self.metrics.registry, on_demote=self.demotions.changed
@@ -86,18 +100,15 @@ class Gateway:
             else None
         )
         self.sampler = TextSampler.from_config(config.watchdog, content)
-        self.wire = Wire(s.connect_timeout_s)
-        self.engines = Engines()
-        self.processes = ProcessHealth(processes, self.set_health)
-        self.shadow = ShadowMirror.from_config(
-            config, self.wire, self.finish, registry=self.metrics.registry, store=store
-        )
         self.gate_book = (
             SharedGateBook(store)
             if store is not None
             else GateBook(config.root / "var" / "gate" / "decisions.json")
         )
-        self.sinks = _sinks(self.metrics, self.watchdog, self.queue, access, store, sinks)
+
+    def _serving(self, config: Config) -> None:
+        """A request's path: dispatch and the relay."""
+        s = config.server
         self.silence = Silence(s.idle_timeout_s)
         self.dispatcher = Dispatcher(
             config, self.pool, self.wire, self.engines, self.prefix, self.gate_book.latest_for
@@ -114,6 +125,10 @@ class Gateway:
             ttft_s=s.ttft_timeout_s,
             redact=self.dispatcher.redactor.text,
         )
+
+    def _background(self, config: Config, store: Store | None, access: Access | None) -> None:
+        """The background work: scheduled eval rounds, the health prober, the housekeeping."""
+        s = config.server
         host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
         lane = access.lane if access is not None else None
         self.scheduler = EvalScheduler(

@@ -6,7 +6,7 @@ through `responses.render`. A stream is rebuilt event by event: `response.create
 opened with `response.output_item.added` (+ `content_part.added`), filled by `…delta` events and
 closed with `…done` events, then `response.completed` carrying the record's usage (also when the
 answer hit `max_output_tokens`: `incomplete_details` says so; Codex takes `response.incomplete` for
-an error). Calls are restored through the request's tool map (`responses_tools`): a namespaced
+an error). Calls are restored through the request's tool map (`tools`): a namespaced
 call with `namespace` and its bare name, a custom tool's as a `custom_tool_call`. An upstream that
 broke mid-stream ends the stream with an `error` event and `response.failed`, whose `code` is
 `context_length_exceeded` for a context overflow. During a silence of `heartbeat_s` the

@@ -1,8 +1,8 @@
 """The Responses door: an OpenAI Responses API request as chat completions, and the answer back.
 
 `chat_request` turns a validated Responses body into a chat-completions body (the internal
-request every door shares). The answer side is in `response_object` (whole) and
-`responses_stream` (streamed).
+request every door shares). The answer side is in `render` (whole) and
+`stream` (streamed).
 """
 
 from __future__ import annotations
