@@ -159,7 +159,8 @@ def instrument_wire() -> None:
 
 
 def instrument_gateway() -> None:
-    from gateway.edge import api, fastpath, guard
+    from gateway.edge import fastpath, guard
+    from gateway.edge.doors.openai import routes as api
     from gateway.serving import dispatch
 
     _wrap(guard.AccessGuard, "__call__", "guard>")

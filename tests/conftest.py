@@ -10,10 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from gateway.config import Config, load_config, parse_config
 from tests.ci_skips import pytest_make_collect_report, pytest_runtest_makereport
 from tests.harness import free_port
+
+# No timing assertions in tests: Hypothesis's per-example deadline fails a correct test on a
+# loaded 2-core machine, so it is off everywhere.
+settings.register_profile("plumbline", deadline=None)
+settings.load_profile("plumbline")
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -39,7 +39,7 @@ def test_the_gateway_wheel_carries_no_fakes_or_load_generator(tmp_path: Path) ->
     files = _build_wheel(source, tmp_path / "wheel")
     tops = {name.split("/")[0] for name in files}
     assert tops == {*PRODUCT, "plumbline-0.1.0.dist-info"}
-    assert "gateway/cli.py" in files and "gateway/ledger/percentile.py" in files
+    assert "gateway/cli/load.py" in files and "gateway/ledger/percentile.py" in files
     assert not [n for n in files if "fakes" in n or "loadgen" in n or "plumbline_kit" in n]
 
 
@@ -70,7 +70,7 @@ def _kit_imports(path: Path) -> list[str]:
 def test_the_product_never_imports_the_kit() -> None:
     # `plumbline bench` is the one door to it, guarded: without the kit it says what to install
     # (tests/gateway/test_cli_bench.py).
-    allowed = {ROOT / "gateway" / "cli.py": ["plumbline_kit.loadgen"]}
+    allowed = {ROOT / "gateway" / "cli" / "load.py": ["plumbline_kit.loadgen"]}
     for package in PRODUCT:
         for path in sorted((ROOT / package).rglob("*.py")):
             imported = [i.split(":")[0] for i in _kit_imports(path)]

@@ -1,1 +1,2 @@
-"""The HTTP edge: the app factory, the access guard, admin routes and the front doors."""
+"""The HTTP edge: the request table, the app factory, the one access guard, the one error
+renderer, admin routes, the console and the front doors."""

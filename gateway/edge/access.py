@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -47,18 +47,22 @@ from gateway.ledger import keys as stored
 from gateway.ledger.database import migrate
 from gateway.ledger.record import Record
 
-if TYPE_CHECKING:
-    from gateway.edge.lane import LaneCredential
-
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 KEY_PREFIX = "pl-"
+
+
+class LaneCredential(Protocol):
+    """The eval lane's credential as access uses it (`gateway.edge.lane.LaneCredential`)."""
+
+    def matches(self, digest: str) -> bool: ...
+
+    def reveal(self) -> str: ...
+
+
 CACHE_TTL_S = 5.0
 CACHE_MAX = 10_000
-GENERATION_PATHS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages"}
-)
 
 # ---- keys -------------------------------------------------------------------------------------
 

@@ -16,14 +16,15 @@ from typing import Annotated, Any, Literal
 
 import orjson
 import sqlalchemy as sa
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.config import ConfigError, Name, default_config_path, load_config
 from gateway.edge.access import Access
-from gateway.edge.protocol import validate
+from gateway.edge.doors.openai.protocol import validate
+from gateway.edge.route import Route
 from gateway.errors import BadRequest, Conflict, Forbidden, Unauthorized
 
 JSON = "application/json"
@@ -38,7 +39,6 @@ def require_admin(request: Request) -> Access:
     return access
 
 
-router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 AdminAccess = Annotated[Access, Depends(require_admin)]
 
 
@@ -57,17 +57,10 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type=JSON)
 
 
-@router.get("/keys")
 async def list_keys(access: AdminAccess) -> Response:
     return _json({"object": "list", "data": access.list_keys()})
 
 
-@router.post(
-    "/keys",
-    openapi_extra={
-        "requestBody": {"required": True, "content": {JSON: {"schema": NewKey.model_json_schema()}}}
-    },
-)
 async def create_key(request: Request, access: AdminAccess) -> Response:
     try:
         body = orjson.loads(await request.body())
@@ -100,14 +93,12 @@ async def create_key(request: Request, access: AdminAccess) -> Response:
     )
 
 
-@router.delete("/keys/{key_id}")
 async def revoke_key(key_id: str, access: AdminAccess) -> Response:
     if not access.revoke_key(key_id):
         raise BadRequest(f"No active store key has the id {key_id!r}.", param="key_id")
     return _json({"id": key_id, "revoked": True})
 
 
-@router.post("/reload")
 async def reload(request: Request, access: AdminAccess) -> Response:
     path = getattr(request.app.state, "config_path", None) or default_config_path()
     try:
@@ -118,7 +109,6 @@ async def reload(request: Request, access: AdminAccess) -> Response:
     return _json({"reloaded": "access", "keys": len(config.access.keys)})
 
 
-@router.get("/report")
 async def report(request: Request, access: AdminAccess, since: str = "24h") -> Response:
     from gateway.ledger.report import report_cost
 
@@ -128,3 +118,13 @@ async def report(request: Request, access: AdminAccess, since: str = "24h") -> R
     except ValueError as e:
         raise BadRequest(str(e), param="since") from None
     return Response(text, media_type=JSON)
+
+
+# Each handler takes `AdminAccess` too: the guard's check, made again (`require_admin`).
+ROUTES = (
+    Route("GET", "/admin/keys", list_keys, depends=(Depends(require_admin),)),
+    Route("POST", "/admin/keys", create_key, body=NewKey, depends=(Depends(require_admin),)),
+    Route("DELETE", "/admin/keys/{key_id}", revoke_key, depends=(Depends(require_admin),)),
+    Route("POST", "/admin/reload", reload, depends=(Depends(require_admin),)),
+    Route("GET", "/admin/report", report, depends=(Depends(require_admin),)),
+)

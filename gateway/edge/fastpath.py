@@ -1,40 +1,38 @@
-"""The edge: a lean ASGI path for the generation endpoints.
+"""The edge: one way in, a lean ASGI path for the generation endpoints.
+
+`GatewayApp` is the FastAPI app built from the request table (`gateway/edge/table.py`). Every
+HTTP request goes through its one access guard (`gateway/edge/guard.py`); behind it, a `POST` on
+a generation path is served by `Edge`, everything else by the full application.
 
 The generation endpoints take a `Request` and return a `Response`; routing, exception
 middleware and the per-route wrappers of Starlette buy nothing on them, yet each one wraps
-`send` again, so every streamed block paid for all of them. `Edge` sits inside the access guard
-and serves `POST` on those paths itself: it calls the handler, renders a `GatewayError` (or an
-unexpected exception) as the OpenAI error envelope, and lets the response answer (a relayed
-stream writes straight to the server's `send`, `gateway/serving/stream_relay.py`). `GatewayApp`
-sends everything else on to the full application, whose errors the handlers of
-`install_error_handlers` render the same way.
+`send` again, so every streamed block paid for all of them. `Edge` calls the handler, renders a
+`GatewayError` (or an unexpected exception) with the edge's error renderer
+(`gateway/edge/render.py`), and lets the response answer (a relayed stream writes straight to
+the server's `send`, `gateway/serving/stream_relay.py`). The full application renders its errors
+with the same renderer, through its exception handlers.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterable
 
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.edge.request import SEND
-from gateway.edge.request_id import has_id, id_headers
-from gateway.errors import BadRequest, GatewayError, describe
+from gateway.edge.access import Access
+from gateway.edge.guard import AccessGuard
+from gateway.edge.render import error_response, install_error_handlers, unexpected
+from gateway.edge.request import BODY, SEND
+from gateway.edge.request_id import has_id, id_headers, stamped
+from gateway.edge.route import Handler, Route
+from gateway.errors import GatewayError
 from gateway.serving.relay import Answered
 from gateway.serving.stream_relay import StreamRelay
 
 log = logging.getLogger("plumbline")
-
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-def error_response(error: GatewayError) -> Response:
-    return Response(error.json(), status_code=error.status, media_type="application/json")
 
 
 class Edge:
@@ -53,9 +51,7 @@ class Edge:
             response = error_response(e)
         except Exception:
             log.exception("unhandled error on %s", scope["path"])
-            response = error_response(
-                GatewayError("The gateway failed to handle this request; it has been logged.")
-            )
+            response = error_response(unexpected())
         if type(response) not in _STAMPED and not has_id(response.raw_headers):
             response.raw_headers.extend(id_headers(scope))
         await response(scope, receive, send)
@@ -64,65 +60,67 @@ class Edge:
 _STAMPED = (StreamRelay, Answered)  # their headers carry the ids (`relay.answer_headers`)
 
 
+class KeepBody:
+    """store_content: marks each generation request's scope so that `read_json` leaves the body
+    it read there (`BODY`), for `call_of` to hand to the request's capture. Not in the app at
+    all when store_content is off."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[BODY] = None
+        await self.app(scope, receive, send)
+
+
 class GatewayApp(FastAPI):
-    """The FastAPI app, with the generation endpoints taken before Starlette's stack.
+    """The FastAPI app, with one access guard in front of everything and the generation
+    endpoints taken before Starlette's stack.
 
     Starlette wraps every request in its error middleware, whose `send` wrapper every streamed
     block went through, and routes it; the generation endpoints need neither (the edge renders
-    their errors). `front` (the access guard around the edge) serves `POST` on `hot`; the rest
-    goes through the full application, with its own access guard."""
+    their errors). Behind the guard, `edge` serves `POST` on `hot`; the rest goes through the
+    full application, its answers stamped with the request ids on their way out."""
 
-    front: ASGIApp | None = None
+    guard: ASGIApp | None = None
+    edge: ASGIApp | None = None
     hot: frozenset[str] = frozenset()
 
+    def serve_table(
+        self,
+        table: Iterable[Route],
+        access: Access,
+        *,
+        max_body_bytes: int,
+        max_header_bytes: int,
+        keep_body: bool = False,
+    ) -> None:
+        """Serve `table`: every row in the router (served there, documented in the schema),
+        the generation rows' `POST` by the edge, all of it behind one access guard."""
+        rows = list(table)
+        self.router.routes.extend(row.api_route() for row in rows)
+        hot = {row.path: row.handler for row in rows if row.generation}
+        self.hot = frozenset(hot)
+        edge: ASGIApp = Edge(hot)
+        self.edge = KeepBody(edge) if keep_body else edge
+        self.guard = AccessGuard(
+            self._behind_guard,
+            access,
+            max_body_bytes=max_body_bytes,
+            max_header_bytes=max_header_bytes,
+            generation=self.hot,
+        )
+        install_error_handlers(self)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.front is not None
-            and scope["type"] == "http"
-            and scope["method"] == "POST"
-            and scope["path"] in self.hot
-        ):
+        if self.guard is not None and scope["type"] == "http":
             scope["app"] = self
-            await self.front(scope, receive, send)
+            await self.guard(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
-
-HOT_PATHS = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/messages",
-)
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """Every error of the full application as the OpenAI error envelope: the gateway's own,
-    Starlette's (404, 405), a body that fails validation, and anything unexpected (logged)."""
-
-    @app.exception_handler(GatewayError)
-    async def _gateway_error(request: Request, exc: GatewayError) -> Response:
-        return error_response(exc)
-
-    @app.exception_handler(HTTPException)
-    async def _http_error(request: Request, exc: HTTPException) -> Response:
-        kind = GatewayError(str(exc.detail))
-        kind.status = exc.status_code
-        kind.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        if exc.status_code == 404:
-            kind.message = f"Unknown path: {request.url.path}"
-        elif exc.status_code == 405:
-            kind.message = f"Method {request.method} is not allowed on {request.url.path}"
-        return error_response(kind)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-        message, param = describe(exc.errors())
-        return error_response(BadRequest(f"Invalid request: {message}", param=param))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s", request.url.path)
-        error = GatewayError("The gateway failed to handle this request; it has been logged.")
-        return error_response(error)
+    async def _behind_guard(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.edge is not None and scope["method"] == "POST" and scope["path"] in self.hot:
+            await self.edge(scope, receive, send)
+            return
+        await super().__call__(scope, receive, stamped(scope, send))

@@ -2,20 +2,21 @@
 
 Before a handler runs it bounds the request head, authenticates the presented key, checks the
 route's role, and for a generation request reads the body (bounded), checks the model and
-reserves the key's budget (`gateway.edge.access.Access`). Refusals are OpenAI-style errors. The hot
-generation paths get the same guard in front of the edge (`gateway.edge.fastpath.GatewayApp`).
+reserves the key's budget (`gateway.edge.access.Access`). Refusals are rendered by the edge's
+error renderer (`gateway/edge/render.py`). There is one guard, in front of everything
+(`gateway.edge.fastpath.GatewayApp`): the generation paths' edge and the full application.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.edge.access import (
     CURRENT_TICKET,
-    GENERATION_PATHS,
     Access,
     Key,
     Ticket,
@@ -23,12 +24,11 @@ from gateway.edge.access import (
 )
 from gateway.edge.console import credentials as console
 from gateway.edge.lane import LANE_ROLE, on_eval_lane
+from gateway.edge.render import send_error as _error
 from gateway.edge.request import PARSED
-from gateway.edge.request_id import id_headers, stamped
 from gateway.errors import (
     BodyTooLarge,
     Forbidden,
-    GatewayError,
     HeadersTooLarge,
     RateLimited,
     Unauthorized,
@@ -48,37 +48,13 @@ def _role_needed(path: str, access: Access) -> tuple[str, ...] | None:
     return None  # /health, /openapi.json
 
 
-async def _error(
-    scope: Scope, send: Send, error: GatewayError, headers: list[tuple[bytes, bytes]]
-) -> None:
-    body, status = error.json(), error.status
-    if scope.get("path", "").startswith("/v1/messages"):  # the Messages door: Anthropic's shape
-        from gateway.edge.doors.messages import STATUSES, error_body
-
-        body, status = orjson.dumps(error_body(error)), STATUSES.get(status, status)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-                *id_headers(scope),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 class AccessGuard:
     """ASGI middleware: bound the request head, authenticate, check the route's role, the model
     and the budget. The head's size is checked exactly here, on the parsed headers; what is
     buffered before (httptools has no limit of its own) is bounded as it arrives by the
-    connection (`gateway/edge/connection.py`). Its refusals carry the request ids; `stamp`:
-    every other answer gets them from a wrapper around `send` (the application's; the edge
-    stamps its own answers, `gateway/edge/fastpath.py`, and its streams are written with no
-    wrapper)."""
+    connection (`gateway/edge/connection.py`). Its refusals carry the request ids (every other
+    answer is stamped behind it: `gateway/edge/fastpath.py`). `generation`: the paths whose
+    `POST` is a generation request (the request table's), checked for the model and budget."""
 
     def __init__(
         self,
@@ -86,20 +62,18 @@ class AccessGuard:
         access: Access,
         max_body_bytes: int,
         max_header_bytes: int = 64 * 1024,
-        stamp: bool = True,
+        generation: Collection[str] = frozenset(),
     ):
         self.app = app
         self.access = access
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
-        self.stamp = stamp
+        self.generation = generation
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.stamp:
-            send = stamped(scope, send)
         raw = scope["headers"]
         size = 4 * len(raw) + sum(map(len, itertools.chain.from_iterable(raw)))
         if size > self.max_header_bytes:
@@ -143,7 +117,7 @@ class AccessGuard:
                 [],
             )
             return
-        if key.role != "client" or scope["method"] != "POST" or path not in GENERATION_PATHS:
+        if key.role != "client" or scope["method"] != "POST" or path not in self.generation:
             await self._call(scope, receive, send, key if key.role == "client" else None)
         else:
             await self._generation(scope, receive, send, key)

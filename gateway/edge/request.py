@@ -3,8 +3,7 @@
 The body read with a size limit and parsed with orjson (`read_json`), the headers as a plain
 dict (`headers_of`), the client's model name resolved to its route (`route_of`), the route's
 profile applied and the record started (`call_of`), and a waiter for the client leaving
-(`watch`). Used by the OpenAI handlers (`gateway/edge/api.py`) and the doors
-(`gateway/edge/doors/router.py`).
+(`watch`). Used by every door's handlers (`gateway/edge/doors/*/routes.py`).
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ from gateway.serving.capability import (
 )
 from gateway.serving.capability import capability_markdown as capability_markdown
 from gateway.serving.dialect import Carrier, Gap, accepted_keys, translate
+from gateway.serving.dropped import mark_dropped
 from gateway.serving.semantics import NEUTRAL, Semantics
 
 if TYPE_CHECKING:
@@ -98,11 +99,7 @@ class Adapted:
         return [g for g in self.gaps if g.key not in self.accepted], accepted
 
     def mark(self, record: Record) -> None:
-        if self.stripped:  # marking nothing leaves `dropped` as it is: no import on every request
-            # Imported here: gateway.edge.doors imports its router, which imports the API, which
-            # imports dispatch and so this module.
-            from gateway.edge.doors.policy import mark_dropped
-
+        if self.stripped:  # marking nothing leaves `dropped` as it is
             mark_dropped(record, *self.stripped)
         record.clamped = self.clamped
         record.params_hash = self.params_hash

@@ -24,6 +24,7 @@ from gateway.ledger.record import Record
 from gateway.serving import responses_tap
 from gateway.serving.accounting import prompt_estimate, tap_body, tap_embeddings
 from gateway.serving.call import Call
+from gateway.serving.dropped import HEADER as DROPPED_HEADER
 from gateway.serving.engine import HEADER as ENGINE_HEADER
 from gateway.serving.stream_relay import StreamRelay
 from gateway.serving.tap import StreamTap
@@ -320,10 +321,6 @@ def answer_headers(record: Record, opened: Opened, client_id: str | None = None)
     if record.params_hash:
         headers["x-plumbline-params-hash"] = record.params_hash
     if record.dropped:
-        # Imported here: gateway.edge.doors imports its router, which imports the API that
-        # imports this module.
-        from gateway.edge.doors.policy import HEADER as DROPPED_HEADER
-
         headers[DROPPED_HEADER] = record.dropped
     if record.clamped:
         headers["x-plumbline-clamped"] = record.clamped  # gateway/serving/adapt.py

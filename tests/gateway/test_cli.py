@@ -1,4 +1,4 @@
-"""`plumbline …` as a user types it (`gateway/cli.py`): the reports read what a gateway on the
+"""`plumbline …` as a user types it (`gateway/cli/`): the reports read what a gateway on the
 same config recorded; a bad config or window is a short error and exit status 2."""
 
 from __future__ import annotations

@@ -13,14 +13,14 @@ from importlib import resources
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
-from gateway.edge import api as openai_api
 from gateway.edge.console import panels
+from gateway.edge.route import Route
+from gateway.edge.status import health_of
 from gateway.errors import NotAnAsset
 
-router = APIRouter(prefix="/console", include_in_schema=False)
 JSON = "application/json"
 # The page's own files, shipped in the wheel beside this module.
 ASSETS = {
@@ -48,14 +48,12 @@ def _json(data: Any) -> Response:
     return Response(orjson.dumps(data), media_type=JSON, headers={"cache-control": "no-store"})
 
 
-@router.get("")
 async def page(request: Request) -> Response:
     return Response(
         _static("console.html"), media_type="text/html; charset=utf-8", headers=SECURITY
     )
 
 
-@router.get("/assets/plotly.min.js")
 async def chart_library(request: Request) -> Response:
     """plotly.js as the installed `plotly` package ships it (no copy in this repository)."""
     body = await asyncio.to_thread(
@@ -68,42 +66,51 @@ async def chart_library(request: Request) -> Response:
     )
 
 
-@router.get("/assets/{name}")
 async def asset(name: str) -> Response:
     if name not in ASSETS:
         raise NotAnAsset(f"Unknown console asset: {name}")
     return Response(_static(name), media_type=ASSETS[name], headers=SECURITY)
 
 
-@router.get("/api/upstreams")
 async def upstreams(request: Request, window: str = "24h") -> Response:
     gw = request.app.state.gateway
     window = panels.window_of(window)
-    health = openai_api.health_of(gw)
+    health = health_of(gw)
     doc = await asyncio.to_thread(
         panels.upstreams, gw.config, gw.store, health, window, time.time()
     )
     return _json(doc)
 
 
-@router.get("/api/cost")
 async def cost(request: Request, window: str = "24h") -> Response:
     window = panels.window_of(window)
     gw = request.app.state.gateway
     return _json(await asyncio.to_thread(panels.cost, gw.config, gw.store, window, time.time()))
 
 
-@router.get("/api/traffic")
 async def traffic(request: Request, window: str = "24h") -> Response:
     window = panels.window_of(window)
     gw = request.app.state.gateway
     return _json(await asyncio.to_thread(panels.traffic, gw.config, gw.store, window, time.time()))
 
 
-@router.get("/api/quality")
 async def quality(request: Request) -> Response:
     gw = request.app.state.gateway
     doc = await asyncio.to_thread(
         panels.quality, gw.config, gw.store, gw.gate_book.view, gw.scheduler.status
     )
     return _json(doc)
+
+
+ROUTES = tuple(
+    Route("GET", f"/console{path}", handler, schema=False)
+    for path, handler in (
+        ("", page),
+        ("/assets/plotly.min.js", chart_library),
+        ("/assets/{name}", asset),
+        ("/api/upstreams", upstreams),
+        ("/api/cost", cost),
+        ("/api/traffic", traffic),
+        ("/api/quality", quality),
+    )
+)

@@ -1,9 +1,9 @@
-"""Front doors that speak other APIs than chat completions: OpenAI Responses, Anthropic Messages.
+"""The front doors, one package per API: OpenAI (`openai`: chat completions, completions,
+embeddings, models), OpenAI Responses (`responses`) and Anthropic Messages (`messages`).
 
-Each door validates its own wire format, translates the request into a chat-completions body and
-renders the chat answer back; `router` serves both (`app.include_router(doors.router)`).
+Each door is split alike: `routes` (its handlers and its rows of the edge's request table),
+`protocol` (its wire models and field policy), `translation` (its request as a chat-completions
+body) and `stream` (the chat answer rendered back, streamed). Shared by the doors: `chunks` (the
+chat stream's events), `wire` (checking a body against its model), `policy` (the field policy's
+table) and `router` (every door's routes).
 """
-
-from gateway.edge.doors.router import router
-
-__all__ = ["router"]

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.ledger.record import Record
+from gateway.serving.dropped import HEADER, mark_dropped
 
-HEADER = "x-plumbline-dropped"
+__all__ = ["HEADER", "Action", "Rule", "mark_dropped", "markdown", "table"]
 
 
 class Action(StrEnum):
@@ -50,15 +50,6 @@ def table(*rules: Rule) -> dict[str, Rule]:
             raise ValueError(f"field {rule.field!r} is in the policy table twice")
         out[rule.field] = rule
     return out
-
-
-def mark_dropped(record: Record, *names: str) -> None:
-    """Note on `record` that the door dropped `names` (each once, in the order met)."""
-    have = record.dropped.split(",") if record.dropped else []
-    for name in names:
-        if name not in have:
-            have.append(name)
-    record.dropped = ",".join(have) or None
 
 
 def markdown(policy: dict[str, Rule]) -> str:

@@ -187,14 +187,14 @@ def test_plumbline_serve_port_override_reaches_the_scheduler(
     from starlette.testclient import TestClient
 
     import deploy.launch
-    from gateway import cli
+    from gateway.cli import serving
 
     served: list[tuple[Any, str, int]] = []
     monkeypatch.setattr(
         deploy.launch, "serve", lambda app, h, p, *_, **__: served.append((app, h, p))
     )
     config = parse_config({"server": {"port": 8400}, "store": {"enabled": False}})
-    cli._serve(config, None, 9125)
+    serving._serve(config, None, 9125)
     ((app, host, port),) = served
     assert (host, port) == ("127.0.0.1", 9125)
     with TestClient(app):

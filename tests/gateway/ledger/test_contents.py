@@ -17,7 +17,7 @@ from gateway.ledger.record import Record
 from gateway.ledger.store import Store, capped
 from gateway.trust.capture import Capture, ContentKeeper, StoredContent, TextSampler
 from plumbline_kit.fakes.upstream import FakeHandle
-from tests.gateway.edge.test_api import gateway_config
+from tests.gateway.edge.doors.openai.test_routes import gateway_config
 from tests.harness import config_from, running_gateway
 
 KEY = "sk-plumbline-test-key-never-stored"

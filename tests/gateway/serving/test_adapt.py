@@ -16,9 +16,9 @@ import orjson
 import pytest
 
 from gateway.config import Upstream
+from gateway.edge.doors.openai.fields import CHAT_POLICY, COMPLETIONS_POLICY
+from gateway.edge.doors.openai.protocol import ChatRequest, CompletionRequest
 from gateway.edge.doors.policy import markdown
-from gateway.edge.fields import CHAT_POLICY, COMPLETIONS_POLICY
-from gateway.edge.protocol import ChatRequest, CompletionRequest
 from gateway.errors import ContextExceeded, Unfit
 from gateway.serving.adapt import adapt, capability_markdown, prompt_bounds
 from gateway.serving.profile import NEUTRAL, params_hash

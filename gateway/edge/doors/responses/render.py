@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from gateway.edge.doors.chunks import chat_usage, first_message, reasoning_of, tokens_of
-from gateway.edge.doors.responses_tools import Tools, restored
+from gateway.edge.doors.responses.tools import Tools, restored
 
 
 def usage_of(chat_usage_obj: dict[str, Any] | None) -> dict[str, Any]:

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.edge.doors import response_object
-from gateway.edge.doors.responses import chat_request
-from gateway.edge.doors.responses_stream import ResponsesTranslator
+from gateway.edge.doors.responses import render as response_object
+from gateway.edge.doors.responses.stream import ResponsesTranslator
+from gateway.edge.doors.responses.translation import chat_request
 from gateway.ledger.record import Record
 from plumbline_kit.fakes.upstream import FakeHandle
-from tests.gateway.edge.test_api import client, gateway_config
+from tests.gateway.edge.doors.openai.test_routes import client, gateway_config
 from tests.harness import ListSink, running_gateway
 
 
@@ -567,7 +567,7 @@ RESPONSE_FIELDS = [
 @given(near_requests({"input": loose | ITEMS}, RESPONSE_FIELDS))
 @settings(max_examples=300)
 def test_any_body_is_translated_or_refused_with_a_400(body: dict[str, Any]) -> None:
-    from gateway.edge.doors import protocol_responses
+    from gateway.edge.doors.responses import protocol as protocol_responses
     from gateway.errors import BadRequest
 
     try:
@@ -607,7 +607,7 @@ def test_content_parts_translate_to_chat_parts() -> None:
     """Images stay parts of a user turn (with their detail); other turns and tool outputs are
     their text parts joined; an image outside a user turn, or a part of a kind chat cannot
     carry, is dropped and marked (never a 400: harnesses add part types)."""
-    from gateway.edge.doors.responses import translate
+    from gateway.edge.doors.responses.translation import translate
 
     image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"}
     body = {

@@ -9,15 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.edge.doors.response_state import NotFound, engine_of, in_thread, namespace
+from gateway.edge.doors.responses.state import NotFound, engine_of, in_thread, namespace
+from gateway.edge.route import Route
 from gateway.errors import BadRequest
 from gateway.ledger import responses_store
-
-router = APIRouter()
 
 
 def _json(doc: Any) -> Response:
@@ -34,13 +32,11 @@ async def _stored(request: Request, rid: str) -> tuple[Any, responses_store.Stor
     return engine, stored
 
 
-@router.get("/v1/responses/{rid}")
 async def get_response(request: Request, rid: str) -> Response:
     _, stored = await _stored(request, rid)
     return _json(stored.body)
 
 
-@router.delete("/v1/responses/{rid}")
 async def delete_response(request: Request, rid: str) -> Response:
     engine = engine_of(request.app.state.gateway)
     gone = engine is not None and await in_thread(responses_store.delete, engine, rid, namespace())
@@ -68,7 +64,6 @@ def page(items: list[dict[str, Any]], after: str | None, limit: int, order: str)
     }
 
 
-@router.get("/v1/responses/{rid}/input_items")
 async def list_input_items(
     request: Request, rid: str, after: str | None = None, limit: int = 20, order: str = "desc"
 ) -> Response:
@@ -79,3 +74,10 @@ async def list_input_items(
     engine, stored = await _stored(request, rid)
     items = await in_thread(responses_store.items, engine, stored.id, "input")
     return _json(page(items, after, limit, order))
+
+
+ROUTES = (
+    Route("GET", "/v1/responses/{rid}", get_response),
+    Route("DELETE", "/v1/responses/{rid}", delete_response),
+    Route("GET", "/v1/responses/{rid}/input_items", list_input_items),
+)

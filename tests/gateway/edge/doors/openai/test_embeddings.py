@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from plumbline_kit.fakes.upstream import FakeHandle
-from tests.gateway.edge.test_api import client, gateway_config
+from tests.gateway.edge.doors.openai.test_routes import client, gateway_config
 from tests.harness import ListSink, running_gateway
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from gateway.edge.doors.protocol_responses import HOSTED_TOOLS
+from gateway.edge.doors.responses.protocol import HOSTED_TOOLS
 from gateway.errors import BadRequest
 
 MAX_NAME = 64

@@ -6,7 +6,7 @@ through `responses.render`. A stream is rebuilt event by event: `response.create
 opened with `response.output_item.added` (+ `content_part.added`), filled by `…delta` events and
 closed with `…done` events, then `response.completed` carrying the record's usage (also when the
 answer hit `max_output_tokens`: `incomplete_details` says so; Codex takes `response.incomplete` for
-an error). Calls are restored through the request's tool map (`responses_tools`): a namespaced
+an error). Calls are restored through the request's tool map (`tools`): a namespaced
 call with `namespace` and its bare name, a custom tool's as a `custom_tool_call`. An upstream that
 broke mid-stream ends the stream with an `error` event and `response.failed`, whose `code` is
 `context_length_exceeded` for a context overflow. During a silence of `heartbeat_s` the
@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from gateway.edge.doors.chunks import ChatStream, Piece, ToolDelta, record_usage, sse
-from gateway.edge.doors.response_object import (
+from gateway.edge.doors.responses.render import (
     call_item,
     logprobs_of,
     message_item,
@@ -35,8 +35,8 @@ from gateway.edge.doors.response_object import (
     response_object,
     usage_of,
 )
-from gateway.edge.doors.responses import context_overflow
-from gateway.edge.doors.responses_tools import Tools, custom_input, restored
+from gateway.edge.doors.responses.tools import Tools, custom_input, restored
+from gateway.edge.doors.responses.translation import context_overflow
 from gateway.ledger.record import Record
 
 HEARTBEAT_S = 15.0

@@ -25,9 +25,9 @@ from sqlalchemy.engine import Engine
 from starlette.responses import Response
 
 from gateway.edge.doors.chunks import Piece
-from gateway.edge.doors.messages import input_of
-from gateway.edge.doors.messages_stream import MessagesTranslator
-from gateway.edge.doors.response_state import engine_of, in_thread, keep, namespace
+from gateway.edge.doors.messages.render import input_of
+from gateway.edge.doors.messages.stream import MessagesTranslator
+from gateway.edge.doors.responses.state import engine_of, in_thread, keep, namespace
 from gateway.errors import GatewayError
 from gateway.ledger import responses_store
 

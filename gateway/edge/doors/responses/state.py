@@ -31,8 +31,8 @@ from sqlalchemy.engine import Engine
 
 from gateway.edge.access import CURRENT_TICKET
 from gateway.edge.doors.chunks import record_usage
-from gateway.edge.doors.response_object import render, usage_of
-from gateway.edge.doors.responses_stream import ResponsesTranslator
+from gateway.edge.doors.responses.render import render, usage_of
+from gateway.edge.doors.responses.stream import ResponsesTranslator
 from gateway.errors import BadRequest, GatewayError
 from gateway.ledger import responses_store
 

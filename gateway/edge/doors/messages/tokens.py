@@ -19,9 +19,9 @@ import orjson
 from starlette.responses import Response
 
 from gateway.config import Config, Upstream
-from gateway.edge.doors import protocol_messages
-from gateway.edge.doors.messages_edits import tokens
-from gateway.edge.doors.messages_request import chat_request
+from gateway.edge.doors.messages import protocol
+from gateway.edge.doors.messages.edits import tokens
+from gateway.edge.doors.messages.translation import chat_request
 from gateway.errors import ModelNotFound
 from gateway.serving.pool import UpstreamState
 from gateway.serving.profile import apply_profile
@@ -45,7 +45,7 @@ async def count(
     pool's), and the `wire` the tokenize request goes out on."""
     if isinstance(body, dict) and "max_tokens" not in body:
         body = {**body, "max_tokens": 2**31}  # count_tokens takes none
-    protocol_messages.check(body)
+    protocol.check(body)
     model = config.resolve(body["model"])
     if model is None:
         raise ModelNotFound(

@@ -14,13 +14,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.edge.doors import messages, messages_edits, protocol_messages
-from gateway.edge.doors.messages_stream import MessagesTranslator
+from gateway.edge.doors.messages import edits as messages_edits
+from gateway.edge.doors.messages import errors as anthropic_errors
+from gateway.edge.doors.messages import protocol as protocol_messages
+from gateway.edge.doors.messages import render as messages
+from gateway.edge.doors.messages.stream import MessagesTranslator
 from gateway.edge.doors.policy import HEADER, markdown
+from gateway.edge.render import error_response
 from gateway.errors import BadRequest, UpstreamUnavailable
 from gateway.serving.adapt import CLAMPED_HEADER, prompt_bounds
 from plumbline_kit.fakes.upstream import FakeHandle
-from tests.gateway.edge.doors.test_responses import (
+from tests.gateway.edge.doors.openai.test_routes import gateway_config
+from tests.gateway.edge.doors.responses.test_responses import (
     chats,
     essence,
     loose,
@@ -30,7 +35,6 @@ from tests.gateway.edge.doors.test_responses import (
     stream_of,
     typed,
 )
-from tests.gateway.edge.test_api import gateway_config
 from tests.harness import ListSink, config_from, running_gateway
 
 
@@ -328,7 +332,7 @@ def test_bad_input_gets_an_anthropic_error(
 
 # ---------------------------------------------------------------- Claude Code's requests
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[5]
 # Claude Code 2.1.328's first request as it reached a capture server (device and session ids,
 # and the temporary paths in its environment text, replaced).
 CAPTURED = orjson.loads((Path(__file__).parent / "claude_code_request.json").read_bytes())
@@ -850,12 +854,12 @@ def test_a_max_tokens_refusal_keeps_its_own_wording() -> None:
         "'max_tokens' or 'max_completion_tokens' is too large: 32000. This model's maximum "
         "context length is 8192 tokens and your request has 100 input tokens (32000 > 8192 - 100)."
     )
-    assert messages.overflow(said) is None
-    assert messages.error_body(BadRequest(said))["error"]["message"] == said
+    assert anthropic_errors.overflow(said) is None
+    assert anthropic_errors.error_body(BadRequest(said))["error"]["message"] == said
 
 
 def test_overloaded_is_529() -> None:
-    r = messages.error_response(UpstreamUnavailable("no upstream"))
+    r = error_response(UpstreamUnavailable("no upstream"), anthropic_shape=True)
     assert r.status_code == 529 and orjson.loads(r.body)["error"]["type"] == "overloaded_error"
 
 
@@ -899,7 +903,7 @@ def test_session_affinity_follows_claude_codes_session_id(
     fake: FakeHandle, fake2: FakeHandle
 ) -> None:
     """Claude Code's session id (in metadata.user_id) keeps a session on one replica."""
-    from gateway.edge.doors.messages_request import session_of
+    from gateway.edge.doors.messages.translation import session_of
 
     config = gateway_config(("a", fake.base_url), ("b", fake2.base_url))
     with running_gateway(config) as url:

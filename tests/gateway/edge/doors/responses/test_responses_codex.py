@@ -14,15 +14,15 @@ import httpx
 import orjson
 import pytest
 
-from gateway.edge.doors import protocol_responses
 from gateway.edge.doors.policy import markdown
-from gateway.edge.doors.responses_stream import ResponsesTranslator
+from gateway.edge.doors.responses import protocol as protocol_responses
+from gateway.edge.doors.responses.stream import ResponsesTranslator
 from gateway.ledger.record import Record
 from plumbline_kit.fakes.upstream import FakeHandle
-from tests.gateway.edge.test_api import gateway_config
+from tests.gateway.edge.doors.openai.test_routes import gateway_config
 from tests.harness import ListSink, running_gateway
 
-POLICY_PAGE = Path(__file__).resolve().parents[4] / "docs" / "doors" / "responses-and-messages.md"
+POLICY_PAGE = Path(__file__).resolve().parents[5] / "docs" / "doors" / "responses-and-messages.md"
 EXEC = {
     "type": "function",
     "name": "exec_command",

@@ -1,9 +1,9 @@
 """The field policy of the OpenAI doors, /v1/chat/completions and /v1/completions.
 
 These doors speak the upstreams' own API, so almost every field is honoured by passing it
-through: `gateway/edge/protocol.py` validates what must be right and lets every other field by, and
-an unknown field reaches the upstream untouched (new upstream features need no gateway
-release). What the gateway itself does with a field is written here, one row a field, and
+through: `gateway/edge/doors/openai/protocol.py` validates what must be right and lets every
+other field by, and an unknown field reaches the upstream untouched (new upstream features need
+no gateway release). What the gateway itself does with a field is written here, one row a field, and
 rendered into the README (a test keeps the two equal). Per upstream, at dispatch,
 `gateway/serving/adapt.py` strips and marks the extension fields an upstream does not take, refuses
 (or

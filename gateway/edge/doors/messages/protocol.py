@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
+from gateway.edge.doors.openai.protocol import _Open
 from gateway.edge.doors.policy import Action, Rule, table
 from gateway.edge.doors.wire import check_model
-from gateway.edge.protocol import _Open
 from gateway.errors import BadRequest
 
 H, T, N, D = Action.HONOUR, Action.TRANSLATE, Action.INERT, Action.DROP

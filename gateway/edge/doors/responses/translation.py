@@ -1,8 +1,8 @@
 """The Responses door: an OpenAI Responses API request as chat completions, and the answer back.
 
 `chat_request` turns a validated Responses body into a chat-completions body (the internal
-request every door shares). The answer side is in `response_object` (whole) and
-`responses_stream` (streamed).
+request every door shares). The answer side is in `render` (whole) and
+`stream` (streamed).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.edge.doors.protocol_responses import EXTENSIONS
-from gateway.edge.doors.responses_tools import Tools, history_call, tool_choice, tools_of
+from gateway.edge.doors.responses.protocol import EXTENSIONS
+from gateway.edge.doors.responses.tools import Tools, history_call, tool_choice, tools_of
 from gateway.errors import BadRequest
 from gateway.serving.profile import SAMPLING
 

@@ -1,24 +1,21 @@
-"""The Messages door: Anthropic errors, and chat answers rendered as Anthropic messages.
+"""The Messages door: chat answers rendered as Anthropic messages.
 
-The request side is `messages_request` (re-exported here: `chat_request`). `render` turns a
+The request side is `translation` (re-exported here: `chat_request`). `render` turns a
 chat.completion into an Anthropic `message` (reasoning as a `thinking` block unless the client
 asked for it omitted, tool calls as `tool_use` blocks with `toolu_` ids, finish_reason as
 stop_reason, the model name the client asked for); `chat_of` is its inverse, used to check that
-nothing is lost. `error_response` renders any gateway error in Anthropic's error shape, an
-upstream's context overflow in the wording Claude Code recognises. The streaming side is in
-`messages_stream`.
+nothing is lost. Errors in Anthropic's shape are `errors`'. The streaming side is in
+`stream`.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
-from starlette.responses import Response
 
 from gateway.edge.doors.chunks import chat_usage, first_message, reasoning_of, tokens_of
-from gateway.edge.doors.messages_request import (
+from gateway.edge.doors.messages.translation import (
     RAW_ARGUMENTS,
     Translation,
     arguments_of,
@@ -26,63 +23,8 @@ from gateway.edge.doors.messages_request import (
     chat_request,
     client_id,
 )
-from gateway.errors import GatewayError
 
 __all__ = ["RAW_ARGUMENTS", "Translation", "arguments_of", "chat_request", "render", "chat_of"]
-
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-}
-# Anthropic says "overloaded" with its own status.
-STATUSES = {503: 529}
-
-# An engine's context overflow, as vLLM words it (several versions) and llama.cpp.
-_WINDOW = re.compile(
-    r"maximum (?:context length|model length)(?: is| of)?\s*\(?(\d+)|context size \((\d+)|"
-    r"context window of (\d+)"
-)
-_PROMPT = re.compile(
-    r"\((\d+) in the messages|has (\d+) input tokens|prompt \(length (\d+)\)|"
-    r"[Ii]nput length \((\d+)\)|request \((\d+) tokens\)|Requested tokens \((\d+)\)"
-)
-
-
-def overflow(message: str) -> str | None:
-    """`prompt is too long: N tokens > M maximum` for an upstream's context overflow whose
-    prompt alone is over the window (a max_tokens that does not fit keeps its own wording)."""
-    window = _WINDOW.search(message)
-    if window is None:
-        return None
-    limit = int(next(g for g in window.groups() if g))
-    prompt = _PROMPT.search(message)
-    if prompt is None:
-        return f"prompt is too long: {message}" if "exceed" in message else None
-    n = int(next(g for g in prompt.groups() if g))
-    return f"prompt is too long: {n} tokens > {limit} maximum" if n > limit else None
-
-
-def error_body(error: GatewayError) -> dict[str, Any]:
-    kind = ERROR_TYPES.get(error.status, "api_error")
-    message = error.message
-    if error.status == 400 and (too_long := overflow(message)) is not None:
-        message = too_long
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-def error_response(error: GatewayError) -> Response:
-    return Response(
-        orjson.dumps(error_body(error)),
-        status_code=STATUSES.get(error.status, error.status),
-        media_type="application/json",
-    )
-
 
 # ---------------------------------------------------------------- answer: chat -> Messages
 

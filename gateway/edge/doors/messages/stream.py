@@ -6,7 +6,7 @@ then one content block at a time (`thinking`, `text`, `tool_use`) opened by
 `content_block_start`, filled by `thinking_delta` / `text_delta` / `input_json_delta` and closed
 by `content_block_stop`, then `message_delta` (stop_reason, stop_sequence, the record's usage,
 the context edits applied) and `message_stop`. Reasoning asked for with `display: omitted` is
-not sent; tool_use ids are the door's (`messages_request.client_id`). An upstream that broke
+not sent; tool_use ids are the door's (`translation.client_id`). An upstream that broke
 mid-stream ends the stream with an `error` event.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from gateway.edge.doors.chunks import ChatStream, Piece, record_usage, sse
-from gateway.edge.doors.messages import render, stop_of, usage_of
-from gateway.edge.doors.messages_request import Translation, client_id
+from gateway.edge.doors.messages.render import render, stop_of, usage_of
+from gateway.edge.doors.messages.translation import Translation, client_id
 from gateway.ledger.record import Record
 
 

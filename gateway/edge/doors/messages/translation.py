@@ -1,7 +1,7 @@
 """The Messages door's request side: a validated Anthropic Messages body as chat completions.
 
-`chat_request` applies the door's field policy (`protocol_messages.POLICY`): context edits
-first (`messages_edits`), then one leading system message (the body's `system` and every
+`chat_request` applies the door's field policy (`protocol.POLICY`): context edits
+first (`edits`), then one leading system message (the body's `system` and every
 `role: system` turn, in order, without Claude Code's attribution block), tool results as `tool`
 messages (their images in a user turn after them), deferred tools only once a `tool_reference`
 names them, `output_config` as `reasoning_effort` / `response_format` (`max_tokens` is clamped
@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 
 from gateway.config import Config
-from gateway.edge.doors import messages_edits
-from gateway.edge.doors.protocol_messages import DROPPED, EXTENSIONS, KNOWN
+from gateway.edge.doors.messages import edits
+from gateway.edge.doors.messages.protocol import DROPPED, EXTENSIONS, KNOWN
 from gateway.errors import BadRequest
 from gateway.serving.upstream import THINKING_BUDGET
 
@@ -106,7 +106,7 @@ def chat_request(body: dict[str, Any], served: Served | None = None) -> Translat
     served = served or Served()
     body = {**body, "messages": orjson.loads(orjson.dumps(body["messages"]))}  # edits: a copy
     out = Translation(chat={})
-    out.applied_edits, unknown = messages_edits.apply(body)
+    out.applied_edits, unknown = edits.apply(body)
     out.dropped += unknown
     out.dropped += [f for f in body if f not in KNOWN] + [f for f in DROPPED if f in body]
     tools = body.get("tools") or []
