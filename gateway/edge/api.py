@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.config import Config
+from gateway.edge.doors import messages_models
 from gateway.edge.protocol import ChatRequest, CompletionRequest, EmbeddingRequest, validate
 from gateway.edge.request import call_of, read_json, route_of, watch
 from gateway.ledger.backlog import health as ledger_health
@@ -105,6 +106,8 @@ def model_entry(
 async def models(request: Request) -> Response:
     gw = request.app.state.gateway
     data = [model_entry(gw.config, name, learned=gw.engines.windows) for name in gw.config.models]
+    if messages_models.wants_anthropic(request.headers):  # Anthropic's Models API shape
+        return Response(orjson.dumps(messages_models.model_list(data)), media_type=JSON)
     return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
 
 
@@ -113,6 +116,8 @@ async def model(request: Request, model: str) -> Response:
     gw = request.app.state.gateway
     route = route_of(gw.config, model)
     entry = model_entry(gw.config, route, asked=model, learned=gw.engines.windows)
+    if messages_models.wants_anthropic(request.headers):
+        entry = messages_models.model_info(entry)
     return Response(orjson.dumps(entry), media_type=JSON)
 
 

@@ -48,6 +48,7 @@ from gateway.serving.redaction import Redactor
 from gateway.serving.reply import Reply
 from gateway.serving.routing import Ask, Features, Tried, give_up, plan, shaped, wants_affinity
 from gateway.serving.shape import classify
+from gateway.serving.tokenizer import Counter, near, tokenizer_source
 from gateway.serving.upstream import THINKING_BUDGET, Opened, Targets, body_for, post
 from gateway.serving.wire import Wire
 
@@ -88,6 +89,7 @@ class Dispatcher:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Clock | None = None,
         rand: random.Random | None = None,
+        counter: Counter | None = None,
     ):
         self.config = config
         self.upstreams = {u.name: u for u in config.upstreams}
@@ -100,6 +102,8 @@ class Dispatcher:
         self.clock = clock or Clock()
         self._rand = rand or random.Random()
         self.targets = Targets()
+        # Tokenizers of the upstreams, for prompts near their window (gateway/serving/tokenizer.py).
+        self.counter = counter or Counter()
         # What the upstreams say when they fail reaches clients, records and logs redacted.
         self.redactor = Redactor.of(config)
         self._shaped: dict[tuple[str, str], RouteConfig] = {}
@@ -222,7 +226,7 @@ class Dispatcher:
         except AttemptError as e:
             if e.client_error:  # the upstream answered: its refusal is the client's
                 self._served_by(call, name)
-                raise BadRequest(e.message, code=f"upstream_{e.status}") from None
+                raise BadRequest(e.message, param=e.param, code=f"upstream_{e.status}") from None
             tried.failed(e.message, e.outcome)
         return None
 
@@ -230,10 +234,34 @@ class Dispatcher:
         call.record.upstream = name
         call.record.engine = self.engines.known.get(name)
 
-    def _request(self, call: Call, upstream: Upstream) -> tuple[str, bytes, bool, Adapted | None]:
+    async def _counted(self, call: Call, upstream: Upstream) -> int | None:
+        """The prompt's tokens by `upstream`'s tokenizer, where the byte estimate puts it near
+        the window (`tokenizer.near`) and that tokenizer is known; None otherwise (the byte
+        bound stands). Counted once a call and tokenizer, kept on the call and its record."""
+        if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
+            return None
+        window = self.window(upstream.name)
+        if window is None or call.bounds is None or not near(call.body, window, call.bounds):
+            return None
+        source = tokenizer_source(self.config, upstream)
+        if source is None:
+            return None
+        if call.counted is not None and call.counted[0] == source:
+            return call.counted[1]
+        n = await self.counter.count(source, call.body)
+        if n is not None:
+            call.counted = (source, n)
+            call.record.prompt_counted = n
+        return n
+
+    def _request(
+        self, call: Call, upstream: Upstream, counted: int | None = None
+    ) -> tuple[str, bytes, bool, Adapted | None]:
         """(path, body, native, what adapt did) of one attempt. Raises Unfit before anything is
-        sent; the window the server said it serves, if any, is adapt's too."""
-        adapted = adapt_call(self.config, call, upstream, self.engines.windows.get(upstream.name))
+        sent; the window the server said it serves, if any, is adapt's too, and so is the
+        prompt's tokenizer count (`counted`)."""
+        learned = self.engines.windows.get(upstream.name)
+        adapted = adapt_call(self.config, call, upstream, learned, counted)
         native = call.native is not None and upstream.responses_api
         body = call.native if native and call.native else adapted.body if adapted else call.body
         cap = self.config.thinking_cap(upstream) if THINKING_BUDGET in body else None
@@ -248,8 +276,9 @@ class Dispatcher:
         return min(server.first_byte_timeout_s, server.request_timeout_s)
 
     async def _attempt(self, call: Call, upstream: Upstream) -> Opened:
+        counted = await self._counted(call, upstream)
         started = self.clock.timer()
-        path, data, native, adapted = self._request(call, upstream)
+        path, data, native, adapted = self._request(call, upstream, counted)
         self.pool.begin(upstream.name)
         exchange = _Exchange()
         headed = call.stream and not self._at_once(call)  # a head, if the call has one, begins
