@@ -120,13 +120,19 @@ def _parsed_call(call: Any) -> Any:
     return {**call, "function": {**fn, "arguments": arguments}}
 
 
+# A prompt under this share of the window by the bytes is far from it: the bytes' over-count
+# then costs the answer less than this share of its room, not worth a tokenizer.
+NEAR_SHARE = 1 / 16
+
+
 def near(body: dict[str, Any], window: int, bounds: tuple[int, int]) -> bool:
-    """Whether the byte estimate (`bounds`, adapt's `prompt_bounds`) would clamp or refuse
-    `body` in `window`: only then does an exact count change anything."""
+    """Whether the byte estimate (`bounds`, adapt's `prompt_bounds`) puts `body` near
+    `window`: its cap would be clamped, and the prompt is no small share of the window (not
+    refused by the byte floor either). Only then does an exact count change the clamp."""
     low, high = bounds
     caps = [body.get(n) for n in ("max_tokens", "max_completion_tokens")]
     cap = max((c for c in caps if isinstance(c, int)), default=0)
-    return low < window and high + cap > window
+    return low < window and high + cap > window and high >= window * NEAR_SHARE
 
 
 class Counter:

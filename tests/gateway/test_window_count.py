@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import orjson
 import pytest
 
@@ -42,12 +43,11 @@ def test_claude_codes_first_request_is_clamped_to_vllms_room(
     low, high = prompt_bounds(chat_request(body).chat)
     assert low < window < high + body["max_tokens"]  # near the window by the bytes
     body |= {"stream": False, "stop_sequences": [" ", "\n", "."]}  # a short answer on a CPU
-    client = anthropic.Anthropic(
-        base_url=url.removesuffix("/v1"), api_key="unused", max_retries=0, timeout=600
-    )
     before = len(records.records)
-    raw = client.messages.with_raw_response.create(**body)
-    message = raw.parse()
+    # As Claude Code sends it (the anthropic client refuses its newer fields).
+    raw = httpx.post(url.removesuffix("/v1") + "/v1/messages?beta=true", json=body, timeout=600)
+    assert raw.status_code == 200, raw.text
+    message = anthropic.types.Message.model_validate(raw.json())
     assert raw.headers["x-plumbline-upstream"] == "smol-vllm"
     clamped = re.fullmatch(r"max_tokens=32000->(\d+)", raw.headers["x-plumbline-clamped"])
     assert clamped is not None
