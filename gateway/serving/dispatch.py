@@ -48,7 +48,7 @@ from gateway.serving.redaction import Redactor
 from gateway.serving.reply import Reply
 from gateway.serving.routing import Ask, Features, Tried, give_up, plan, shaped, wants_affinity
 from gateway.serving.shape import classify
-from gateway.serving.tokenizer import Counter, near, tokenizer_source
+from gateway.serving.tokenizer import Counter, prompt_count
 from gateway.serving.upstream import THINKING_BUDGET, Opened, Targets, body_for, post
 from gateway.serving.wire import Wire
 
@@ -235,24 +235,9 @@ class Dispatcher:
         call.record.engine = self.engines.known.get(name)
 
     async def _counted(self, call: Call, upstream: Upstream) -> int | None:
-        """The prompt's tokens by `upstream`'s tokenizer, where the byte estimate puts it near
-        the window (`tokenizer.near`) and that tokenizer is known; None otherwise (the byte
-        bound stands). Counted once a call and tokenizer, kept on the call and its record."""
-        if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
-            return None
+        """The prompt's tokens by `upstream`'s tokenizer near its window (`prompt_count`)."""
         window = self.window(upstream.name)
-        if window is None or call.bounds is None or not near(call.body, window, call.bounds):
-            return None
-        source = tokenizer_source(self.config, upstream)
-        if source is None:
-            return None
-        if call.counted is not None and call.counted[0] == source:
-            return call.counted[1]
-        n = await self.counter.count(source, call.body)
-        if n is not None:
-            call.counted = (source, n)
-            call.record.prompt_counted = n
-        return n
+        return await prompt_count(self.counter, self.config, call, upstream, window)
 
     def _request(
         self, call: Call, upstream: Upstream, counted: int | None = None

@@ -30,6 +30,7 @@ import orjson
 
 if TYPE_CHECKING:
     from gateway.config import Config, Upstream
+    from gateway.serving.call import Call
 
 log = logging.getLogger("plumbline")
 
@@ -178,3 +179,25 @@ class Counter:
         except Exception as e:  # a template that refuses this conversation: bytes, then
             log.info("tokenizer %s could not count a prompt (%s)", source, e)
             return None
+
+
+async def prompt_count(
+    counter: Counter, config: Config, call: Call, upstream: Upstream, window: int | None
+) -> int | None:
+    """The prompt's tokens by `upstream`'s tokenizer, where the byte estimate puts it near
+    `window` (`near`) and that tokenizer is known; None otherwise (the byte bound stands).
+    Counted once a call and tokenizer, kept on the call (`Call.counted`) and its record."""
+    if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
+        return None
+    if window is None or call.bounds is None or not near(call.body, window, call.bounds):
+        return None
+    source = tokenizer_source(config, upstream)
+    if source is None:
+        return None
+    if call.counted is not None and call.counted[0] == source:
+        return call.counted[1]
+    n = await counter.count(source, call.body)
+    if n is not None:
+        call.counted = (source, n)
+        call.record.prompt_counted = n
+    return n
