@@ -280,9 +280,14 @@ class ResponsesTranslator(ChatStream):
         out = self._close()
         self._ended = True
         usage = usage_of(record_usage(self.record))
-        cut = self._finish == "length" and length_cause(self.record) == "upstream"
-        status = "incomplete" if cut else "completed"
+        status = self._ending()
         return [*out, self._emit(f"response.{status}", response=self._response(status, usage))]
+
+    def _ending(self) -> str:
+        """How the stream ends: `incomplete` when the upstream cut the answer, else
+        `completed` (`gateway.ledger.truncation.length_cause`)."""
+        cut = self._finish == "length" and length_cause(self.record) == "upstream"
+        return "incomplete" if cut else "completed"
 
     def _failed(self, error: dict[str, Any]) -> list[bytes]:
         out = self._close(failed=True)

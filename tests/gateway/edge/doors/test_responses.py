@@ -213,7 +213,6 @@ def test_upstream_break_mid_stream_ends_with_failed(fake: FakeHandle, gateway: A
             400,
             "previous_response_id",
         ),
-        ({"model": "smol", "input": "x", "store": True}, 400, "store"),
         ({"model": "smol", "input": "x", "background": True}, 400, "background"),
         ({"model": "smol", "input": 7}, 400, "input"),
         ({"model": "smol", "input": "x", "temperature": 9}, 400, "temperature"),

@@ -358,7 +358,6 @@ def test_unknown_fields_items_parts_and_tools_never_400(fake: FakeHandle, gatewa
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"conversation": "conv_1"}, "conversation"),
-        ({"store": True}, "store"),
         ({"background": True}, "background"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference"),
         ({"tool_choice": {"type": "web_search"}}, "does not run"),
