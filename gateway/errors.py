@@ -203,6 +203,7 @@ class AttemptError(Exception):
         retryable: bool = True,
         retry_after: float | None = None,
         client_error: bool = False,
+        param: str | None = None,
     ):
         super().__init__(message)
         self.outcome = outcome
@@ -212,6 +213,8 @@ class AttemptError(Exception):
         self.retry_after = retry_after
         # A 4xx that is the request's fault: return it to the client instead of falling back.
         self.client_error = client_error
+        # The request field the upstream's error named (its `error.param`), relayed as is.
+        self.param = param
 
 
 class WireError(OSError):

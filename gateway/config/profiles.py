@@ -43,6 +43,8 @@ class Profile(_Frozen):
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     context_window: int | None = Field(None, ge=256)
+    # The model's tokenizer (folder, .gguf file or package), for an API upstream of this profile.
+    tokenizer: str | None = None
     vllm_args: list[str] = Field(default_factory=list)
     vllm_env: dict[str, str] = Field(default_factory=dict)
     # GPUs per replica: above 1 when the model does not fit one card (a TP group per replica).

@@ -94,6 +94,9 @@ class Record:
     t0: float = field(default_factory=perf_counter, repr=False)
     # The request asked not to think (gateway/trust/watchdog.py: asked_not_to_think); not stored.
     thinking_off: bool = field(default=False, repr=False)
+    # The prompt's tokens by the upstream's tokenizer, where dispatch counted them near the
+    # window (gateway/serving/tokenizer.py); not stored (the upstream's usage is).
+    prompt_counted: int | None = field(default=None, repr=False)
 
     def as_row(self) -> dict[str, Any]:
         """Every stored field (not `t0`); attempts as plain dicts. Built by hand: `asdict`'s
@@ -120,7 +123,8 @@ class Record:
             self.usage_estimated = True
 
 
-_ROW_FIELDS = tuple(f.name for f in fields(Record) if f.name not in ("t0", "thinking_off"))
+_UNSTORED = ("t0", "thinking_off", "prompt_counted")
+_ROW_FIELDS = tuple(f.name for f in fields(Record) if f.name not in _UNSTORED)
 
 
 class RecordSink(Protocol):

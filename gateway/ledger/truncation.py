@@ -49,6 +49,13 @@ def cause(record: Record) -> Cause | None:
     """`client_cap` or `upstream` for a truncated record; None for one that was not cut."""
     if not record.truncated:
         return None
+    return length_cause(record)
+
+
+def length_cause(record: Record) -> Cause:
+    """`cause` of an answer that stopped at its length (`finish_reason: "length"`), whether or
+    not the record is marked `truncated` yet: what a door asks when it ends the answer (the
+    Responses door's `incomplete`, the Messages door's stop reason)."""
     if record.error_class in CUT_CLASSES:
         return "upstream"
     cap = record.max_tokens

@@ -233,8 +233,9 @@ def _renamed(obj: dict[str, Any], raw: bytes, model: str | None, changed: bool) 
     return orjson.dumps(obj) if changed else raw
 
 
-def tap_embeddings(record: Record, raw: bytes) -> bytes:
-    """Embeddings carry only prompt tokens; the body passes through unchanged."""
+def tap_embeddings(record: Record, raw: bytes, model: str | None = None) -> bytes:
+    """Embeddings carry only prompt tokens; the body passes through, carrying the public `model`
+    name (the route's, as every door answers) instead of the upstream's id."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -245,4 +246,4 @@ def tap_embeddings(record: Record, raw: bytes) -> bytes:
     else:
         record.usage_estimated = True
     record.e2e_s = time.perf_counter() - record.t0
-    return raw
+    return _renamed(obj, raw, model, False) if isinstance(obj, dict) else raw

@@ -24,8 +24,10 @@ and one upstream:
    certainly over it is refused (400 `context_length_exceeded`, the sizes named), and a
    `max_tokens` / `max_completion_tokens` that cannot fit beside the prompt is clamped to what
    does and marked (`x-plumbline-clamped: max_tokens=32000->7000`, the record's `clamped`,
-   `gateway_clamped_total`). The prompt is counted without a tokenizer, from its UTF-8 bytes
-   (`prompt_bounds`).
+   `gateway_clamped_total`). The prompt is counted from its UTF-8 bytes (`prompt_bounds`);
+   where that puts it near the window and the upstream's tokenizer is known, dispatch counts
+   it with that tokenizer (gateway/serving/tokenizer.py) and the clamp leaves the room that
+   count leaves (`counted`). The byte floor still refuses a prompt certainly over the window.
 
 Dialect (field names, llama.cpp's response_format) is `upstream.body_for`'s, after this.
 """
@@ -119,12 +121,14 @@ def adapt(
     bounds: tuple[int, int] | None = None,
     carrier: Carrier | None = None,
     accepted: frozenset[str] = frozenset(),
+    counted: int | None = None,
 ) -> Adapted:
     """`body` as `upstream` can serve it (a copy; `body` is not changed). `complete`: the route
     has a profile, so a local engine gets every sampling parameter written out. `bounds`: the
     body's `prompt_bounds` where the caller has them (adapting leaves the prompt as it is).
     `carrier`: what the upstream can be told (`carrier_of`); `accepted`: the meaning's keys the
-    route accepts as unequal (`dialect.accepted_keys`). Raises `Unfit`."""
+    route accepts as unequal (`dialect.accepted_keys`); `counted`: the prompt's tokens by the
+    upstream's tokenizer, where counted. Raises `Unfit`."""
     out = dict(body)
     if "repeat_penalty" in out:  # llama.cpp's name, said by a client: one name from here on
         said = out.pop("repeat_penalty")
@@ -144,7 +148,7 @@ def adapt(
                 out[key] = value
     clamped = None
     if window is not None:
-        clamped = _clamp(out, upstream, window, bounds or prompt_bounds(out))
+        clamped = _clamp(out, upstream, window, bounds or prompt_bounds(out), counted)
     return Adapted(
         out,
         tuple(stripped),
@@ -206,18 +210,26 @@ def _nothing(value: Any) -> bool:
 
 
 def _clamp(
-    out: dict[str, Any], upstream: Upstream, window: int, bounds: tuple[int, int]
+    out: dict[str, Any],
+    upstream: Upstream,
+    window: int,
+    bounds: tuple[int, int],
+    counted: int | None = None,
 ) -> str | None:
-    """Refuse a prompt certainly over `window` (`bounds`: its `prompt_bounds`); clamp (in place)
-    a cap that cannot fit."""
+    """Refuse a prompt certainly over `window` (`bounds`: its `prompt_bounds`; `counted`: its
+    tokens by the upstream's tokenizer); clamp (in place) a cap that cannot fit."""
     low, high = bounds
-    if low >= window:
+    if low >= window or (counted is not None and counted >= window):
+        n, how = (low, "the gateway's count") if low >= window else (counted, "its tokenizer")
         raise ContextExceeded(
-            f"prompt is too long: {low} tokens > {window} maximum (at least {low} tokens by the "
-            f"gateway's count; {upstream.name!r} serves a context window of {window} tokens).",
+            f"prompt is too long: {n} tokens > {window} maximum (at least {n} tokens by "
+            f"{how}; {upstream.name!r} serves a context window of {window} tokens).",
             param="messages" if "messages" in out else "prompt",
         )
-    room = window - high if window - high >= 1 else window - low
+    if counted is not None:
+        room = window - counted
+    else:
+        room = window - high if window - high >= 1 else window - low
     marks = []
     for name in ("max_tokens", "max_completion_tokens"):
         asked = out.get(name)
@@ -298,14 +310,18 @@ def _text_bytes(message: Any) -> int:
 
 
 def adapt_call(
-    config: Config, call: Call, upstream: Upstream, learned: int | None = None
+    config: Config,
+    call: Call,
+    upstream: Upstream,
+    learned: int | None = None,
+    counted: int | None = None,
 ) -> Adapted | None:
     """`adapt` for one attempt of `call` on `upstream`; None where the body goes as it is (a
     Responses request relayed natively, embeddings). `learned`: the window the server says it
     serves (`Engines.windows`). Raises `Unfit`."""
     if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
         return None
-    return adapt_body(config, call.model, call.body, upstream, learned, call.bounds)
+    return adapt_body(config, call.model, call.body, upstream, learned, call.bounds, counted)
 
 
 def adapt_body(
@@ -315,6 +331,7 @@ def adapt_body(
     upstream: Upstream,
     learned: int | None = None,
     bounds: tuple[int, int] | None = None,
+    counted: int | None = None,
 ) -> Adapted:
     """`adapt` for `body` of route `model` on `upstream`, with what the config says: the
     route's profile and `accept_unequal`, the upstream's window and what it can be told."""
@@ -323,4 +340,4 @@ def adapt_body(
     route = config.models.get(model)
     accepted = accepted_keys(route.accept_unequal) if route is not None else frozenset()
     carrier = carrier_of(upstream, config)
-    return adapt(body, upstream, window, complete, bounds, carrier, accepted)
+    return adapt(body, upstream, window, complete, bounds, carrier, accepted, counted)

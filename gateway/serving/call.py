@@ -70,6 +70,9 @@ class Call:
     # The prompt's `adapt.prompt_bounds`, counted once by dispatch (routing, the shape and each
     # attempt's window check read it; none of them changes the messages).
     bounds: tuple[int, int] | None = None
+    # (tokenizer source, the prompt's tokens by it), where dispatch counted them near the window
+    # (gateway/serving/tokenizer.py).
+    counted: tuple[str, int] | None = None
     # store_content: the request's body as received, for its stored prompt (None when off).
     prompt: bytes | None = None
     # Work the upstream does not wait for (the record's params hash, the text sample, the

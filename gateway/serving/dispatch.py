@@ -48,6 +48,7 @@ from gateway.serving.redaction import Redactor
 from gateway.serving.reply import Reply
 from gateway.serving.routing import Ask, Features, Tried, give_up, plan, shaped, wants_affinity
 from gateway.serving.shape import classify
+from gateway.serving.tokenizer import Counter, prompt_count
 from gateway.serving.upstream import THINKING_BUDGET, Opened, Targets, body_for, post
 from gateway.serving.wire import Wire
 
@@ -88,6 +89,7 @@ class Dispatcher:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Clock | None = None,
         rand: random.Random | None = None,
+        counter: Counter | None = None,
     ):
         self.config = config
         self.upstreams = {u.name: u for u in config.upstreams}
@@ -100,6 +102,8 @@ class Dispatcher:
         self.clock = clock or Clock()
         self._rand = rand or random.Random()
         self.targets = Targets()
+        # Tokenizers of the upstreams, for prompts near their window (gateway/serving/tokenizer.py).
+        self.counter = counter or Counter()
         # What the upstreams say when they fail reaches clients, records and logs redacted.
         self.redactor = Redactor.of(config)
         self._shaped: dict[tuple[str, str], RouteConfig] = {}
@@ -222,7 +226,7 @@ class Dispatcher:
         except AttemptError as e:
             if e.client_error:  # the upstream answered: its refusal is the client's
                 self._served_by(call, name)
-                raise BadRequest(e.message, code=f"upstream_{e.status}") from None
+                raise BadRequest(e.message, param=e.param, code=f"upstream_{e.status}") from None
             tried.failed(e.message, e.outcome)
         return None
 
@@ -230,10 +234,19 @@ class Dispatcher:
         call.record.upstream = name
         call.record.engine = self.engines.known.get(name)
 
-    def _request(self, call: Call, upstream: Upstream) -> tuple[str, bytes, bool, Adapted | None]:
+    async def _counted(self, call: Call, upstream: Upstream) -> int | None:
+        """The prompt's tokens by `upstream`'s tokenizer near its window (`prompt_count`)."""
+        window = self.window(upstream.name)
+        return await prompt_count(self.counter, self.config, call, upstream, window)
+
+    def _request(
+        self, call: Call, upstream: Upstream, counted: int | None = None
+    ) -> tuple[str, bytes, bool, Adapted | None]:
         """(path, body, native, what adapt did) of one attempt. Raises Unfit before anything is
-        sent; the window the server said it serves, if any, is adapt's too."""
-        adapted = adapt_call(self.config, call, upstream, self.engines.windows.get(upstream.name))
+        sent; the window the server said it serves, if any, is adapt's too, and so is the
+        prompt's tokenizer count (`counted`)."""
+        learned = self.engines.windows.get(upstream.name)
+        adapted = adapt_call(self.config, call, upstream, learned, counted)
         native = call.native is not None and upstream.responses_api
         body = call.native if native and call.native else adapted.body if adapted else call.body
         cap = self.config.thinking_cap(upstream) if THINKING_BUDGET in body else None
@@ -248,8 +261,9 @@ class Dispatcher:
         return min(server.first_byte_timeout_s, server.request_timeout_s)
 
     async def _attempt(self, call: Call, upstream: Upstream) -> Opened:
+        counted = await self._counted(call, upstream)
         started = self.clock.timer()
-        path, data, native, adapted = self._request(call, upstream)
+        path, data, native, adapted = self._request(call, upstream, counted)
         self.pool.begin(upstream.name)
         exchange = _Exchange()
         headed = call.stream and not self._at_once(call)  # a head, if the call has one, begins

@@ -287,7 +287,7 @@ class Relay:
         """A whole answer accounted for: the bytes for the client."""
         record = call.record
         if call.path == "/embeddings":
-            return tap_embeddings(record, opened.first)
+            return tap_embeddings(record, opened.first, call.body.get("model") or call.model)
         if opened.native:
             return responses_tap.tap_whole(record, opened.first)
         return tap_body(

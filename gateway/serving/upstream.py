@@ -181,6 +181,17 @@ def _retry_after(value: str | None, now: float | None = None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def _error_param(raw: bytes) -> str | None:
+    """The `error.param` of an upstream's error body (the request field it names), if any."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    err = data.get("error") if isinstance(data, dict) else None
+    param = err.get("param") if isinstance(err, dict) else None
+    return param if isinstance(param, str) and param else None
+
+
 def _error_message(raw: bytes, redactor: Redactor) -> str:
     """The message of an upstream's error body, redacted (`gateway/serving/redaction.py`)."""
     text = raw[:2000].decode("utf-8", "replace")
@@ -239,6 +250,7 @@ async def post(
             retryable=retryable,
             retry_after=_retry_after(reply.headers.get("retry-after")),
             client_error=not retryable and status not in (401, 402, 403, 404),
+            param=_error_param(raw),
         )
     return reply
 

@@ -122,3 +122,20 @@ def test_codex_apply_patch_custom_tool(fake: FakeHandle, codex_home: Path, tmp_p
     assert call["tool_calls"][0]["function"]["name"] == "apply_patch"
     assert "Success" in result["content"], result["content"]
     assert set(served(sink)) == {200}
+
+
+def test_codex_on_an_answer_the_upstream_cut(
+    fake: FakeHandle, codex_home: Path, tmp_path: Path
+) -> None:
+    """The upstream stops at its own limit (finish_reason length, no cap asked): the door ends
+    the stream with `response.incomplete`, and Codex reports it as docs/harnesses/codex.md says:
+    the text it had, its error, exit 1, no retry."""
+    fake.set_default(tokens=5, finish_reason="length")
+    sink = ListSink()
+    with running_gateway(config(fake.base_url), sinks=[sink]) as url:
+        done = run_codex(url, "smol", codex_home, tmp_path, "Say hi")
+    assert done.returncode == 1, explain(done)
+    assert "tok0 tok1 tok2 tok3 tok4" in done.stderr, explain(done)
+    said = "ERROR: Incomplete response returned, reason: max_output_tokens"
+    assert said in done.stderr.splitlines(), explain(done)
+    assert len(chat_requests(fake)) == 1 and served(sink) == [200]

@@ -38,10 +38,15 @@ def input_of(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {RAW_ARGUMENTS: arguments}
 
 
-def stop_of(finish: str | None, stop_reason: Any, stops: list[str]) -> tuple[str, str | None]:
-    """(Anthropic stop_reason, stop_sequence) for a chat finish_reason (+ vLLM's stop_reason)."""
+def stop_of(
+    finish: str | None, stop_reason: Any, stops: list[str], upstream_cut: bool = False
+) -> tuple[str, str | None]:
+    """(Anthropic stop_reason, stop_sequence) for a chat finish_reason (+ vLLM's stop_reason).
+    An answer that stopped at its length is `max_tokens` when it reached the client's own
+    `max_tokens`, `model_context_window_exceeded` when the upstream cut it (`upstream_cut`:
+    the window, or the cap the gateway clamped to it; `gateway.ledger.truncation`)."""
     if finish == "length":
-        return "max_tokens", None
+        return ("model_context_window_exceeded" if upstream_cut else "max_tokens"), None
     if finish == "tool_calls":
         return "tool_use", None
     if finish == "content_filter":
@@ -68,8 +73,9 @@ def render(
     request: dict[str, Any],
     mid: str,
     translation: Translation | None = None,
+    upstream_cut: bool = False,
 ) -> dict[str, Any]:
-    """A chat.completion as an Anthropic `message`."""
+    """A chat.completion as an Anthropic `message` (`upstream_cut`: see `stop_of`)."""
     message, finish, stop_reason = first_message(chat)
     content: list[dict[str, Any]] = []
     reasoning = reasoning_of(message)
@@ -87,7 +93,8 @@ def render(
                 "input": input_of(fn.get("arguments") or ""),
             }
         )
-    reason, sequence = stop_of(finish, stop_reason, request.get("stop_sequences") or [])
+    stops = request.get("stop_sequences") or []
+    reason, sequence = stop_of(finish, stop_reason, stops, upstream_cut)
     out = {
         "id": mid,
         "type": "message",
@@ -107,9 +114,12 @@ def chat_of(message: dict[str, Any]) -> dict[str, Any]:
     """An Anthropic `message` read back as a chat.completion (the inverse of `render`)."""
     reply = assistant(message["content"], "content")
     reply.pop("reasoning", None)
-    finish = {"max_tokens": "length", "tool_use": "tool_calls", "refusal": "content_filter"}.get(
-        message["stop_reason"], "stop"
-    )
+    finish = {
+        "max_tokens": "length",
+        "model_context_window_exceeded": "length",
+        "tool_use": "tool_calls",
+        "refusal": "content_filter",
+    }.get(message["stop_reason"], "stop")
     choice = {
         "index": 0,
         "message": reply,

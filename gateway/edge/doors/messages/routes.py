@@ -58,7 +58,9 @@ async def count_message_tokens(request: Request) -> Response:
     gw = request.app.state.gateway
     try:
         body = await read_json(request, gw.config.server.max_body_bytes)
-        return await tokens.count(gw.config, gw.upstreams, gw.pool.states, gw.wire, body)
+        return await tokens.count(
+            gw.config, gw.upstreams, gw.pool.states, gw.wire, body, gw.dispatcher.counter
+        )
     except GatewayError as e:
         return error_response(e, anthropic_shape=True)
 

@@ -1,13 +1,15 @@
 """The Messages door's translator: chat answers rendered as Anthropic messages and stream events.
 
 `MessagesTranslator` is the relay's `Translator` for `POST /v1/messages`. A whole answer goes
-through `messages.render`. A stream is rebuilt as Anthropic sends it: `message_start`, `ping`,
-then one content block at a time (`thinking`, `text`, `tool_use`) opened by
-`content_block_start`, filled by `thinking_delta` / `text_delta` / `input_json_delta` and closed
-by `content_block_stop`, then `message_delta` (stop_reason, stop_sequence, the record's usage,
-the context edits applied) and `message_stop`. Reasoning asked for with `display: omitted` is
-not sent; tool_use ids are the door's (`translation.client_id`). An upstream that broke
-mid-stream ends the stream with an `error` event.
+through `messages.render`. A stream is rebuilt as Anthropic sends it: `message_start`, `ping`, then
+one content block at a time (`thinking`, `text`, `tool_use`) opened by `content_block_start`, filled
+by `thinking_delta` / `text_delta` / `input_json_delta` and closed by `content_block_stop`, then
+`message_delta` (stop_reason, stop_sequence, the record's usage, the context edits applied) and
+`message_stop`. `message_start` carries the prompt's tokens as the gateway knows them before the
+upstream says: the upstream tokenizer's count where dispatch made one
+(gateway/serving/tokenizer.py), else the estimate; `message_delta` the final figure. Reasoning asked
+for with `display: omitted` is not sent; tool_use ids are the door's (`translation.client_id`).
+An upstream that broke mid-stream ends the stream with an `error` event.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from gateway.edge.doors.chunks import ChatStream, Piece, record_usage, sse
 from gateway.edge.doors.messages.render import render, stop_of, usage_of
 from gateway.edge.doors.messages.translation import Translation, client_id
 from gateway.ledger.record import Record
+from gateway.ledger.truncation import length_cause
+from gateway.serving.accounting import prompt_estimate
 
 
 class MessagesTranslator(ChatStream):
@@ -41,7 +45,8 @@ class MessagesTranslator(ChatStream):
     # -- the Translator protocol -----------------------------------------------------------
     def whole(self, chat: dict[str, Any]) -> bytes:
         chat = {**chat, "usage": record_usage(self.record)}
-        return orjson.dumps(render(chat, self.request, self.mid, self.translation))
+        cut = length_cause(self.record) == "upstream"
+        return orjson.dumps(render(chat, self.request, self.mid, self.translation, cut))
 
     # -- events ----------------------------------------------------------------------------
     def _start(self) -> list[bytes]:
@@ -54,12 +59,18 @@ class MessagesTranslator(ChatStream):
             "model": self.request.get("model"),
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": {"input_tokens": self._prompt_tokens(), "output_tokens": 0},
         }
         return [
             sse("message_start", {"type": "message_start", "message": message}),
             sse("ping", {"type": "ping"}),
         ]
+
+    def _prompt_tokens(self) -> int:
+        counted = self.record.prompt_counted
+        if counted is not None:
+            return counted
+        return prompt_estimate(self.translation.chat) if self.translation.chat else 0
 
     def _piece(self, piece: Piece) -> list[bytes]:
         out: list[bytes] = []
@@ -120,9 +131,9 @@ class MessagesTranslator(ChatStream):
         # with or without a finish reason (then `end_turn`), as the record says.
         out = self._close()
         self._ended = True
-        reason, sequence = stop_of(
-            self._finish, self._stop_reason, self.request.get("stop_sequences") or []
-        )
+        cut = self._finish == "length" and length_cause(self.record) == "upstream"
+        stops = self.request.get("stop_sequences") or []
+        reason, sequence = stop_of(self._finish, self._stop_reason, stops, cut)
         delta: dict[str, Any] = {
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": sequence},

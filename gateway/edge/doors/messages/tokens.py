@@ -1,11 +1,12 @@
 """`POST /v1/messages/count_tokens`: the prompt's tokens as the route's engine counts them.
 
 The request is translated as `/v1/messages` would translate it (with the route's profile), then
-counted by the first healthy vLLM upstream of the route with ``POST /tokenize`` and the chat
-messages, which applies the served chat template: the count is the one the engine will see. A
-route with no such upstream (llama.cpp, API providers), or one that does not answer, gets an
-estimate of 4 bytes of the translated prompt's JSON a token. The answer says which:
-``x-plumbline-token-count: tokenizer <upstream>`` or ``estimate``.
+counted by the same counter that sizes the window clamp (gateway/serving/tokenizer.py): the
+tokenizer of the first upstream of the route whose tokenizer is known, with its chat template,
+as vLLM counts. Failing that, the first healthy vLLM upstream of the route counts it with
+``POST /tokenize``. A route with neither (API providers without a `tokenizer`), or whose
+upstreams do not answer, gets an estimate of 4 bytes of the translated prompt's JSON a token.
+The answer says which: ``x-plumbline-token-count: tokenizer <upstream>`` or ``estimate``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gateway.edge.doors.messages.translation import chat_request
 from gateway.errors import ModelNotFound
 from gateway.serving.pool import UpstreamState
 from gateway.serving.profile import apply_profile
+from gateway.serving.tokenizer import Counter, tokenizer_source
 from gateway.serving.upstream import Target, root_url
 from gateway.serving.wire import Origin, Wire
 
@@ -40,9 +42,11 @@ async def count(
     states: Mapping[str, UpstreamState],
     wire: Wire,
     body: Any,
+    counter: Counter | None = None,
 ) -> Response:
     """The answer to a count_tokens `body`: `upstreams` by name, their live `states` (the
-    pool's), and the `wire` the tokenize request goes out on."""
+    pool's), the `wire` the tokenize request goes out on, and the `counter` of the window
+    clamp (dispatch's: its tokenizers are loaded once for both)."""
     if isinstance(body, dict) and "max_tokens" not in body:
         body = {**body, "max_tokens": 2**31}  # count_tokens takes none
     protocol.check(body)
@@ -56,13 +60,26 @@ async def count(
     chat = chat_request(body).chat
     apply_profile(chat, config.profile_for(model), chat=True)
     names = config.models[model].names
-    n, how = await _tokenized([upstreams[name] for name in names], states, wire, chat)
+    route = [upstreams[name] for name in names]
+    n, how = await _counted(config, route, counter, chat) if counter else (None, "estimate")
+    if n is None:
+        n, how = await _tokenized(route, states, wire, chat)
     if n is None:
         n = tokens([chat["messages"], chat.get("tools")])  # the context edits' estimate
         how = "estimate"
     return Response(
         orjson.dumps({"input_tokens": n}), media_type="application/json", headers={HEADER: how}
     )
+
+
+async def _counted(
+    config: Config, route: list[Upstream], counter: Counter, chat: dict[str, Any]
+) -> tuple[int | None, str]:
+    for upstream in route:
+        source = tokenizer_source(config, upstream)
+        if source is not None and (n := await counter.count(source, chat)) is not None:
+            return n, f"tokenizer {upstream.name}"
+    return None, "estimate"
 
 
 async def _tokenized(

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.config import Config
+from gateway.edge.doors.messages import models as messages_models
 from gateway.edge.doors.openai.protocol import (
     ChatRequest,
     CompletionRequest,
@@ -81,6 +82,8 @@ def model_entry(
 async def models(request: Request) -> Response:
     gw = request.app.state.gateway
     data = [model_entry(gw.config, name, learned=gw.engines.windows) for name in gw.config.models]
+    if messages_models.wants_anthropic(request.headers):  # Anthropic's Models API shape
+        return Response(orjson.dumps(messages_models.model_list(data)), media_type=JSON)
     return Response(orjson.dumps({"object": "list", "data": data}), media_type=JSON)
 
 
@@ -88,6 +91,8 @@ async def model(request: Request, model: str) -> Response:
     gw = request.app.state.gateway
     route = route_of(gw.config, model)
     entry = model_entry(gw.config, route, asked=model, learned=gw.engines.windows)
+    if messages_models.wants_anthropic(request.headers):
+        entry = messages_models.model_info(entry)
     return Response(orjson.dumps(entry), media_type=JSON)
 
 

@@ -96,9 +96,10 @@ def response_object(
     truncated: bool = False,
 ) -> dict[str, Any]:
     """The `response` object; sampling fields echo what was actually sent upstream, `model` is
-    the name the client asked for (not the upstream's id). An answer cut at
-    `max_output_tokens` is `completed` with `incomplete_details` saying so: `incomplete` is an
-    error to Codex, and the answer is whole as far as the client asked."""
+    the name the client asked for (not the upstream's id). An answer that stopped at the
+    client's own `max_output_tokens` is `completed` with `incomplete_details` saying so (the
+    answer is whole as far as the client asked); one the upstream cut (its window, its own
+    limit) is `incomplete`, as OpenAI ends it, with the same details."""
     reasoning = request.get("reasoning") or {}
     return {
         "id": rid,
@@ -135,8 +136,11 @@ def render(
     rid: str,
     created: int,
     tools: Tools | None = None,
+    upstream_cut: bool = False,
 ) -> dict[str, Any]:
-    """A chat.completion as a Responses `response` object (calls restored through `tools`)."""
+    """A chat.completion as a Responses `response` object (calls restored through `tools`);
+    `upstream_cut`: an answer that stopped at its length was cut by the upstream, not by the
+    client's cap (`gateway.ledger.truncation.length_cause`), and is `incomplete`."""
     message, finish, _ = first_message(chat)
     suffix = rid.removeprefix("resp_")
     output: list[dict[str, Any]] = []
@@ -164,7 +168,7 @@ def render(
         chat_body,
         rid,
         created,
-        "completed",
+        "incomplete" if finish == "length" and upstream_cut else "completed",
         output,
         usage_of(chat.get("usage")),
         truncated=finish == "length",

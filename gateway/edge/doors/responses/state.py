@@ -35,6 +35,7 @@ from gateway.edge.doors.responses.render import render, usage_of
 from gateway.edge.doors.responses.stream import ResponsesTranslator
 from gateway.errors import BadRequest, GatewayError
 from gateway.ledger import responses_store
+from gateway.ledger.truncation import length_cause
 
 log = logging.getLogger("plumbline")
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="stored")
@@ -219,11 +220,14 @@ class StoringTranslator(ResponsesTranslator):
 
     def whole(self, chat: dict[str, Any]) -> bytes:
         chat = {**chat, "usage": record_usage(self.record)}
-        response = render(chat, self.request, self.chat_body, self.rid, self.created, self.tools)
+        cut = length_cause(self.record) == "upstream"
+        response = render(
+            chat, self.request, self.chat_body, self.rid, self.created, self.tools, cut
+        )
         self.state.keep(self.state.stamp(response))
         return orjson.dumps(response)
 
     def _done(self) -> list[bytes]:
         out = super()._done()
-        self.state.keep(self._response("completed", usage_of(record_usage(self.record))))
+        self.state.keep(self._response(self._ending(), usage_of(record_usage(self.record))))
         return out

@@ -5,13 +5,15 @@ through `responses.render`. A stream is rebuilt event by event: `response.create
 `response.in_progress`, then one output item at a time (reasoning, message, function calls) each
 opened with `response.output_item.added` (+ `content_part.added`), filled by `…delta` events and
 closed with `…done` events, then `response.completed` carrying the record's usage (also when the
-answer hit `max_output_tokens`: `incomplete_details` says so; Codex takes `response.incomplete` for
-an error). Calls are restored through the request's tool map (`tools`): a namespaced
-call with `namespace` and its bare name, a custom tool's as a `custom_tool_call`. An upstream that
-broke mid-stream ends the stream with an `error` event and `response.failed`, whose `code` is
-`context_length_exceeded` for a context overflow. During a silence of `heartbeat_s` the
-`heartbeats` task (run by the relay) sends `response.in_progress`: Codex gives a stream up after
-300 s without an event, and SSE comments do not count.
+answer stopped at the client's own `max_output_tokens`: `incomplete_details` says so), or
+`response.incomplete` (status `incomplete`, reason `max_output_tokens`) when the upstream cut it
+(its window or its own limit: `gateway.ledger.truncation.length_cause`), as OpenAI ends it. Calls
+are restored through the request's tool map (`tools`): a namespaced call with `namespace`
+and its bare name, a custom tool's as a `custom_tool_call`. An upstream that broke mid-stream ends
+the stream with an `error` event and `response.failed`, whose `code` is `context_length_exceeded`
+for a context overflow. During a silence of `heartbeat_s` the `heartbeats` task (run by the relay)
+sends `response.in_progress`: Codex gives a stream up after 300 s without an event, and SSE comments
+do not count.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from gateway.edge.doors.responses.render import (
 from gateway.edge.doors.responses.tools import Tools, custom_input, restored
 from gateway.edge.doors.responses.translation import context_overflow
 from gateway.ledger.record import Record
+from gateway.ledger.truncation import length_cause
 
 HEARTBEAT_S = 15.0
 
@@ -76,8 +79,9 @@ class ResponsesTranslator(ChatStream):
     # -- the Translator protocol -----------------------------------------------------------
     def whole(self, chat: dict[str, Any]) -> bytes:
         chat = {**chat, "usage": record_usage(self.record)}
+        cut = length_cause(self.record) == "upstream"
         return orjson.dumps(
-            render(chat, self.request, self.chat_body, self.rid, self.created, self.tools)
+            render(chat, self.request, self.chat_body, self.rid, self.created, self.tools, cut)
         )
 
     async def heartbeats(self, write: Callable[[bytes], None]) -> None:
@@ -276,10 +280,14 @@ class ResponsesTranslator(ChatStream):
         out = self._close()
         self._ended = True
         usage = usage_of(record_usage(self.record))
-        return [
-            *out,
-            self._emit("response.completed", response=self._response("completed", usage)),
-        ]
+        status = self._ending()
+        return [*out, self._emit(f"response.{status}", response=self._response(status, usage))]
+
+    def _ending(self) -> str:
+        """How the stream ends: `incomplete` when the upstream cut the answer, else
+        `completed` (`gateway.ledger.truncation.length_cause`)."""
+        cut = self._finish == "length" and length_cause(self.record) == "upstream"
+        return "incomplete" if cut else "completed"
 
     def _failed(self, error: dict[str, Any]) -> list[bytes]:
         out = self._close(failed=True)
