@@ -47,8 +47,10 @@ from gateway.ledger.backlog import Backlog
 from gateway.ledger.cost import price_record
 from gateway.ledger.metrics import Metrics
 from gateway.ledger.record import Record, RecordSink
+from gateway.ledger.rejection import Rejection, RejectionWriter
 from gateway.ledger.spool import RecordQueue
 from gateway.ledger.store import Store
+from gateway.ledger.upstream_state import UpstreamErrors
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.engine import Engines
 from gateway.serving.pool import Pool
@@ -123,7 +125,12 @@ class Gateway:
             if store is not None
             else GateBook(config.root / "var" / "gate" / "decisions.json")
         )
+        # Requests refused before they had a record (gateway/edge/rejected.py).
+        self.rejections = RejectionWriter(store.engine if store is not None else None)
         self.sinks = _sinks(self.metrics, self.watchdog, self.queue, access, store, sinks)
+        # Each upstream's failed calls and state, for /health (gateway/ledger/upstream_state.py).
+        self.upstream_errors = UpstreamErrors(list(self.upstreams))
+        self.sinks.append(self.upstream_errors)
         self.silence = Silence(s.idle_timeout_s)
         self.dispatcher = Dispatcher(
             config, self.pool, self.wire, self.engines, self.prefix, self.gate_book.latest_for
@@ -171,6 +178,7 @@ class Gateway:
         self.processes.stop()
         await self.scheduler.stop()
         await self.shadow.drain()
+        await self.rejections.drain()
         await self.silence.stop()
         await self.prober.stop()
         if self.housekeeper is not None:
@@ -196,6 +204,11 @@ class Gateway:
 
     def price(self, record: Record) -> None:
         price_record(record, self.config)
+
+    def reject(self, rejection: Rejection) -> None:
+        """A request refused before it had a record: counted and kept. Never raises."""
+        self.metrics.reject(rejection)
+        self.rejections.submit(rejection)
 
     def begin(self, record: Record) -> None:
         """A stream's request is on its way: sinks that keep starts (the record queue's journal)

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.edge.rejected import refuse
 from gateway.edge.request import SEND
 from gateway.edge.request_id import has_id, id_headers
 from gateway.errors import BadRequest, GatewayError, describe
@@ -50,12 +51,13 @@ class Edge:
         try:
             response = await self.routes[scope["path"]](Request(scope, receive))
         except GatewayError as e:
+            refuse(scope, e)  # without a record: counted as refused (gateway/edge/rejected.py)
             response = error_response(e)
         except Exception:
             log.exception("unhandled error on %s", scope["path"])
-            response = error_response(
-                GatewayError("The gateway failed to handle this request; it has been logged.")
-            )
+            error = GatewayError("The gateway failed to handle this request; it has been logged.")
+            refuse(scope, error)
+            response = error_response(error)
         if type(response) not in _STAMPED and not has_id(response.raw_headers):
             response.raw_headers.extend(id_headers(scope))
         await response(scope, receive, send)

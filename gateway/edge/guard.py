@@ -23,7 +23,8 @@ from gateway.edge.access import (
 )
 from gateway.edge.console import credentials as console
 from gateway.edge.lane import LANE_ROLE, on_eval_lane
-from gateway.edge.request import PARSED
+from gateway.edge.rejected import refuse
+from gateway.edge.request import ASKED, PARSED
 from gateway.edge.request_id import id_headers, stamped
 from gateway.errors import (
     BodyTooLarge,
@@ -49,8 +50,13 @@ def _role_needed(path: str, access: Access) -> tuple[str, ...] | None:
 
 
 async def _error(
-    scope: Scope, send: Send, error: GatewayError, headers: list[tuple[bytes, bytes]]
+    scope: Scope,
+    send: Send,
+    error: GatewayError,
+    headers: list[tuple[bytes, bytes]],
+    key: Key | None = None,
 ) -> None:
+    refuse(scope, error, key.id if key is not None else None)  # counted (gateway/edge/rejected.py)
     body, status = error.json(), error.status
     if scope.get("path", "").startswith("/v1/messages"):  # the Messages door: Anthropic's shape
         from gateway.edge.doors.messages import STATUSES, error_body
@@ -181,15 +187,16 @@ class AccessGuard:
             scope[PARSED] = (raw, body)
         body = body if isinstance(body, dict) else None
         model = body.get("model") if body is not None else None
+        scope[ASKED] = model
         try:
             ticket = await self.access.admit(
                 key, model if isinstance(model, str) else None, body, len(raw)
             )
         except RateLimited as e:
-            await _error(scope, send, e, [(b"retry-after", str(int(e.retry_after)).encode())])
+            await _error(scope, send, e, [(b"retry-after", str(int(e.retry_after)).encode())], key)
             return
         except Forbidden as e:
-            await _error(scope, send, e, [])
+            await _error(scope, send, e, [], key)
             return
         await self._call(scope, receive, send, key, ticket)
 

@@ -51,6 +51,7 @@ from gateway.ledger.rows import (
     DECISIONS,
     DEMOTIONS,
     EVAL_RESULTS,
+    REJECTIONS,
     REQUESTS,
     ROUNDS,
     SHADOW_USAGE,
@@ -318,6 +319,8 @@ class Store:
         self, retention_days: int, content_retention_days: int, now: float | None = None
     ) -> dict[str, int]:
         now = _time.time() if now is None else now
+        with writing(self.engine) as conn:  # a plain table: refusals age out with requests
+            conn.execute(REJECTIONS.delete().where(REJECTIONS.c.time < now - retention_days * DAY))
         return {
             "requests": self.drop_before("requests", now - retention_days * DAY),
             "contents": self.drop_before("contents", now - content_retention_days * DAY),

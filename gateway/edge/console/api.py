@@ -87,17 +87,27 @@ async def upstreams(request: Request, window: str = "24h") -> Response:
 
 
 @router.get("/api/cost")
-async def cost(request: Request, window: str = "24h") -> Response:
-    window = panels.window_of(window)
+async def cost(request: Request, window: str = "24h", lane: str = "client") -> Response:
+    window, lane = panels.window_of(window), panels.lane_of(lane)
     gw = request.app.state.gateway
-    return _json(await asyncio.to_thread(panels.cost, gw.config, gw.store, window, time.time()))
+    doc = await asyncio.to_thread(panels.cost, gw.config, gw.store, window, time.time(), lane)
+    return _json(doc)
 
 
 @router.get("/api/traffic")
-async def traffic(request: Request, window: str = "24h") -> Response:
+async def traffic(request: Request, window: str = "24h", lane: str = "client") -> Response:
+    window, lane = panels.window_of(window), panels.lane_of(lane)
+    gw = request.app.state.gateway
+    doc = await asyncio.to_thread(panels.traffic, gw.config, gw.store, window, time.time(), lane)
+    return _json(doc)
+
+
+@router.get("/api/rejections")
+async def rejections(request: Request, window: str = "24h") -> Response:
+    """Requests refused before they had a record (gateway/edge/rejected.py)."""
     window = panels.window_of(window)
     gw = request.app.state.gateway
-    return _json(await asyncio.to_thread(panels.traffic, gw.config, gw.store, window, time.time()))
+    return _json(await asyncio.to_thread(panels.rejections, gw.store, window, time.time()))
 
 
 @router.get("/api/quality")
