@@ -266,11 +266,14 @@ COUNTS = ("requests", "completed", "errors", "failed_attempts")
 def _csv(rows: list[HealthRow]) -> str:
     head = ["upstream", "state", *COUNTS, *(f"{c}_rate" for c in CHECKS)]
     head += ["client_capped", "client_capped_rate", "tripped"]
+    head += ["error_rate", "last_error", "last_error_time"]
     lines = [",".join(head)]
     for r in rows:
         rates = [_rate(r.rates[c]) for c in CHECKS]
         counts = [str(getattr(r, c)) for c in COUNTS]
         tail = [str(r.client_capped), _rate(r.client_capped_rate), ";".join(r.tripped)]
+        when = "" if r.last_error_time is None else f"{r.last_error_time:.3f}"
+        tail += [_rate(r.error_rate), r.last_error or "", when]
         lines.append(",".join([r.upstream, r.state, *counts, *rates, *tail]))
     return "\n".join(lines) + "\n"
 
