@@ -151,10 +151,9 @@ class Metrics:
         )
         self.rejected = Counter(
             "gateway_rejected_requests",
-            "Requests refused before they had a record, by door and reason "
-            "(gateway/ledger/rejection.py: unknown_model, bad_json, bad_request, too_large, "
-            "unauthorized, forbidden, over_budget, unavailable, other).",
-            ["door", "reason"],
+            "Requests refused before they had a record, by door, reason (gateway/ledger/rejection"
+            '.py) and route asked for ("unknown": not configured, "none": no model read).',
+            ["door", "reason", "model"],
             registry=r,
         )
         self.dropped = Counter(
@@ -271,8 +270,9 @@ class Metrics:
         return child
 
     def reject(self, rejection: Rejection) -> None:
-        """Count a refused request; its door and reason are from bounded sets."""
-        self._child(self.rejected, rejection.door, rejection.reason).inc()
+        """Count a refused request; door, reason and route are from bounded sets."""
+        route = "none" if (asked := rejection.model) is None else self.config.resolve(asked)
+        self._child(self.rejected, rejection.door, rejection.reason, route or "unknown").inc()
 
     def observe(self, record: Record) -> None:
         model, upstream = self.model(record.model), self.upstream(record.upstream)

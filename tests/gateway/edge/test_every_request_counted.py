@@ -84,6 +84,10 @@ def test_each_refusal_is_in_the_store_the_metrics_and_its_answer(mix: dict[str, 
     found = _metrics(mix["root"])
     for reason in sent.refused:
         assert _sum(found, "gateway_rejected_requests_total", door="chat", reason=reason) == 1
+    route = "gateway_rejected_requests_total"
+    assert _sum(found, route, reason="unknown_model", model="unknown") == 1
+    assert _sum(found, route, reason="over_budget", model="mirrored") == 1
+    assert _sum(found, route, reason="unauthorized", model="none") == 1
     # A model not configured never becomes a label.
     assert not any("no-such-model" in v for _, labels in found for _, v in labels)
 
