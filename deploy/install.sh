@@ -62,7 +62,9 @@ fi
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     need=()
     compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
-    command -v promtool >/dev/null || need+=(prometheus)
+    # promtool checks the deploy files; the prometheus server scrapes a real gateway in the
+    # dashboard's live test (tests/deploy/test_dashboard_live.py).
+    { command -v promtool && command -v prometheus; } >/dev/null || need+=(prometheus)
     # The console's browser tests drive Debian's chromium (playwright never downloads one).
     command -v chromium >/dev/null || need+=(chromium)
     # The agent harnesses (below) ship as npm packages; Debian's nodejs and npm bring npm.

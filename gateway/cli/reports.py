@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,11 +45,16 @@ def report_cost_cmd(
     format: FormatOption = None,
     csv: CsvFlag = False,
     json: JsonFlag = False,
+    lane: Annotated[
+        str, typer.Option(help="client (default) | eval | shadow | all (each lane its own rows)")
+    ] = "client",
 ) -> None:
     """Per model and upstream: requests, tokens by kind, $/M tokens, API/node ratio, rates."""
     from gateway.ledger.report import report_cost
 
-    _report(report_cost, config, since, output_format(format, csv, json))
+    _report(
+        functools.partial(report_cost, lane=lane), config, since, output_format(format, csv, json)
+    )
 
 
 @report_app.command("health")

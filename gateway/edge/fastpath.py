@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.edge.access import Access
 from gateway.edge.guard import AccessGuard
+from gateway.edge.rejected import refuse
 from gateway.edge.render import error_response, install_error_handlers, unexpected
 from gateway.edge.request import BODY, SEND
 from gateway.edge.request_id import has_id, id_headers, stamped
@@ -48,10 +49,13 @@ class Edge:
         try:
             response = await self.routes[scope["path"]](Request(scope, receive))
         except GatewayError as e:
+            refuse(scope, e)  # without a record: counted as refused (gateway/edge/rejected.py)
             response = error_response(e)
         except Exception:
             log.exception("unhandled error on %s", scope["path"])
-            response = error_response(unexpected())
+            error = unexpected()
+            refuse(scope, error)
+            response = error_response(error)
         if type(response) not in _STAMPED and not has_id(response.raw_headers):
             response.raw_headers.extend(id_headers(scope))
         await response(scope, receive, send)

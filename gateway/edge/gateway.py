@@ -21,8 +21,10 @@ from gateway.ledger.backlog import Backlog
 from gateway.ledger.cost import price_record
 from gateway.ledger.metrics import Metrics
 from gateway.ledger.record import Record, RecordSink
+from gateway.ledger.rejection import Rejection, RejectionWriter
 from gateway.ledger.spool import RecordQueue
 from gateway.ledger.store import Store
+from gateway.ledger.upstream_state import UpstreamErrors
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.engine import Engines
 from gateway.serving.pool import Pool
@@ -82,7 +84,12 @@ class Gateway:
         self.shadow = ShadowMirror.from_config(
             config, self.wire, self.finish, registry=self.metrics.registry, store=store
         )
+        # Requests refused before they had a record (gateway/edge/rejected.py).
+        self.rejections = RejectionWriter(store.engine if store is not None else None)
         self.sinks = _sinks(self.metrics, self.watchdog, self.queue, access, store, sinks)
+        # Each upstream's failed calls and state, for /health (gateway/ledger/upstream_state.py).
+        self.upstream_errors = UpstreamErrors(list(self.upstreams))
+        self.sinks.append(self.upstream_errors)
         self._serving(config)
         self._background(config, store, access)
 
@@ -160,6 +167,7 @@ class Gateway:
         self.processes.stop()
         await self.scheduler.stop()
         await self.shadow.drain()
+        await self.rejections.drain()
         await self.silence.stop()
         await self.prober.stop()
         if self.housekeeper is not None:
@@ -185,6 +193,11 @@ class Gateway:
 
     def price(self, record: Record) -> None:
         price_record(record, self.config)
+
+    def reject(self, rejection: Rejection) -> None:
+        """A request refused before it had a record: counted and kept. Never raises."""
+        self.metrics.reject(rejection)
+        self.rejections.submit(rejection)
 
     def begin(self, record: Record) -> None:
         """A stream's request is on its way: sinks that keep starts (the record queue's journal)

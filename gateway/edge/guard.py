@@ -24,11 +24,13 @@ from gateway.edge.access import (
 )
 from gateway.edge.console import credentials as console
 from gateway.edge.lane import LANE_ROLE, on_eval_lane
-from gateway.edge.render import send_error as _error
-from gateway.edge.request import PARSED
+from gateway.edge.rejected import refuse
+from gateway.edge.render import send_error
+from gateway.edge.request import ASKED, PARSED
 from gateway.errors import (
     BodyTooLarge,
     Forbidden,
+    GatewayError,
     HeadersTooLarge,
     RateLimited,
     Unauthorized,
@@ -46,6 +48,17 @@ def _role_needed(path: str, access: Access) -> tuple[str, ...] | None:
     if path.startswith("/v1/") or path == "/v1":
         return None if access.open else ("client",)
     return None  # /health, /openapi.json
+
+
+async def _error(
+    scope: Scope,
+    send: Send,
+    error: GatewayError,
+    headers: list[tuple[bytes, bytes]],
+    key: Key | None = None,
+) -> None:
+    refuse(scope, error, key.id if key is not None else None)  # counted (gateway/edge/rejected.py)
+    await send_error(scope, send, error, headers)
 
 
 class AccessGuard:
@@ -155,15 +168,16 @@ class AccessGuard:
             scope[PARSED] = (raw, body)
         body = body if isinstance(body, dict) else None
         model = body.get("model") if body is not None else None
+        scope[ASKED] = model
         try:
             ticket = await self.access.admit(
                 key, model if isinstance(model, str) else None, body, len(raw)
             )
         except RateLimited as e:
-            await _error(scope, send, e, [(b"retry-after", str(int(e.retry_after)).encode())])
+            await _error(scope, send, e, [(b"retry-after", str(int(e.retry_after)).encode())], key)
             return
         except Forbidden as e:
-            await _error(scope, send, e, [])
+            await _error(scope, send, e, [], key)
             return
         await self._call(scope, receive, send, key, ticket)
 

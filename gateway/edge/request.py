@@ -24,6 +24,10 @@ from gateway.serving.profile import apply_profile, params_hash
 from gateway.trust.gate import pinned_upstream
 from gateway.trust.watchdog import asked_not_to_think
 
+# Scope keys: the request has a record (`call_of`); the model its body asked for (`read_json`,
+# the access guard), kept on a `Rejection` should it be refused (`gateway/edge/rejected.py`).
+RECORDED = "plumbline.recorded"
+ASKED = "plumbline.asked_model"
 # Where the access guard leaves the body it parsed (to check the model and reserve the budget):
 # (the raw bytes, their JSON), for `read_json` to take instead of parsing the same bytes again.
 PARSED = "plumbline.parsed"
@@ -67,6 +71,8 @@ async def read_json(request: Request, limit: int) -> Any:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             raise BadRequest(f"The request body is not valid JSON: {e}") from None
+    if isinstance(body, dict):  # the model as asked, should the request be refused
+        request.scope[ASKED] = body.get("model")
     # Bodies are re-serialised for the upstream (orjson stops at 255 levels): refuse deeper
     # nesting here. Counting brackets first keeps the walk off every ordinary request.
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth(body) > MAX_DEPTH:
@@ -160,9 +166,10 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         door=door,
         model=model,
         stream=stream,
-        lane="eval" if heads.get("x-plumbline-lane") == "eval" else "prod",
+        lane="eval" if heads.get("x-plumbline-lane") == "eval" else "client",
         thinking_off=chat and asked_not_to_think(body),
     )
+    request.scope[RECORDED] = True  # its record counts it from here on, not a rejection
     # The cap as a count; a value that is not one is named on the record, never stored raw.
     record.max_tokens, odd_cap = count_of(body, "max_completion_tokens", "max_tokens")
     record.coerced = ",".join(n for n in (odd_stream, odd_cap) if n) or None

@@ -25,8 +25,12 @@ async def health(request: Request) -> Response:
 
 def health_of(gw: Gateway) -> dict[str, Any]:
     """`/health`'s document: every upstream's live state, the watchdog's, the gate's."""
+    errors = gw.upstream_errors.snapshot()
     upstreams = {
         name: {
+            # failing | degraded | ok | no traffic, from its failed calls of the last 15
+            # minutes (gateway/ledger/upstream_state.py), with the figures behind it.
+            **errors.get(name, {}),
             "healthy": st.healthy,
             "inflight": st.inflight,
             "cooling": st.cooling_until > 0,

@@ -112,6 +112,7 @@ class Usage:
     errors: int = 0
     estimated: int = 0
     client_capped: int = 0  # of the truncated, those that reached the request's own cap
+    lane: str = "client"  # client | eval | shadow (`record.LANES`)
 
     @property
     def tokens(self) -> int:

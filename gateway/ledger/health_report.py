@@ -11,8 +11,11 @@ failed — then any upstream the store names that the config no longer has. Per 
                       5xx, a malformed answer; not the request's own 4xx, not a client leaving);
                       they sit in every record's `attempts`, also where another upstream (or
                       none) answered in the end
-    state             ok | no traffic (no call at all) | failing (called, never answered)
-                      | errors only (answered, nothing completed) | not configured
+    error_rate        failed calls / (failed calls + requests answered without an error)
+    last_error        the newest failed call's outcome (connect_error, http_502, timeout...)
+                      and the time of its request
+    state             failing (error rate >= 50%) | degraded (>= 5%) | ok | no traffic (no
+                      call at all) | not configured: `gateway/ledger/upstream_state.py`
     check rates       the share of its completed answers each watchdog check flagged
                       (`gateway/trust/watchdog.py`), `truncation` being cuts by the upstream
     client_capped     answers that stopped at the request's own max_tokens (asked for, not a
@@ -32,6 +35,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -40,11 +44,13 @@ from rich.table import Table
 
 from gateway.config import Config, Upstream
 from gateway.config.trust import CHECKS, WatchdogConfig
+from gateway.ledger.rejection import rejection_counts, rejections_text
 from gateway.ledger.report import Format, reading, span
 from gateway.ledger.rounds import latest_rounds, latest_tripwires, rounds_text
 from gateway.ledger.rows import REQUESTS
 from gateway.ledger.store import Store
 from gateway.ledger.truncation import capped_clause, upstream_cut_clause
+from gateway.ledger.upstream_state import error_rate, state_of
 from gateway.trust.watchdog import config_findings, pinned_providers
 
 NOT_FAILURES = frozenset({"ok", "cancelled"})
@@ -63,16 +69,18 @@ class HealthRow:
     client_capped: int
     client_capped_rate: float | None
     tripped: list[str] = field(default_factory=list)
+    last_error: str | None = None
+    last_error_time: float | None = None
+
+    @property
+    def error_rate(self) -> float | None:
+        return error_rate(self.requests - self.errors, self.failed_attempts)
 
     @property
     def state(self) -> str:
         if not self.configured:
             return "not configured"
-        if self.requests == 0:
-            return "failing" if self.failed_attempts else "no traffic"
-        if self.completed == 0 and self.errors == self.requests:
-            return "errors only"
-        return "ok"
+        return state_of(self.requests - self.errors, self.failed_attempts)
 
 
 def _count_if(cond: Any) -> Any:
@@ -112,7 +120,7 @@ def _attempts_query(since: float, until: float) -> Any:
     """Rows that may hold a failed attempt: none answered, an error, or more than one call (the
     compact JSON of two attempts has `},{`). A lone successful call is never read."""
     t = REQUESTS
-    return sa.select(t.c.upstream, t.c.status, t.c.attempts).where(
+    return sa.select(t.c.upstream, t.c.status, t.c.attempts, t.c.time).where(
         t.c.time >= since,
         t.c.time < until,
         sa.or_(
@@ -124,12 +132,15 @@ def _attempts_query(since: float, until: float) -> Any:
     )
 
 
-def failed_attempts(rows: Iterable[Sequence[Any]]) -> Counter[str]:
-    """Failed calls per upstream from (upstream, status, attempts JSON) rows. The last call of a
-    request the upstream refused as the request's fault (the record names it and has its 4xx)
-    was the upstream answering."""
+def failed_attempts(
+    rows: Iterable[Sequence[Any]], last: dict[str, tuple[str, float]] | None = None
+) -> Counter[str]:
+    """Failed calls per upstream from (upstream, status, attempts JSON[, time]) rows. The last
+    call of a request the upstream refused as the request's fault (the record names it and has
+    its 4xx) was the upstream answering. `last` gets each upstream's newest failed call's
+    (outcome, time) where the rows have times."""
     out: Counter[str] = Counter()
-    for answered_by, status, raw in rows:
+    for answered_by, status, raw, *when in rows:
         try:
             attempts = json.loads(raw or "[]")
         except ValueError:
@@ -146,6 +157,9 @@ def failed_attempts(rows: Iterable[Sequence[Any]]) -> Counter[str]:
             )
             if not refused and isinstance(a.get("upstream"), str):
                 out[a["upstream"]] += 1
+                seen = last.get(a["upstream"]) if last is not None else None
+                if last is not None and when and (seen is None or when[0] >= seen[1]):
+                    last[a["upstream"]] = (str(a.get("outcome")), float(when[0]))
     return out
 
 
@@ -154,6 +168,7 @@ def health_rows(
     flags: Iterable[Sequence[Any]],
     failures: Counter[str],
     cfg: WatchdogConfig,
+    last: dict[str, tuple[str, float]] | None = None,
 ) -> list[HealthRow]:
     """Every configured upstream in config order, then the store's others by name."""
     findings = config_findings(config)
@@ -200,6 +215,8 @@ def health_rows(
                 client_capped=capped,
                 client_capped_rate=capped / ok if ok else None,
                 tripped=tripped,
+                last_error=(last or {}).get(name, (None, None))[0],
+                last_error_time=(last or {}).get(name, (None, None))[1],
             )
         )
     return rows
@@ -219,15 +236,18 @@ def report_health(
     cfg = cfg if cfg is not None else getattr(config, "watchdog", WatchdogConfig())
     with reading(config, store) as db, db.engine.connect() as conn:
         flags = list(conn.execute(_flags_query(start, now)))
-        failures = failed_attempts(conn.execute(_attempts_query(start, now)))
+        last: dict[str, tuple[str, float]] = {}
+        failures = failed_attempts(conn.execute(_attempts_query(start, now)), last)
+        refused = rejection_counts(conn, start, now)
         rounds, tripwires = latest_rounds(db.engine), latest_tripwires(db.engine)
-    rows = health_rows(config, flags, failures, cfg or WatchdogConfig())
+    rows = health_rows(config, flags, failures, cfg or WatchdogConfig(), last)
     findings = [asdict(f) for f in config_findings(config)]
     if fmt == "json":
         doc = {
             "since": start,
             "until": now,
-            "rows": [asdict(r) | {"state": r.state} for r in rows],
+            "rows": [asdict(r) | {"state": r.state, "error_rate": r.error_rate} for r in rows],
+            "rejections": refused,
             "findings": findings,
             "rounds": rounds,
             "tripwire": tripwires,
@@ -237,7 +257,7 @@ def report_health(
         return _csv(rows)
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}")
-    return _table(rows, findings, since) + rounds_text(rounds, tripwires)
+    return _table(rows, findings, since) + rejections_text(refused) + rounds_text(rounds, tripwires)
 
 
 COUNTS = ("requests", "completed", "errors", "failed_attempts")
@@ -246,11 +266,14 @@ COUNTS = ("requests", "completed", "errors", "failed_attempts")
 def _csv(rows: list[HealthRow]) -> str:
     head = ["upstream", "state", *COUNTS, *(f"{c}_rate" for c in CHECKS)]
     head += ["client_capped", "client_capped_rate", "tripped"]
+    head += ["error_rate", "last_error", "last_error_time"]
     lines = [",".join(head)]
     for r in rows:
         rates = [_rate(r.rates[c]) for c in CHECKS]
         counts = [str(getattr(r, c)) for c in COUNTS]
         tail = [str(r.client_capped), _rate(r.client_capped_rate), ";".join(r.tripped)]
+        when = "" if r.last_error_time is None else f"{r.last_error_time:.3f}"
+        tail += [_rate(r.error_rate), r.last_error or "", when]
         lines.append(",".join([r.upstream, r.state, *counts, *rates, *tail]))
     return "\n".join(lines) + "\n"
 
@@ -262,7 +285,7 @@ def _rate(value: float | None) -> str:
 def _table(rows: list[HealthRow], findings: list[dict[str, Any]], since: str) -> str:
     table = Table(title=f"Upstream health, last {since}", title_justify="left")
     checks = {c: "truncation (upstream cut) %" if c == "truncation" else f"{c} %" for c in CHECKS}
-    heads = ("upstream", "state", "requests", "errors", "failed calls")
+    heads = ("upstream", "state", "requests", "errors", "failed calls", "error rate %")
     for name in (*heads, *checks.values(), "client-capped %", "tripped"):
         left = name in ("upstream", "state", "tripped")
         table.add_column(name, justify="left" if left else "right")
@@ -278,12 +301,17 @@ def _table(rows: list[HealthRow], findings: list[dict[str, Any]], since: str) ->
             f"{r.requests:,}",
             f"{r.errors:,}",
             f"{r.failed_attempts:,}",
+            "–" if r.error_rate is None else f"{100 * r.error_rate:.1f}",
             *cells,
             capped,
             ", ".join(r.tripped) or "–",
         )
-    console = Console(file=io.StringIO(), width=240, color_system=None, force_terminal=False)
+    console = Console(file=io.StringIO(), width=300, color_system=None, force_terminal=False)
     console.print(table)
     for f in findings:
         console.print(f"{f['check']} on {f['upstream']}: {f['detail']}")
+    for r in rows:
+        if r.last_error is not None and r.last_error_time is not None:
+            when = datetime.fromtimestamp(r.last_error_time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+            console.print(f"{r.upstream}: last error {r.last_error} at {when} UTC")
     return console.file.getvalue()  # type: ignore[attr-defined]

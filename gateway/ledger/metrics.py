@@ -4,8 +4,8 @@ Every series is `gateway_`-prefixed, in base units (seconds, USD, tokens), count
 `_total`. Labels are bounded: `model` is a configured model name or "other", `upstream` a
 configured upstream or "other" ("none" before any upstream was chosen), `provider` one of the
 providers named in the config plus the first `max_providers` seen, then "other"; error classes
-and attempt outcomes likewise. Keys, users and free text never become labels, so a typo'd model
-name cannot mint a series.
+and attempt outcomes likewise; `lane` is client | eval | shadow. Keys, users and free text never
+become labels: a typo'd model name cannot mint a series.
 
 Several uvicorn workers: prometheus-client's multiprocess mode keeps each worker's values in
 files under one folder and merges them at scrape time. prometheus-client itself decides on the
@@ -35,14 +35,15 @@ from prometheus_client import (
     Histogram,
     generate_latest,
     multiprocess,
-    values,
 )
 
 from gateway.config import Config
 from gateway.config.routes import SHAPES
 from gateway.ledger.cost import ModelEconomics, drifted
 from gateway.ledger.labels import OTHER, Bounded, configured_providers, outcome
-from gateway.ledger.record import Record
+from gateway.ledger.multiproc import check_multiprocess
+from gateway.ledger.record import LANES, Record
+from gateway.ledger.rejection import Rejection
 from gateway.ledger.truncation import cause as truncation_cause
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,7 @@ log = logging.getLogger(__name__)
 TOKEN_KINDS = ("prompt", "cached", "completion", "reasoning")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 QUEUE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
-# The children `Metrics._slots` keeps per (model, upstream): a token counter per kind, then the
-# latency histograms by attribute name.
+# `Metrics._slots`' children per (model, upstream, lane): token counters, then histograms.
 _SLOTS = (*TOKEN_KINDS, "queue", "ttft", "ttfa", "e2e", "itl")
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 5)
 
@@ -66,10 +66,10 @@ class Metrics:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # Per (model, upstream) labels: the token counters' and the latency histograms'
         # children in `_SLOTS` order, each made on first use (a series appears once observed).
-        self._slots: dict[tuple[str, str], list[Any]] = {}
+        self._slots: dict[tuple[str, str, str], list[Any]] = {}
         self.multiproc_dir = None if multiproc_dir is None else Path(multiproc_dir)
         if self.multiproc_dir is not None:
-            _check_multiprocess(self.multiproc_dir)
+            check_multiprocess(self.multiproc_dir)
         self.registry = CollectorRegistry(auto_describe=True)
         self.model = Bounded(config.models)
         self.upstream = Bounded(u.name for u in config.upstreams)
@@ -77,6 +77,7 @@ class Metrics:
         self.error_class = Bounded((), extra=50)
         self.dropped_field = Bounded((), extra=50)
         self.shape = Bounded(SHAPES)
+        self.lane = Bounded(LANES)
         self.attempt_outcome = Bounded(
             ("ok", "connect_error", "timeout", "ttft_timeout", "stream_error"), extra=40
         )
@@ -84,7 +85,7 @@ class Metrics:
 
     def _define(self) -> None:
         r = self.registry
-        mu = ("model", "upstream")
+        mu = ("model", "upstream", "lane")  # lane: client | eval | shadow (record.LANES)
         self.requests = Counter(
             "gateway_requests",
             "Client requests by how they ended.",
@@ -147,6 +148,13 @@ class Metrics:
         )
         self.errors = Counter(
             "gateway_errors", "Failed requests by error class.", [*mu, "error_class"], registry=r
+        )
+        self.rejected = Counter(
+            "gateway_rejected_requests",
+            "Requests refused before they had a record, by door, reason (gateway/ledger/rejection"
+            '.py) and route asked for ("unknown": not configured, "none": no model read).',
+            ["door", "reason", "model"],
+            registry=r,
         )
         self.dropped = Counter(
             "gateway_dropped_fields",
@@ -250,7 +258,7 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    def _slot(self, slots: list[Any], i: int, mu: tuple[str, str]) -> Any:
+    def _slot(self, slots: list[Any], i: int, mu: tuple[str, str, str]) -> Any:
         """The child in `slots[i]` (`_SLOTS`), made now if this is its first observation."""
         child = slots[i]
         if child is None:
@@ -261,9 +269,14 @@ class Metrics:
             slots[i] = child
         return child
 
+    def reject(self, rejection: Rejection) -> None:
+        """Count a refused request; door, reason and route are from bounded sets."""
+        route = "none" if (asked := rejection.model) is None else self.config.resolve(asked)
+        self._child(self.rejected, rejection.door, rejection.reason, route or "unknown").inc()
+
     def observe(self, record: Record) -> None:
         model, upstream = self.model(record.model), self.upstream(record.upstream)
-        mu = (model, upstream)
+        mu = (model, upstream, self.lane(record.lane))
         slots = self._slots.get(mu)
         if slots is None:  # bounded: model and upstream are bounded labels
             slots = self._slots[mu] = [None] * len(_SLOTS)
@@ -295,10 +308,10 @@ class Metrics:
                 self.errors, *mu, self.error_class(record.error_class or f"http_{record.status}")
             ).inc()
         self._observe_edits(record, mu)
-        self._observe_attempts(record, model)
+        self._observe_attempts(record, model, mu[2])
         self._observe_latency(record, mu, slots)
 
-    def _observe_money(self, record: Record, mu: tuple[str, str]) -> None:
+    def _observe_money(self, record: Record, mu: tuple[str, str, str]) -> None:
         if record.cost_usd:
             self._child(self.cost, *mu).inc(record.cost_usd)
         if record.charged_cost_usd is not None:
@@ -306,7 +319,7 @@ class Metrics:
             if drifted(record, self.config.prices.get(record.upstream or "")):
                 self._child(self.drift, *mu).inc()
 
-    def _observe_edits(self, record: Record, mu: tuple[str, str]) -> None:
+    def _observe_edits(self, record: Record, mu: tuple[str, str, str]) -> None:
         """The fields the gateway dropped before the upstream, and the caps it clamped."""
         for name in record.dropped.split(",") if record.dropped else ():
             self._child(self.dropped, mu[0], record.door, self.dropped_field(name)).inc()
@@ -314,7 +327,7 @@ class Metrics:
             field = "max_tokens" if mark.startswith("max_tokens") else "max_completion_tokens"
             self._child(self.clamped, *mu, field).inc()
 
-    def _observe_latency(self, record: Record, mu: tuple[str, str], slots: list[Any]) -> None:
+    def _observe_latency(self, record: Record, mu: tuple[str, str, str], slots: list[Any]) -> None:
         # A whole answer's first token is its last: counted as time to first token, it would
         # pass its end-to-end time off as one (a 30 s answer as a 30 s TTFT).
         streamed = record.stream
@@ -332,14 +345,15 @@ class Metrics:
                 child = slots[i]
                 (self._slot(slots, i, mu) if child is None else child).observe(value)
 
-    def _observe_attempts(self, record: Record, model: str) -> None:
+    def _observe_attempts(self, record: Record, model: str, lane: str) -> None:
         previous: str | None = None
         for attempt in record.attempts:
             upstream = self.upstream(attempt.upstream)
-            self._child(self.attempts, model, upstream, self.attempt_outcome(attempt.outcome)).inc()
+            ended = self.attempt_outcome(attempt.outcome)
+            self._child(self.attempts, model, upstream, lane, ended).inc()
             if previous is not None:
                 counter = self.retries if attempt.upstream == previous else self.fallbacks
-                self._child(counter, model, upstream).inc()
+                self._child(counter, model, upstream, lane).inc()
             previous = attempt.upstream
 
     # -- state -----------------------------------------------------------------------------
@@ -384,14 +398,3 @@ class Metrics:
         """Drop a dead worker's live gauges (call from the server's child-exit hook)."""
         if self.multiproc_dir is not None:
             multiprocess.mark_process_dead(pid, str(self.multiproc_dir))
-
-
-def _check_multiprocess(folder: Path) -> None:
-    """prometheus-client picked its value class at import time; make sure it matches `folder`."""
-    if not getattr(values.ValueClass, "_multiprocess", False):
-        raise RuntimeError(
-            "metrics multiprocess folder given, but PROMETHEUS_MULTIPROC_DIR was not set in the "
-            "environment before prometheus_client was imported; set it before starting workers"
-        )
-    if not Path(folder).is_dir():
-        raise RuntimeError(f"metrics multiprocess folder {folder} does not exist")

@@ -24,7 +24,7 @@ def window(since: float, until: float | None) -> list[Any]:
 
 
 def usage_query(since: float, until: float | None) -> sa.Select[Any]:
-    """One row per (model, upstream): counts, token sums, costs and flagged requests."""
+    """One row per (model, upstream, lane): counts, token sums, costs and flagged requests."""
     t = REQUESTS
     one = sa.literal(1)
     error = sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)
@@ -53,19 +53,36 @@ def usage_query(since: float, until: float | None) -> sa.Select[Any]:
             count_if(error),
             count_if(t.c.usage_estimated == sa.true()),
             count_if(capped_clause(t)),
+            t.c.lane,
         )
         .where(*window(since, until))
-        .group_by(t.c.model, t.c.upstream)
-        .order_by(t.c.model, t.c.upstream)
+        .group_by(t.c.model, t.c.upstream, t.c.lane)
+        .order_by(t.c.model, t.c.upstream, t.c.lane)
     )
 
 
 def usage_of(r: Sequence[Any]) -> Usage:
     """A `usage_query` row as `Usage`."""
-    ints = [int(x or 0) for x in r[2:7]]
-    floats = [float(x or 0) for x in r[7:10]]
-    flags = [int(x or 0) for x in r[10:14]]
-    return Usage(r[0], r[1], *ints, *floats, *flags)
+    n, prompt, cached, completion, reasoning = (int(x or 0) for x in r[2:7])
+    cost, charged, basis = (float(x or 0) for x in r[7:10])
+    truncated, errors, estimated, capped = (int(x or 0) for x in r[10:14])
+    return Usage(
+        r[0],
+        r[1],
+        n,
+        prompt,
+        cached,
+        completion,
+        reasoning,
+        cost,
+        charged,
+        basis,
+        truncated,
+        errors,
+        estimated,
+        capped,
+        r[14] if len(r) > 14 else "client",
+    )
 
 
 def intervals_query(upstreams: Sequence[str], since: float, until: float | None) -> sa.Select[Any]:

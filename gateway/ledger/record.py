@@ -14,6 +14,12 @@ from time import perf_counter
 from time import time as wall_clock
 from typing import Any, Protocol
 
+# Which traffic a record is: a client's request, the gateway's own eval rounds, or a shadow copy
+# of a client's request. Every request, token and cost series and view keeps them apart; the
+# views show the client lane unless asked for another.
+CLIENT = "client"
+LANES = (CLIENT, "eval", "shadow")
+
 
 @dataclass(slots=True)
 class Attempt:
@@ -37,7 +43,7 @@ class Record:
     stream: bool
     time: float = field(default_factory=wall_clock)  # wall clock at accept (epoch seconds)
     key_id: str | None = None
-    lane: str = "prod"  # prod | eval | shadow
+    lane: str = "client"  # client | eval | shadow (`LANES`)
     upstream: str | None = None
     provider: str | None = None
     engine: str | None = None  # the serving stack behind the upstream (gateway/serving/engine.py)

@@ -64,6 +64,11 @@ class CostRow:
     client_capped_rate: float  # stopped at the request's own max_tokens: what it asked for
     error_rate: float
     estimated: int
+    lane: str = "client"
+    errors: int = 0
+    # node | api | no upstream (none answered: every request failed before one did) | failed
+    # (every request it answered was an error): not labelled a node or an API's cost then.
+    kind: str = "api"
 
 
 def cost_rows(config: Config, usage: list[Usage], econ: dict[str, ModelEconomics]) -> list[CostRow]:
@@ -95,9 +100,20 @@ def cost_rows(config: Config, usage: list[Usage], econ: dict[str, ModelEconomics
                 client_capped_rate=_share(u.client_capped, u.requests),
                 error_rate=_share(u.errors, u.requests),
                 estimated=u.estimated,
+                lane=u.lane,
+                errors=u.errors,
+                kind=_kind(u, node),
             )
         )
     return rows
+
+
+def _kind(u: Usage, node: str | None) -> str:
+    if u.upstream is None:
+        return "no upstream"
+    if u.requests and u.errors == u.requests:
+        return "failed"
+    return "node" if node else "api"
 
 
 def _share(part: int, whole: int) -> float:
@@ -143,13 +159,15 @@ def report_cost(
     *,
     store: Store | None = None,
     now: float | None = None,
+    lane: str = "client",
 ) -> str:
-    """The cost report over the last `since` (e.g. "24h") as a table, CSV or JSON."""
+    """The cost report over the last `since` (e.g. "24h") as a table, CSV or JSON: the rows of
+    `lane` (client traffic by default; "all": every lane, each its own rows)."""
     start, now = span(since, now)
     window = now - start
     with reading(config, store) as db:
         usage, hours, econ = window_economics(config, db, window, now)
-    rows = cost_rows(config, usage, econ)
+    rows = [r for r in cost_rows(config, usage, econ) if lane in ("all", r.lane)]
     if fmt == "json":
         return json.dumps(_document(config, rows, econ, hours, window, now), indent=2)
     if fmt == "csv":
@@ -216,8 +234,10 @@ def _table(
     since: str,
 ) -> str:
     table = Table(title=f"Cost, last {since}", title_justify="left")
+    lanes = any(r.lane != "client" for r in rows)  # more than the client's: say whose
     for name in (
         "model",
+        *(("lane",) if lanes else ()),
         "upstream",
         "requests",
         "prompt",
@@ -231,12 +251,16 @@ def _table(
         "client cap %",
         "error %",
     ):
-        table.add_column(name, justify="left" if name in ("model", "upstream") else "right")
+        left = name in ("model", "lane", "upstream")
+        table.add_column(name, justify="left" if left else "right")
     for r in rows:
-        where = r.upstream or "–"
+        where = r.upstream or "– (no upstream)"
+        where = f"{where} ({r.node})" if r.kind == "node" else where
+        where = f"{where} [failed]" if r.kind == "failed" else where
         table.add_row(
             r.model,
-            f"{where} ({r.node})" if r.node else where,
+            *((r.lane,) if lanes else ()),
+            where,
             f"{r.requests:,}",
             f"{r.prompt_tokens:,}",
             f"{r.cached_tokens:,}",
@@ -249,7 +273,7 @@ def _table(
             f"{100 * r.client_capped_rate:.1f}",
             f"{100 * r.error_rate:.1f}",
         )
-    console = Console(file=io.StringIO(), width=160, color_system=None, force_terminal=False)
+    console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
     console.print(table)
     for name, e in econ.items():
         if e.node_tokens:

@@ -235,6 +235,25 @@ class StoredItemRow(SQLModel, table=True, metadata=metadata):
     item: str = Field(sa_type=sa.Text)  # JSON
 
 
+class RejectionRow(SQLModel, table=True, metadata=metadata):
+    """A request refused before it had a record (`gateway.ledger.rejection.Rejection`): why,
+    with what status, at which door, by which key id, for which model as asked. Never a key,
+    a secret or a body."""
+
+    __tablename__ = "rejections"
+    __table_args__ = (sa.Index("ix_rejections_reason_time", "reason", "time"),)
+
+    time: float = Field(primary_key=True)
+    request_id: str = Field(primary_key=True, max_length=128)
+    client_request_id: str | None = Field(default=None, max_length=128)
+    door: str = Field(max_length=32)
+    reason: str = Field(max_length=32)
+    status: int
+    key_id: str | None = Field(default=None, max_length=128)
+    model: str | None = Field(default=None, max_length=128)
+    lane: str = Field(max_length=16)
+
+
 REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
 CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
 DECISIONS: sa.Table = GateDecisionRow.__table__  # type: ignore[attr-defined]
@@ -248,3 +267,6 @@ KEY_USAGE: sa.Table = KeyUsageRow.__table__  # type: ignore[attr-defined]
 QUARANTINE: sa.Table = QuarantineRow.__table__  # type: ignore[attr-defined]
 STORED_RESPONSES: sa.Table = StoredResponseRow.__table__  # type: ignore[attr-defined]
 STORED_ITEMS: sa.Table = StoredItemRow.__table__  # type: ignore[attr-defined]
+
+
+REJECTIONS: sa.Table = RejectionRow.__table__  # type: ignore[attr-defined]

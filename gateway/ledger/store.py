@@ -52,6 +52,7 @@ from gateway.ledger.rows import (
     DECISIONS,
     DEMOTIONS,
     EVAL_RESULTS,
+    REJECTIONS,
     REQUESTS,
     ROUNDS,
     SHADOW_USAGE,
@@ -325,6 +326,8 @@ class Store:
         """Drop expired days of records and contents; with `responses_retention_days`, also
         the stored responses older than that (`gateway.ledger.responses_store.purge`)."""
         now = _time.time() if now is None else now
+        with writing(self.engine) as conn:  # a plain table: refusals age out with requests
+            conn.execute(REJECTIONS.delete().where(REJECTIONS.c.time < now - retention_days * DAY))
         dropped = {
             "requests": self.drop_before("requests", now - retention_days * DAY),
             "contents": self.drop_before("contents", now - content_retention_days * DAY),

@@ -105,7 +105,7 @@ class Adapted:
             mark_dropped(record, *self.stripped)
         record.clamped = self.clamped
         record.params_hash = self.params_hash
-        if record.lane != "prod":  # what an eval or shadow arm was asked, said in words
+        if record.lane != "client":  # what an eval or shadow arm was asked, said in words
             record.semantics = self.meaning.describe() or None
         if self.gaps:
             unsent, accepted = self.unsent()

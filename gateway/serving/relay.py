@@ -324,7 +324,7 @@ def answer_headers(record: Record, opened: Opened, client_id: str | None = None)
         headers[DROPPED_HEADER] = record.dropped
     if record.clamped:
         headers["x-plumbline-clamped"] = record.clamped  # gateway/serving/adapt.py
-    if record.lane != "prod" and record.semantics:  # what an eval or shadow arm was asked
+    if record.lane != "client" and record.semantics:  # what an eval or shadow arm was asked
         headers[SEMANTICS_HEADER] = record.semantics
     if record.unsent:  # gateway/serving/dialect.py
         headers[UNSENT_HEADER] = record.unsent

@@ -133,7 +133,7 @@ def candidates(
 def wants_affinity(route: RouteConfig, lane: str) -> bool:
     """Whether a request follows and plants prefixes: eval traffic does neither (it must not
     evict production's)."""
-    return route.policy == "prefix_affinity" and lane == "prod" and len(route.names) > 1
+    return route.policy == "prefix_affinity" and lane == "client" and len(route.names) > 1
 
 
 def gate_first(names: Sequence[str], chosen: str | None) -> list[str]:

@@ -88,7 +88,7 @@ def most_it_can_cost(body: dict[str, Any], max_tokens: int | None, price: Price 
 # ---- the mirror ------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Pending:
     """One mirrored request: both sides, and the record that goes out once both are in."""
 
@@ -101,6 +101,10 @@ class Pending:
     tools: list[dict[str, Any]] | None = field(default=None)
     # USD held against the daily budget until the shadow's own cost is known.
     hold_usd: float = 0.0
+    # Set when the primary ends, with the upstream that answered it: the shadow waits for it,
+    # and is not sent where that upstream is the shadow's own (after a fallback).
+    primary_in: asyncio.Event = field(default_factory=asyncio.Event)
+    primary_upstream: str | None = None
 
 
 Scorer = Callable[[str, Answer], str | None]
@@ -138,10 +142,12 @@ class ShadowMirror:
             for m, s in self.shadows.items()
         }
         self.tasks: set[asyncio.Task[None]] = set()
+        self.waiting: set[Pending] = set()  # shadows waiting for their primary to end
         r = registry if registry is not None else CollectorRegistry()
         self.requests = Counter(
             "gateway_shadow_requests",
-            "Shadow mirroring decisions and outcomes.",
+            "Shadow mirroring decisions and outcomes: mirrored, failed, skipped_cap, "
+            "skipped_budget, skipped_same_upstream (the shadow's upstream answered the primary).",
             ["model", "upstream", "outcome"],
             registry=r,
         )
@@ -175,7 +181,7 @@ class ShadowMirror:
     ) -> Pending | None:
         """Mirror this request? Synchronous and cheap; the shadow runs as its own task."""
         cfg = self.shadows.get(model)
-        if cfg is None or record.lane != "prod" or path != "/chat/completions":
+        if cfg is None or record.lane != "client" or path != "/chat/completions":
             return None
         if self._rand() >= cfg.fraction:
             return None
@@ -211,6 +217,7 @@ class ShadowMirror:
         )
         tools = body.get("tools") if isinstance(body.get("tools"), list) else None
         pending = Pending(model, shadow, item_id, tools=tools, hold_usd=hold)
+        self.waiting.add(pending)
         task = asyncio.get_running_loop().create_task(self._run(pending, cfg, path, shadow_body))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -223,6 +230,8 @@ class ShadowMirror:
             ok, capture.answer if capture else "", tuple(capture.tool_calls()) if capture else ()
         )
         pending.primary = self._scored(pending, answer)
+        pending.primary_upstream = record.upstream
+        pending.primary_in.set()
         self._maybe_resolve(pending)
 
     async def _run(
@@ -230,6 +239,8 @@ class ShadowMirror:
     ) -> None:
         record = pending.shadow_record
         day = self.budgets[pending.model].day
+        if await self._same_upstream(pending, cfg):
+            return
         if self._store is not None and not await self._reserve(pending, cfg, day):
             return
         upstream = self.config.upstream(cfg.upstream)
@@ -332,6 +343,27 @@ class ShadowMirror:
             pending.done = True  # the primary's end resolves nothing
         return allowed
 
+    async def _same_upstream(self, pending: Pending, cfg: ShadowConfig) -> bool:
+        """Wait for the primary (at most the shadow's timeout); True, with nothing sent and the
+        skip counted (`skipped_same_upstream`), where the shadow's upstream answered it: a
+        pair of one upstream with itself compares nothing."""
+        try:
+            async with asyncio.timeout(cfg.timeout_s):
+                await pending.primary_in.wait()
+        except TimeoutError:
+            return False
+        finally:
+            self.waiting.discard(pending)
+        if pending.primary_upstream != cfg.upstream:
+            return False
+        self.requests.labels(pending.model, cfg.upstream, "skipped_same_upstream").inc()
+        self.inflight[pending.model] -= 1
+        budget = self.budgets[pending.model]  # nothing was sent: give the hold back
+        budget.sent -= 1
+        budget.spent_usd -= pending.hold_usd
+        pending.done = True
+        return True
+
     def _scored(self, pending: Pending, answer: Answer) -> Answer:
         if self.scorer is None or pending.item_id is None or not answer.ok:
             return answer
@@ -352,6 +384,9 @@ class ShadowMirror:
         self._finish(record)
 
     async def drain(self) -> None:
-        """Wait for shadow requests still running (shutdown, tests)."""
+        """Wait for shadow requests still running (shutdown, tests); those still waiting for a
+        primary that has not ended are sent now."""
+        for pending in list(self.waiting):
+            pending.primary_in.set()
         if self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)

@@ -33,6 +33,15 @@ DASHBOARD_METRICS = {
     "gateway_errors_total",
     "gateway_truncations_total",
     "gateway_requests_total",
+    "gateway_attempts_total",
+    "gateway_fallbacks_total",
+    "gateway_retries_total",
+    "gateway_inter_token_seconds_bucket",
+    "gateway_rejected_requests_total",
+    "gateway_shadow_requests_total",
+    "gateway_shadow_agreement_total",
+    "gateway_watchdog_rate",
+    "gateway_cost_usd_total",
 }
 PROMQL_WORDS = {
     "by",
@@ -80,8 +89,8 @@ def dashboard_exprs() -> list[str]:
     return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
 
 
-def concrete(expr: str) -> str:
-    return expr.replace("$__rate_interval", "5m").replace("$model", ".*")
+def concrete(expr: str, rate: str = "5m", lane: str = "client") -> str:
+    return expr.replace("$__rate_interval", rate).replace("$model", ".*").replace("$lane", lane)
 
 
 # --- Grafana --------------------------------------------------------------------------------

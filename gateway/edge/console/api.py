@@ -82,16 +82,25 @@ async def upstreams(request: Request, window: str = "24h") -> Response:
     return _json(doc)
 
 
-async def cost(request: Request, window: str = "24h") -> Response:
-    window = panels.window_of(window)
+async def cost(request: Request, window: str = "24h", lane: str = "client") -> Response:
+    window, lane = panels.window_of(window), panels.lane_of(lane)
     gw = request.app.state.gateway
-    return _json(await asyncio.to_thread(panels.cost, gw.config, gw.store, window, time.time()))
+    doc = await asyncio.to_thread(panels.cost, gw.config, gw.store, window, time.time(), lane)
+    return _json(doc)
 
 
-async def traffic(request: Request, window: str = "24h") -> Response:
+async def traffic(request: Request, window: str = "24h", lane: str = "client") -> Response:
+    window, lane = panels.window_of(window), panels.lane_of(lane)
+    gw = request.app.state.gateway
+    doc = await asyncio.to_thread(panels.traffic, gw.config, gw.store, window, time.time(), lane)
+    return _json(doc)
+
+
+async def rejections(request: Request, window: str = "24h") -> Response:
+    """Requests refused before they had a record (gateway/edge/rejected.py)."""
     window = panels.window_of(window)
     gw = request.app.state.gateway
-    return _json(await asyncio.to_thread(panels.traffic, gw.config, gw.store, window, time.time()))
+    return _json(await asyncio.to_thread(panels.rejections, gw.store, window, time.time()))
 
 
 async def quality(request: Request) -> Response:
@@ -111,6 +120,7 @@ ROUTES = tuple(
         ("/api/upstreams", upstreams),
         ("/api/cost", cost),
         ("/api/traffic", traffic),
+        ("/api/rejections", rejections),
         ("/api/quality", quality),
     )
 )

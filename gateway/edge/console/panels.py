@@ -20,6 +20,8 @@ import sqlalchemy as sa
 
 from gateway.errors import BadRequest
 from gateway.ledger.health_report import report_health
+from gateway.ledger.record import CLIENT, LANES
+from gateway.ledger.rejection import rejection_counts
 from gateway.ledger.report import report_cost
 from gateway.ledger.rounds import latest_rounds, latest_tripwires
 from gateway.ledger.rows import EVAL_RESULTS, REQUESTS
@@ -77,12 +79,35 @@ def upstreams(
     return {"window": window, "now": now, "upstreams": out, "findings": findings}
 
 
-def cost(config: Config, store: Store | None, window: str, now: float) -> dict[str, Any]:
-    """`plumbline report cost --since WINDOW --format json`, as the store has it."""
+def lane_of(text: str) -> str:
+    """`text` if it is a lane (or "all"), else a 400 naming them."""
+    if text not in (*LANES, "all"):
+        raise BadRequest(
+            f"Unknown lane {text!r}: use one of {', '.join((*LANES, 'all'))}.", param="lane"
+        )
+    return text
+
+
+def cost(
+    config: Config, store: Store | None, window: str, now: float, lane: str = CLIENT
+) -> dict[str, Any]:
+    """`plumbline report cost --since WINDOW --lane LANE --format json`, as the store has it."""
     if store is None:
         return {"window": window, "store": False, "rows": [], "models": {}, "nodes": {}}
-    doc: dict[str, Any] = json.loads(report_cost(config, window, "json", store=store, now=now))
-    return {"window": window, "store": True, **doc}
+    doc: dict[str, Any] = json.loads(
+        report_cost(config, window, "json", store=store, now=now, lane=lane)
+    )
+    return {"window": window, "lane": lane, "store": True, **doc}
+
+
+def rejections(store: Store | None, window: str, now: float) -> dict[str, Any]:
+    """Requests refused before they had a record, per door, reason and status (the rows of
+    `plumbline report health`'s rejected requests)."""
+    if store is None:
+        return {"window": window, "store": False, "rows": []}
+    with store.engine.connect() as conn:
+        rows = rejection_counts(conn, now - WINDOWS[window], now)
+    return {"window": window, "store": True, "rows": rows}
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
@@ -108,13 +133,17 @@ def _count_if(cond: Any) -> Any:
     return sa.func.sum(sa.case((cond, sa.literal(1)), else_=0))
 
 
-def _client_rows(start: float, now: float) -> Any:
+def _client_rows(start: float, now: float, lane: str = CLIENT) -> Any:
     t = REQUESTS
-    return sa.and_(t.c.time >= start, t.c.time < now, t.c.lane == "prod")
+    if lane == "all":
+        return sa.and_(t.c.time >= start, t.c.time < now)
+    return sa.and_(t.c.time >= start, t.c.time < now, t.c.lane == lane)
 
 
-def _counts(conn: Any, start: float, now: float) -> dict[str, tuple[int, int, int, int]]:
-    """Per model: (requests, truncated, stopped at the client's cap, leaked), every row."""
+def _counts(
+    conn: Any, start: float, now: float, lane: str
+) -> dict[str, tuple[int, int, int, int, int]]:
+    """Per model: (requests, truncated, stopped at the client's cap, leaked, errors)."""
     t = REQUESTS
     query = (
         sa.select(
@@ -123,22 +152,23 @@ def _counts(conn: Any, start: float, now: float) -> dict[str, tuple[int, int, in
             _count_if(t.c.truncated == sa.true()),
             _count_if(capped_clause(t)),
             _count_if(t.c.reasoning_leak == sa.true()),
+            _count_if(sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)),
         )
-        .where(_client_rows(start, now))
+        .where(_client_rows(start, now, lane))
         .group_by(t.c.model)
     )
     return {
-        m: (int(n), int(cut or 0), int(cap or 0), int(leak or 0))
-        for m, n, cut, cap, leak in conn.execute(query)
+        m: (int(n), int(cut or 0), int(cap or 0), int(leak or 0), int(err or 0))
+        for m, n, cut, cap, leak, err in conn.execute(query)
     }
 
 
-def _latencies(conn: Any, start: float, now: float) -> dict[str, list[Any]]:
+def _latencies(conn: Any, start: float, now: float, lane: str) -> dict[str, list[Any]]:
     """Per model, (TTFT, E2E, completion tokens) of the newest `LATENCY_ROWS` client rows."""
     t = REQUESTS
     query = (
         sa.select(t.c.model, t.c.ttft_s, t.c.e2e_s, t.c.completion_tokens)
-        .where(_client_rows(start, now))
+        .where(_client_rows(start, now, lane))
         .order_by(t.c.time.desc())
         .limit(LATENCY_ROWS)
     )
@@ -148,7 +178,7 @@ def _latencies(conn: Any, start: float, now: float) -> dict[str, list[Any]]:
     return out
 
 
-def _series(conn: Any, start: float, now: float) -> list[dict[str, float]]:
+def _series(conn: Any, start: float, now: float, lane: str) -> list[dict[str, float]]:
     """Client requests per minute in `BUCKETS` equal slices of the window (one pass)."""
     t = REQUESTS
     width = (now - start) / BUCKETS
@@ -158,27 +188,30 @@ def _series(conn: Any, start: float, now: float) -> list[dict[str, float]]:
             _count_if(sa.and_(t.c.time >= a, t.c.time < b))
             for a, b in zip(edges, edges[1:], strict=False)
         )
-    ).where(_client_rows(start, now))
+    ).where(_client_rows(start, now, lane))
     counts = conn.execute(query).one()
     return [
         {"t": edges[i + 1], "per_minute": int(c or 0) / (width / 60)} for i, c in enumerate(counts)
     ]
 
 
-def traffic(config: Config, store: Store | None, window: str, now: float) -> dict[str, Any]:
-    """Per model, client traffic (the prod lane) over `window`: request rate, truncation by
-    cause and the reasoning-leak rate (over every row), TTFT and TPOT percentiles (over the
-    newest `LATENCY_ROWS`), a rate series for the chart; shadow agreement (`report shadow`)."""
+def traffic(
+    config: Config, store: Store | None, window: str, now: float, lane: str = CLIENT
+) -> dict[str, Any]:
+    """Per model, one lane's traffic (the client's unless asked) over `window`: request rate,
+    error, truncation by cause and reasoning-leak rates (over every row), TTFT and TPOT
+    percentiles (over the newest `LATENCY_ROWS`), a rate series for the chart; shadow
+    agreement (`report shadow`)."""
     span = WINDOWS[window]
     start = now - span
     if store is None:
         return {"window": window, "store": False, "models": [], "series": [], "shadow": []}
     with store.engine.connect() as conn:
-        counts = _counts(conn, start, now)
-        latencies = _latencies(conn, start, now)
-        series = _series(conn, start, now)
+        counts = _counts(conn, start, now, lane)
+        latencies = _latencies(conn, start, now, lane)
+        series = _series(conn, start, now, lane)
     models = []
-    for model, (n, truncated, capped, leaked) in sorted(counts.items()):
+    for model, (n, truncated, capped, leaked, errors) in sorted(counts.items()):
         rows = latencies.get(model, [])
         tpots = [v for ttft, e2e, k in rows if (v := _tpot(e2e, ttft, int(k or 0))) is not None]
         models.append(
@@ -192,11 +225,14 @@ def traffic(config: Config, store: Store | None, window: str, now: float) -> dic
                 "upstream_cut_rate": (truncated - capped) / n,
                 "client_capped_rate": capped / n,
                 "leak_rate": leaked / n,
+                "errors": errors,
+                "error_rate": errors / n,
             }
         )
     shadow = json.loads(report_shadow(config, window, "json", store=store, now=now))
     return {
         "window": window,
+        "lane": lane,
         "store": True,
         "models": models,
         "series": series,

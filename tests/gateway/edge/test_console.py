@@ -170,7 +170,7 @@ def browser() -> Iterator[Browser]:
 
 def _client_rows(gw: Any, model: str) -> list[Any]:
     t = REQUESTS
-    query = sa.select(t.c.ttft_s).where(t.c.model == model, t.c.lane == "prod")
+    query = sa.select(t.c.ttft_s).where(t.c.model == model, t.c.lane == "client")
     with gw.store.engine.connect() as conn:
         return list(conn.execute(query))
 

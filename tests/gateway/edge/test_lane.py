@@ -97,7 +97,7 @@ def test_a_scheduled_round_with_client_keys_succeeds_and_v1_stays_closed(
                     query = sa.text("select distinct key_id, lane from requests")
                     return sorted(map(tuple, conn.execute(query)), key=str)
 
-            wait_for(lambda: ("team", "prod") in key_ids())
+            wait_for(lambda: ("team", "client") in key_ids())
             rows = key_ids()
             with gw.store.engine.connect() as conn:
                 stored = "\n".join(
@@ -112,7 +112,7 @@ def test_a_scheduled_round_with_client_keys_succeeds_and_v1_stays_closed(
     assert admin.status_code == 403 and console.status_code == 403
     assert client.status_code == 200
     # The round's records name the lane's key by its id; the key itself is nowhere.
-    assert ("eval-lane", "eval") in rows and ("team", "prod") in rows
+    assert ("eval-lane", "eval") in rows and ("team", "client") in rows
     assert lane not in stored and hash_key(lane) not in stored
     assert lane not in caplog.text and lane not in repr(gw.scheduler._spec(["smol"]))
 

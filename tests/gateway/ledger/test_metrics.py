@@ -76,6 +76,9 @@ def samples(m: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
+MU_LOCAL = {"model": "qwen", "upstream": "local", "lane": "client"}
+
+
 def value(m: Metrics, name: str, **labels: str) -> float:
     return samples(m).get((name, frozenset(labels.items())), 0.0)
 
@@ -84,7 +87,7 @@ def test_a_record_becomes_counters_and_histograms() -> None:
     m = Metrics(config())
     m.observe(record())
     m.observe(record(truncated=True, reasoning_leak=True, usage_estimated=True))
-    mu = {"model": "qwen", "upstream": "local"}
+    mu = {"model": "qwen", "upstream": "local", "lane": "client"}
     assert value(m, "gateway_requests_total", **mu, provider="none", outcome="ok") == 2
     assert value(m, "gateway_tokens_total", **mu, kind="prompt") == 200
     assert value(m, "gateway_tokens_total", **mu, kind="cached") == 120
@@ -106,7 +109,7 @@ def test_truncations_say_whether_the_client_cap_or_the_upstream_cut_them() -> No
     m.observe(record(truncated=True, max_tokens=20))
     m.observe(record(truncated=True, max_tokens=4096))  # short of its cap: the upstream's cut
     m.observe(record(truncated=False, max_tokens=20))
-    mu = {"model": "qwen", "upstream": "local"}
+    mu = {"model": "qwen", "upstream": "local", "lane": "client"}
     assert value(m, "gateway_truncations_total", **mu, cause="client_cap") == 2
     assert value(m, "gateway_truncations_total", **mu, cause="upstream") == 1
 
@@ -132,7 +135,7 @@ def test_a_whole_answer_is_no_time_to_first_token() -> None:
     m = Metrics(config())
     m.observe(record(stream=False, ttft_s=30.0, ttfa_s=30.0, e2e_s=30.0, itl_mean_s=None))
     m.observe(record())
-    mu = {"model": "qwen", "upstream": "local"}
+    mu = {"model": "qwen", "upstream": "local", "lane": "client"}
     for clock in ("ttft", "ttfa"):
         assert value(m, f"gateway_{clock}_seconds_count", **mu) == 1
         assert value(m, f"gateway_{clock}_seconds_sum", **mu) < 1
@@ -145,7 +148,7 @@ def test_cost_drift_and_provider() -> None:
     computed = (40 * 1.0 + 60 * 0.1 + 20 * 2.0) / 1e6
     m.observe(record(cost_usd=computed, charged_cost_usd=computed, **kw))
     m.observe(record(cost_usd=computed, charged_cost_usd=2 * computed, **kw))
-    mu = {"model": "qwen", "upstream": "or"}
+    mu = {"model": "qwen", "upstream": "or", "lane": "client"}
     assert value(m, "gateway_cost_usd_total", **mu) == pytest.approx(2 * computed)
     assert value(m, "gateway_charged_cost_usd_total", **mu) == pytest.approx(3 * computed)
     assert value(m, "gateway_cost_drift_total", **mu) == 1
@@ -173,16 +176,25 @@ def test_attempts_retries_fallbacks_and_errors() -> None:
         )
     )
     assert (
-        value(m, "gateway_attempts_total", model="qwen", upstream="local", outcome="http_503") == 1
+        value(
+            m,
+            "gateway_attempts_total",
+            model="qwen",
+            upstream="local",
+            lane="client",
+            outcome="http_503",
+        )
+        == 1
     )
-    assert value(m, "gateway_retries_total", model="qwen", upstream="local") == 1
-    assert value(m, "gateway_fallbacks_total", model="qwen", upstream="or") == 1
+    assert value(m, "gateway_retries_total", **MU_LOCAL) == 1
+    assert value(m, "gateway_fallbacks_total", model="qwen", upstream="or", lane="client") == 1
     assert (
         value(
             m,
             "gateway_errors_total",
             model="qwen",
             upstream="none",
+            lane="client",
             error_class="allupstreamsfailed",
         )
         == 1
@@ -193,6 +205,7 @@ def test_attempts_retries_fallbacks_and_errors() -> None:
             "gateway_requests_total",
             model="qwen",
             upstream="none",
+            lane="client",
             provider="none",
             outcome="error",
         )
@@ -217,6 +230,7 @@ def test_unknown_model_never_mints_a_series() -> None:
             "gateway_requests_total",
             model="other",
             upstream="other",
+            lane="client",
             provider="none",
             outcome="ok",
         )
@@ -360,10 +374,16 @@ def test_several_workers_are_summed_in_multiprocess_mode(tmp_path: Path) -> None
         for s in f.samples
     }
     key = frozenset(
-        {"model": "qwen", "upstream": "local", "provider": "none", "outcome": "ok"}.items()
+        {
+            "model": "qwen",
+            "upstream": "local",
+            "lane": "client",
+            "provider": "none",
+            "outcome": "ok",
+        }.items()
     )
     assert found[("gateway_requests_total", key)] == 5
-    e2e = frozenset({"model": "qwen", "upstream": "local"}.items())
+    e2e = frozenset({"model": "qwen", "upstream": "local", "lane": "client"}.items())
     assert found[("gateway_e2e_seconds_count", e2e)] == 5
 
 
@@ -395,11 +415,11 @@ def test_a_series_appears_once_it_is_observed() -> None:
     assert not any(n.startswith(("gateway_ttft_", "gateway_inter_token_")) for n, _ in names)
     m.observe(record())  # streamed, every kind: the same route's series fill in
     m.observe(record(model="typo"))  # another (bounded) route: its own series
-    mu = {"model": "qwen", "upstream": "local"}
+    mu = {"model": "qwen", "upstream": "local", "lane": "client"}
     assert value(m, "gateway_tokens_total", **mu, kind="reasoning") == 5
     assert value(m, "gateway_tokens_total", **mu, kind="prompt") == 200
     assert value(m, "gateway_ttft_seconds_count", **mu) == 1
     assert value(m, "gateway_e2e_seconds_count", **mu) == 2
-    other = {"model": "other", "upstream": "local"}
+    other = {"model": "other", "upstream": "local", "lane": "client"}
     assert value(m, "gateway_tokens_total", **other, kind="prompt") == 100
     assert value(m, "gateway_inter_token_seconds_count", **other) == 1

@@ -251,6 +251,11 @@ def test_report_health_lists_dead_and_idle_upstreams(tmp_path: Path) -> None:
     assert list(by) == ["live", "dead", "idle"]  # the config's order, none missing
     assert by["dead"]["requests"] == 0 and by["dead"]["failed_attempts"] == 3
     assert by["dead"]["state"] == "failing"
+    # Its error rate, last error and when, from the failed calls (upstream_state.py).
+    assert by["dead"]["error_rate"] == 1.0 and by["dead"]["last_error"] == "connect_error"
+    assert by["dead"]["last_error_time"] == 1001.0
+    assert by["live"]["error_rate"] == 0.0 and by["live"]["last_error"] is None
+    assert "dead: last error connect_error at 1970-01-01 00:16:41 UTC" in table
     assert by["idle"]["requests"] == 0 and by["idle"]["failed_attempts"] == 0
     assert by["idle"]["state"] == "no traffic"
     # live: its refusal of a bad request and a client that left are not live failing.

@@ -186,7 +186,7 @@ def test_order_pin_and_arms() -> None:
     assert gate_first(["api", "node", "x"], d.chosen) == ["node", "api", "x"]
     assert gate_first(["api"], None) == ["api"]
     assert pinned_upstream({"x-plumbline-upstream": "node"}, "eval", ["api", "node"]) == "node"
-    assert pinned_upstream({"x-plumbline-upstream": "node"}, "prod", ["api", "node"]) is None
+    assert pinned_upstream({"x-plumbline-upstream": "node"}, "client", ["api", "node"]) is None
     assert pinned_upstream({"x-plumbline-upstream": "evil"}, "eval", ["api", "node"]) is None
     assert gate_arms("m", ["api", "node"], "api") == [
         ("m@api", "api"),

@@ -74,9 +74,19 @@ function draw(id, traces, extra) {
   Plotly.react($(id), traces, layout(extra), plotConfig);
 }
 
+// An upstream's state from its failed calls (gateway/ledger/upstream_state.py): the window's
+// (the store) where it is failing or degraded, else the live one's (/health), else the probe.
+const troubled = (s) => s === "failing" || s === "degraded";
+function healthBadge(u) {
+  const r = u.report;
+  const state = r && troubled(r.state) ? r.state : troubled(u.state) ? u.state : null;
+  if (state) return badge(state, state === "failing" ? "bad" : "warn");
+  return u.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad");
+}
+
 function renderUpstreams(doc) {
   const rows = doc.upstreams.map((u) => {
-    const health = u.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad");
+    const health = healthBadge(u);
     const proc = u.process ? `${u.process.state}${u.process.restarts ? ` (${u.process.restarts} restarts)` : ""}` : "not supervised";
     const watch = u.demoted ? badge("demoted", "bad") : u.tripped_now.length ? badge("tripped: " + u.tripped_now.join(", "), "warn") : badge("clear", "ok");
     const r = u.report;
@@ -93,6 +103,9 @@ function renderUpstreams(doc) {
       cell(r ? fmt.n(r.requests) : dash, "num"),
       cell(r ? fmt.n(r.errors) : dash, "num"),
       cell(tripped),
+      cell(r ? fmt.n(r.failed_attempts) : dash, "num"),
+      cell(r ? fmt.pct(r.error_rate) : dash, "num"),
+      cell(r && r.last_error ? `${r.last_error} at ${fmt.time(r.last_error_time)}` : "none"),
     ];
   });
   fill("upstreams-table", rows, "No upstreams configured.");
@@ -108,11 +121,14 @@ function renderCost(doc) {
   const rows = doc.rows.map((r) => [
     cell(r.model),
     cell(r.upstream),
-    cell(r.node ? `node ${r.node}` : "API"),
+    cell(r.kind === "node" ? `node ${r.node}` : r.kind === "api" ? "API" : r.kind),
     cell(fmt.n(r.requests), "num"),
     cell(fmt.n(r.prompt_tokens + r.completion_tokens), "num"),
     cell(fmt.spent(r.cost_usd), "num"),
     cell(fmt.usd(r.usd_per_m), "num"),
+    cell(fmt.n(r.errors), "num"),
+    cell(fmt.pct(r.error_rate), "num"),
+    cell(r.lane),
   ]);
   fill("cost-table", rows, doc.store ? "No requests in this window." : "This gateway keeps no records (no store).");
   const econ = Object.entries(doc.models).map(([name, e]) => [
@@ -254,6 +270,7 @@ function renderTraffic(doc) {
     cell(trio(m.ttft_s), "num"), cell(trio(m.tpot_s), "num"),
     cell(fmt.pct(m.upstream_cut_rate), "num"), cell(fmt.pct(m.client_capped_rate), "num"),
     cell(fmt.pct(m.leak_rate), "num"),
+    cell(fmt.n(m.errors), "num"), cell(fmt.pct(m.error_rate), "num"),
   ]);
   fill("traffic-table", rows, doc.store ? "No client requests in this window." : "This gateway keeps no records (no store).");
   draw("rate-chart", [{
@@ -269,8 +286,16 @@ function renderTraffic(doc) {
   fill("shadow-table", shadow, "No shadowed requests in this window.");
 }
 
+function renderRejections(doc) {
+  const rows = doc.rows.map((r) => [
+    cell(r.door), cell(r.reason), cell(String(r.status), "num"), cell(fmt.n(r.requests), "num"),
+    cell(r.model || dash, "mono"), cell(fmt.time(r.last)),
+  ]);
+  fill("rejections-table", rows, doc.store ? "No request was refused in this window." : "This gateway keeps no records (no store).");
+}
+
 function renderGlance(up, cost, quality, traffic) {
-  const healthy = up.upstreams.filter((u) => u.healthy && !u.demoted).length;
+  const healthy = up.upstreams.filter((u) => u.healthy && !u.demoted && healthBadge(u).textContent === "healthy").length;
   $("glance-healthy").textContent = `${healthy} / ${up.upstreams.length}`;
   $("glance-requests").textContent = fmt.n(traffic.models.reduce((n, m) => n + m.requests, 0));
   const spend = cost.rows.reduce((usd, r) => usd + (r.cost_usd || 0), 0);
@@ -290,18 +315,21 @@ async function getJSON(path) {
 let timer = null;
 async function refresh() {
   const w = encodeURIComponent($("window").value);
+  const lane = encodeURIComponent($("lane").value);
   const status = $("status");
   try {
-    const [up, cost, quality, traffic] = await Promise.all([
+    const [up, cost, quality, traffic, refused] = await Promise.all([
       getJSON(`/console/api/upstreams?window=${w}`),
-      getJSON(`/console/api/cost?window=${w}`),
+      getJSON(`/console/api/cost?window=${w}&lane=${lane}`),
       getJSON("/console/api/quality"),
-      getJSON(`/console/api/traffic?window=${w}`),
+      getJSON(`/console/api/traffic?window=${w}&lane=${lane}`),
+      getJSON(`/console/api/rejections?window=${w}`),
     ]);
     renderUpstreams(up);
     renderCost(cost);
     renderQuality(quality);
     renderTraffic(traffic);
+    renderRejections(refused);
     renderGlance(up, cost, quality, traffic);
     status.classList.remove("error");
     status.textContent = `Updated ${new Date().toLocaleTimeString("en-GB")}`;
@@ -320,6 +348,7 @@ function schedule() {
 
 document.addEventListener("DOMContentLoaded", () => {
   $("window").addEventListener("change", refresh);
+  $("lane").addEventListener("change", refresh);
   $("every").addEventListener("change", schedule);
   $("refresh").addEventListener("click", refresh);
   const every = new URLSearchParams(location.search).get("every");
