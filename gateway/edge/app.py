@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway import telemetry
 from gateway.config import (
     Config,
     default_config_path,
@@ -124,6 +125,15 @@ class Gateway:
             else GateBook(config.root / "var" / "gate" / "decisions.json")
         )
         self.sinks = _sinks(self.metrics, self.watchdog, self.queue, access, store, sinks)
+        t = config.telemetry  # None when off: nothing of OpenTelemetry is imported
+        self.tracing = telemetry.tracing(
+            t.endpoint,
+            service_name=t.service_name,
+            headers=dict(t.headers),
+            export_delay_s=t.export_delay_s,
+            export_timeout_s=t.export_timeout_s,
+            max_queue=t.max_queue,
+        )
         self.silence = Silence(s.idle_timeout_s)
         self.dispatcher = Dispatcher(
             config, self.pool, self.wire, self.engines, self.prefix, self.gate_book.latest_for
@@ -183,6 +193,8 @@ class Gateway:
                 await asyncio.to_thread(close)
         if self.store is not None:
             self.store.close()
+        if self.tracing is not None:  # the spans not yet sent go now
+            await asyncio.to_thread(self.tracing.close)
 
     def set_health(self, upstream: str, ok: bool) -> None:
         """An upstream's health, as the prober or the engines' supervisor found it."""
@@ -219,6 +231,12 @@ class Gateway:
                 state.reasoning_leaks += record.reasoning_leak
         price_record(record, self.config)
         annotate(record, self.config)
+        if record.trace is not None:
+            trace, record.trace = record.trace, None
+            try:
+                trace.end(record)
+            except Exception:
+                log.exception("ending the trace of %s failed", record.request_id)
         for sink in self.sinks:
             try:
                 sink.submit(record)

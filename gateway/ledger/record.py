@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from time import perf_counter
 from time import time as wall_clock
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gateway.telemetry import Trace
 
 
 @dataclass(slots=True)
@@ -90,10 +93,15 @@ class Record:
     agreement: str | None = (
         None  # lane "shadow": agreement with the primary (gateway/trust/shadow.py)
     )
+    # The request's OpenTelemetry trace id (32 hex digits; gateway/telemetry.py), beside its
+    # request id; None with tracing off.
+    trace_id: str | None = None
     # Monotonic accept time, not stored.
     t0: float = field(default_factory=perf_counter, repr=False)
     # The request asked not to think (gateway/trust/watchdog.py: asked_not_to_think); not stored.
     thinking_off: bool = field(default=False, repr=False)
+    # The request's trace (gateway/telemetry.py `Trace`) while it is served; not stored.
+    trace: Trace | None = field(default=None, repr=False, compare=False)
 
     def as_row(self) -> dict[str, Any]:
         """Every stored field (not `t0`); attempts as plain dicts. Built by hand: `asdict`'s
@@ -120,7 +128,7 @@ class Record:
             self.usage_estimated = True
 
 
-_ROW_FIELDS = tuple(f.name for f in fields(Record) if f.name not in ("t0", "thinking_off"))
+_ROW_FIELDS = tuple(f.name for f in fields(Record) if f.name not in ("t0", "thinking_off", "trace"))
 
 
 class RecordSink(Protocol):
