@@ -134,11 +134,12 @@ def _counts(conn: Any, start: float, now: float) -> dict[str, tuple[int, int, in
 
 
 def _latencies(conn: Any, start: float, now: float) -> dict[str, list[Any]]:
-    """Per model, (TTFT, E2E, completion tokens) of the newest `LATENCY_ROWS` client rows."""
+    """Per model, (TTFT, E2E, completion tokens) of the newest `LATENCY_ROWS` streamed client
+    rows. A whole answer's TTFT is its E2E and its TPOT nothing: only streams measure them."""
     t = REQUESTS
     query = (
         sa.select(t.c.model, t.c.ttft_s, t.c.e2e_s, t.c.completion_tokens)
-        .where(_client_rows(start, now))
+        .where(_client_rows(start, now), t.c.stream == sa.true())
         .order_by(t.c.time.desc())
         .limit(LATENCY_ROWS)
     )
@@ -168,7 +169,8 @@ def _series(conn: Any, start: float, now: float) -> list[dict[str, float]]:
 def traffic(config: Config, store: Store | None, window: str, now: float) -> dict[str, Any]:
     """Per model, client traffic (the prod lane) over `window`: request rate, truncation by
     cause and the reasoning-leak rate (over every row), TTFT and TPOT percentiles (over the
-    newest `LATENCY_ROWS`), a rate series for the chart; shadow agreement (`report shadow`)."""
+    newest `LATENCY_ROWS` streamed rows: `latency_rows` says how many), a rate series for the
+    chart; shadow agreement (`report shadow`)."""
     span = WINDOWS[window]
     start = now - span
     if store is None:
