@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from gateway.fakes.upstream import FakeHandle
-from tests.harness import ListSink, config_from, serving
+from tests.harness import ListSink, config_from, serving, wait_for
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_PARENT = "00f067aa0ba902b7"
@@ -196,18 +196,27 @@ def test_a_fallback_is_a_span_named_by_its_upstream(
     assert sent["headers"]["traceparent"].split("-")[1] == record.trace_id
 
 
-def test_requests_are_each_their_own_trace(
+def test_requests_are_each_their_own_trace_and_the_store_keeps_its_id(
     fake: FakeHandle, fake2: FakeHandle, receiver: Receiver
 ) -> None:
     sink = ListSink()
-    with serving(traced(fake, fake2, receiver), sinks=[sink]) as (url, _app):
+    config = traced(fake, fake2, receiver)
+    config = config.model_copy(
+        update={"store": config.store.model_copy(update={"url": "sqlite:///var/records.db"})}
+    )
+    with serving(config, sinks=[sink], record=True) as (url, app):
         client = openai.OpenAI(base_url=url, api_key="x")
         for _ in range(3):
             client.chat.completions.create(model="smol", messages=HI, max_tokens=4)
+        store = app.state.gateway.store
+        wait_for(lambda: store.count() == 3, timeout=30)
+        stored = {r.request_id: store.get(r.request_id) for r in sink.records}
     ids = {r.trace_id for r in sink.records}
     assert len(ids) == 3
+    for r in sink.records:
+        assert stored[r.request_id]["trace_id"] == r.trace_id  # beside its request id
     for trace_id in ids:
-        root, attempts = split(receiver.trace(str(trace_id), 2))
+        _root, attempts = split(receiver.trace(str(trace_id), 2))
         assert len(attempts) == 1
 
 
