@@ -20,6 +20,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from gateway import telemetry
 from gateway.fakes.upstream import FakeHandle
 from tests.harness import ListSink, config_from, serving, wait_for
 
@@ -234,3 +235,10 @@ def test_off_by_default_nothing_of_opentelemetry_is_imported() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_an_endpoint_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert telemetry.tracing(None) is None
+    monkeypatch.setattr(telemetry, "missing", lambda: ["opentelemetry.sdk"])
+    with pytest.raises(RuntimeError, match=r"install plumbline\[telemetry\]"):
+        telemetry.tracing("http://127.0.0.1:4318/v1/traces")
