@@ -12,6 +12,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import (
     Span,
     SpanKind,
@@ -141,8 +142,12 @@ class OtelTracing:
         export_delay_s: float,
         export_timeout_s: float,
         max_queue: int,
+        sample_ratio: float = 1.0,
     ):
-        self.provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        self.provider = TracerProvider(
+            resource=Resource.create({"service.name": service_name}),
+            sampler=ParentBased(TraceIdRatioBased(sample_ratio)),
+        )
         exporter = OTLPSpanExporter(endpoint=endpoint, headers=headers, timeout=export_timeout_s)
         self.provider.add_span_processor(
             BatchSpanProcessor(

@@ -76,6 +76,7 @@ def tracing(
     export_delay_s: float = 5.0,
     export_timeout_s: float = 10.0,
     max_queue: int = 2048,
+    sample_ratio: float = 1.0,
 ) -> Tracing | None:
     """None without an endpoint (nothing imported); else the SDK's tracing, exporting there.
     Raises RuntimeError naming the extra when the SDK is not installed."""
@@ -97,4 +98,5 @@ def tracing(
         export_delay_s=export_delay_s,
         export_timeout_s=export_timeout_s,
         max_queue=max_queue,
+        sample_ratio=sample_ratio,
     )

@@ -24,5 +24,9 @@ class TelemetryConfig(BaseModel):
     export_delay_s: float = Field(5.0, gt=0, le=300)
     # Seconds one export may take before it is given up (its spans are dropped).
     export_timeout_s: float = Field(10.0, gt=0, le=300)
+    # Share of the traces the gateway starts that are kept and sent (0 to 1); a client's
+    # `traceparent` decides for its own (its sampled flag). Unsent traces still reach the
+    # upstream and the record by id, and cost a fraction of a sent one.
+    sample_ratio: float = Field(1.0, ge=0, le=1)
     # Spans held for export at most; past it new ones are dropped, never the request.
     max_queue: int = Field(2048, ge=1)

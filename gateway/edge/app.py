@@ -133,6 +133,7 @@ class Gateway:
             export_delay_s=t.export_delay_s,
             export_timeout_s=t.export_timeout_s,
             max_queue=t.max_queue,
+            sample_ratio=t.sample_ratio,
         )
         self.silence = Silence(s.idle_timeout_s)
         self.dispatcher = Dispatcher(

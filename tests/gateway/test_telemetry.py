@@ -93,7 +93,7 @@ def attrs(span: Span) -> dict[str, Any]:
     return out
 
 
-def traced(fake: FakeHandle, down: FakeHandle, receiver: Receiver) -> Any:
+def traced(fake: FakeHandle, down: FakeHandle, receiver: Receiver, ratio: float = 1.0) -> Any:
     return config_from(
         {
             "server": {"health_interval_s": 0, "retry_backoff_s": 0, "retries": 1},
@@ -105,7 +105,11 @@ def traced(fake: FakeHandle, down: FakeHandle, receiver: Receiver) -> Any:
                 "smol": {"upstreams": ["a"]},
                 "fallback": {"upstreams": ["down"], "fallback": ["a"]},
             },
-            "telemetry": {"endpoint": receiver.url, "export_delay_s": 0.05},
+            "telemetry": {
+                "endpoint": receiver.url,
+                "export_delay_s": 0.05,
+                "sample_ratio": ratio,
+            },
         }
     )
 
@@ -242,3 +246,25 @@ def test_an_endpoint_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(telemetry, "missing", lambda: ["opentelemetry.sdk"])
     with pytest.raises(RuntimeError, match=r"install plumbline\[telemetry\]"):
         telemetry.tracing("http://127.0.0.1:4318/v1/traces")
+
+
+def test_an_unsampled_trace_still_reaches_the_upstream_and_the_record(
+    fake: FakeHandle, fake2: FakeHandle, receiver: Receiver
+) -> None:
+    """`sample_ratio = 0`: the gateway's own traces are not sent, yet each has its id on the
+    record and in the upstream's `traceparent` (not sampled); a client's sampled trace is."""
+    sink = ListSink()
+    with serving(traced(fake, fake2, receiver, ratio=0.0), sinks=[sink]) as (url, _app):
+        openai.OpenAI(base_url=url, api_key="x").chat.completions.create(
+            model="smol", messages=HI, max_tokens=4
+        )
+        openai.OpenAI(
+            base_url=url, api_key="x", default_headers={"traceparent": TRACEPARENT}
+        ).chat.completions.create(model="smol", messages=HI, max_tokens=4)
+        assert len(receiver.trace(CLIENT_TRACE, 2)) == 2  # the client's sampled one is sent
+    own, _client = sink.records
+    assert own.trace_id is not None and own.trace_id != CLIENT_TRACE
+    assert receiver.trace(own.trace_id, 1, timeout=0.5) == []
+    first = fake.requests()[0]["headers"]["traceparent"]
+    assert first.startswith(f"00-{own.trace_id}-")
+    assert int(first.rsplit("-", 1)[1], 16) & 1 == 0  # the sampled flag is off
