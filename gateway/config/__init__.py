@@ -8,6 +8,7 @@
     [prices.UPSTREAM]   USD per million tokens for an upstream
     [nodes.NAME]        what a node costs per hour, on which basis, at which utilisation
     [access]            client/admin/metrics keys (sha256 only), allow-lists, budgets
+    [telemetry]         OpenTelemetry traces over OTLP/HTTP, off without an endpoint
 
 Unknown keys are errors and every name is cross-checked, so a typo fails at start with a message
 naming it. Secrets are referenced by environment-variable name; this module is the only one that
@@ -36,6 +37,7 @@ from gateway.config.routes import Shapes, Unequal
 from gateway.config.routes import cross_check as routes_cross_check
 from gateway.config.server import ServerConfig as ServerConfig
 from gateway.config.server import StoreConfig as StoreConfig
+from gateway.config.telemetry import TelemetryConfig as TelemetryConfig
 from gateway.config.trust import GateConfig, ShadowConfig, WatchdogConfig
 from gateway.config.trust import cross_check as trust_cross_check
 from gateway.config.upstreams import LaunchConfig as LaunchConfig
@@ -211,6 +213,7 @@ class Config(_Frozen):
     access: AccessConfig = AccessConfig()
     evals: EvalSchedule = EvalSchedule()
     watchdog: WatchdogConfig = WatchdogConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
     # Folder of the config file, for relative paths. Not a TOML key.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
     # Every name a client may send (route names and their aliases) -> the route's name.

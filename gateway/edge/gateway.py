@@ -14,6 +14,7 @@ import secrets
 import time
 from pathlib import Path
 
+from gateway import telemetry
 from gateway.config import Config, prometheus_multiproc_dir
 from gateway.edge.access import Access
 from gateway.edge.housekeeping import Demotions, Housekeeper, Prober
@@ -90,6 +91,16 @@ class Gateway:
         # Each upstream's failed calls and state, for /health (gateway/ledger/upstream_state.py).
         self.upstream_errors = UpstreamErrors(list(self.upstreams))
         self.sinks.append(self.upstream_errors)
+        t = config.telemetry  # None when off: nothing of OpenTelemetry is imported
+        self.tracing = telemetry.tracing(
+            t.endpoint,
+            service_name=t.service_name,
+            headers=dict(t.headers),
+            export_delay_s=t.export_delay_s,
+            export_timeout_s=t.export_timeout_s,
+            max_queue=t.max_queue,
+            sample_ratio=t.sample_ratio,
+        )
         self._serving(config)
         self._background(config, store, access)
 
@@ -180,6 +191,8 @@ class Gateway:
                 await asyncio.to_thread(close)
         if self.store is not None:
             self.store.close()
+        if self.tracing is not None:  # the spans not yet sent go now
+            await asyncio.to_thread(self.tracing.close)
 
     def set_health(self, upstream: str, ok: bool) -> None:
         """An upstream's health, as the prober or the engines' supervisor found it."""
@@ -221,6 +234,12 @@ class Gateway:
                 state.reasoning_leaks += record.reasoning_leak
         price_record(record, self.config)
         annotate(record, self.config)
+        if record.trace is not None:
+            trace, record.trace = record.trace, None
+            try:
+                trace.end(record)
+            except Exception:
+                log.exception("ending the trace of %s failed", record.request_id)
         for sink in self.sinks:
             try:
                 sink.submit(record)

@@ -196,4 +196,7 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
     call.defer(hash_params)
     if stream:  # its start journalled once it is on its way: a crash leaves it "Interrupted"
         call.defer(lambda: gw.begin(record))
+    if gw.tracing is not None:  # [telemetry]: the request's trace (gateway/telemetry.py)
+        trace = record.trace = gw.tracing.begin(heads.get("traceparent"), door, model, stream)
+        record.trace_id = trace.trace_id
     return call

@@ -30,7 +30,6 @@ Renders as a rich table, CSV or JSON.
 
 from __future__ import annotations
 
-import io
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -39,11 +38,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from rich.console import Console
-from rich.table import Table
 
 from gateway.config import Config, Upstream
 from gateway.config.trust import CHECKS, WatchdogConfig
+from gateway.ledger import terminal
+from gateway.ledger.latency import Latency, ms_pair, streamed_latency
 from gateway.ledger.rejection import rejection_counts, rejections_text
 from gateway.ledger.report import Format, reading, span
 from gateway.ledger.rounds import latest_rounds, latest_tripwires, rounds_text
@@ -75,6 +74,9 @@ class HealthRow:
     @property
     def error_rate(self) -> float | None:
         return error_rate(self.requests - self.errors, self.failed_attempts)
+
+    # TTFT and TPOT percentiles of its streamed answers (gateway/ledger/latency.py).
+    latency: Latency | None = None
 
     @property
     def state(self) -> str:
@@ -240,7 +242,10 @@ def report_health(
         failures = failed_attempts(conn.execute(_attempts_query(start, now)), last)
         refused = rejection_counts(conn, start, now)
         rounds, tripwires = latest_rounds(db.engine), latest_tripwires(db.engine)
+        latency = streamed_latency(conn, start, now)
     rows = health_rows(config, flags, failures, cfg or WatchdogConfig(), last)
+    for r in rows:
+        r.latency = latency.get(r.upstream)
     findings = [asdict(f) for f in config_findings(config)]
     if fmt == "json":
         doc = {
@@ -257,7 +262,8 @@ def report_health(
         return _csv(rows)
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}")
-    return _table(rows, findings, since) + rejections_text(refused) + rounds_text(rounds, tripwires)
+    lines = [*rejections_text(refused).splitlines(), *rounds_text(rounds, tripwires).splitlines()]
+    return _table(rows, findings, since, lines)
 
 
 COUNTS = ("requests", "completed", "errors", "failed_attempts")
@@ -282,36 +288,42 @@ def _rate(value: float | None) -> str:
     return "" if value is None else f"{value:.6f}"
 
 
-def _table(rows: list[HealthRow], findings: list[dict[str, Any]], since: str) -> str:
-    table = Table(title=f"Upstream health, last {since}", title_justify="left")
+def _table(
+    rows: list[HealthRow], findings: list[dict[str, Any]], since: str, lines: list[str]
+) -> str:
     checks = {c: "truncation (upstream cut) %" if c == "truncation" else f"{c} %" for c in CHECKS}
-    heads = ("upstream", "state", "requests", "errors", "failed calls", "error rate %")
-    for name in (*heads, *checks.values(), "client-capped %", "tripped"):
-        left = name in ("upstream", "state", "tripped")
-        table.add_column(name, justify="left" if left else "right")
+    counts = ("upstream", "state", "requests", "errors", "failed calls", "error rate %")
+    latency = ("streams", "TTFT ms (p50/p95)", "TPOT ms (p50/p95)")
+    heads = (*counts, *latency, *checks.values(), "client-capped %", "tripped")
+    cells = []
     for r in rows:
-        cells = [
+        rates = [
             "–" if (rate := r.rates[c]) is None else f"{100 * rate:.1f} (n={r.samples[c]})"
             for c in CHECKS
         ]
         capped = "–" if r.client_capped_rate is None else f"{100 * r.client_capped_rate:.1f}"
-        table.add_row(
-            r.upstream,
-            r.state,
-            f"{r.requests:,}",
-            f"{r.errors:,}",
-            f"{r.failed_attempts:,}",
-            "–" if r.error_rate is None else f"{100 * r.error_rate:.1f}",
-            *cells,
-            capped,
-            ", ".join(r.tripped) or "–",
+        lat = r.latency
+        cells.append(
+            (
+                r.upstream,
+                r.state,
+                f"{r.requests:,}",
+                f"{r.errors:,}",
+                f"{r.failed_attempts:,}",
+                "–" if r.error_rate is None else f"{100 * r.error_rate:.1f}",
+                f"{lat.streams:,}" if lat else "0",
+                ms_pair(lat.ttft_p50_s, lat.ttft_p95_s) if lat else "–",
+                ms_pair(lat.tpot_p50_s, lat.tpot_p95_s) if lat else "–",
+                *rates,
+                capped,
+                ", ".join(r.tripped) or "–",
+            )
         )
-    console = Console(file=io.StringIO(), width=300, color_system=None, force_terminal=False)
-    console.print(table)
-    for f in findings:
-        console.print(f"{f['check']} on {f['upstream']}: {f['detail']}")
+    said = [f"{f['check']} on {f['upstream']}: {f['detail']}" for f in findings]
     for r in rows:
         if r.last_error is not None and r.last_error_time is not None:
             when = datetime.fromtimestamp(r.last_error_time, UTC).strftime("%Y-%m-%d %H:%M:%S")
-            console.print(f"{r.upstream}: last error {r.last_error} at {when} UTC")
-    return console.file.getvalue()  # type: ignore[attr-defined]
+            said.append(f"{r.upstream}: last error {r.last_error} at {when} UTC")
+    title = f"Upstream health, last {since}"
+    left = ("upstream", "state", "tripped")
+    return terminal.render(title, heads, cells, [*said, *lines], left=left, wide=320)

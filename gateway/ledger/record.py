@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from time import perf_counter
 from time import time as wall_clock
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gateway.telemetry import Trace
 
 # Which traffic a record is: a client's request, the gateway's own eval rounds, or a shadow copy
 # of a client's request. Every request, token and cost series and view keeps them apart; the
@@ -96,6 +99,9 @@ class Record:
     agreement: str | None = (
         None  # lane "shadow": agreement with the primary (gateway/trust/shadow.py)
     )
+    # The request's OpenTelemetry trace id (32 hex digits; gateway/telemetry.py), beside its
+    # request id; None with tracing off.
+    trace_id: str | None = None
     # Monotonic accept time, not stored.
     t0: float = field(default_factory=perf_counter, repr=False)
     # The request asked not to think (gateway/trust/watchdog.py: asked_not_to_think); not stored.
@@ -103,6 +109,8 @@ class Record:
     # The prompt's tokens by the upstream's tokenizer, where dispatch counted them near the
     # window (gateway/serving/tokenizer.py); not stored (the upstream's usage is).
     prompt_counted: int | None = field(default=None, repr=False)
+    # The request's trace (gateway/telemetry.py `Trace`) while it is served; not stored.
+    trace: Trace | None = field(default=None, repr=False, compare=False)
 
     def as_row(self) -> dict[str, Any]:
         """Every stored field (not `t0`); attempts as plain dicts. Built by hand: `asdict`'s
@@ -129,7 +137,7 @@ class Record:
             self.usage_estimated = True
 
 
-_UNSTORED = ("t0", "thinking_off", "prompt_counted")
+_UNSTORED = ("t0", "thinking_off", "prompt_counted", "trace")
 _ROW_FIELDS = tuple(f.name for f in fields(Record) if f.name not in _UNSTORED)
 
 

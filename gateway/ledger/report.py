@@ -24,10 +24,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from rich.console import Console
-from rich.table import Table
-
 from gateway.config import Config
+from gateway.ledger import terminal
 from gateway.ledger.cost import MILLION, ModelEconomics, Usage, active_hour_cost, economics
 from gateway.ledger.store import Store
 
@@ -222,10 +220,6 @@ def _csv(rows: list[CostRow]) -> str:
     return out.getvalue()
 
 
-def _num(value: float | None, spec: str) -> str:
-    return "–" if value is None else format(value, spec)
-
-
 def _table(
     rows: list[CostRow],
     econ: dict[str, ModelEconomics],
@@ -233,60 +227,61 @@ def _table(
     config: Config,
     since: str,
 ) -> str:
-    table = Table(title=f"Cost, last {since}", title_justify="left")
     lanes = any(r.lane != "client" for r in rows)  # more than the client's: say whose
-    for name in (
+    heads = (
         "model",
         *(("lane",) if lanes else ()),
         "upstream",
         "requests",
-        "prompt",
-        "cached",
-        "completion",
-        "reasoning",
+        "prompt tokens",
+        "cached tokens",
+        "completion tokens",
+        "reasoning tokens",
         "cost $",
-        "$/M tok",
-        "API÷node",
+        "$/M tokens (in+out)",
+        "API vs node",
         "upstream cut %",
         "client cap %",
         "error %",
-    ):
-        left = name in ("model", "lane", "upstream")
-        table.add_column(name, justify="left" if left else "right")
+    )
+    cells = []
     for r in rows:
         where = r.upstream or "– (no upstream)"
         where = f"{where} ({r.node})" if r.kind == "node" else where
         where = f"{where} [failed]" if r.kind == "failed" else where
-        table.add_row(
-            r.model,
-            *((r.lane,) if lanes else ()),
-            where,
-            f"{r.requests:,}",
-            f"{r.prompt_tokens:,}",
-            f"{r.cached_tokens:,}",
-            f"{r.completion_tokens:,}",
-            f"{r.reasoning_tokens:,}",
-            _num(r.cost_usd, ".4f"),
-            _num(r.usd_per_m, ".4f"),
-            _num(r.api_node_ratio, ".3g"),
-            f"{100 * r.upstream_cut_rate:.1f}",
-            f"{100 * r.client_capped_rate:.1f}",
-            f"{100 * r.error_rate:.1f}",
+        cells.append(
+            (
+                r.model,
+                *((r.lane,) if lanes else ()),
+                where,
+                f"{r.requests:,}",
+                f"{r.prompt_tokens:,}",
+                f"{r.cached_tokens:,}",
+                f"{r.completion_tokens:,}",
+                f"{r.reasoning_tokens:,}",
+                terminal.usd(r.cost_usd),
+                terminal.usd(r.usd_per_m),
+                terminal.cheaper(r.api_node_ratio),
+                f"{100 * r.upstream_cut_rate:.1f}",
+                f"{100 * r.client_capped_rate:.1f}",
+                f"{100 * r.error_rate:.1f}",
+            )
         )
-    console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
-    console.print(table)
+    lines = []
     for name, e in econ.items():
         if e.node_tokens:
-            console.print(
-                f"{name}: node ${_num(e.node_usd_per_m_input, '.4f')}/M in, "
-                f"${_num(e.node_usd_per_m_output, '.4f')}/M out "
-                f"(output weighs {e.output_weight:.2f} input tokens), "
-                f"API ${_num(e.api_usd_per_m, '.4f')}/M for the same tokens"
+            lines.append(
+                f"{name}: node ${terminal.usd(e.node_usd_per_m_input)}/M input tokens, "
+                f"${terminal.usd(e.node_usd_per_m_output)}/M output tokens "
+                f"(output weighs {e.output_weight:.2f} input tokens); "
+                f"API ${terminal.usd(e.api_usd_per_m)}/M tokens (in+out) for the same tokens: "
+                f"{terminal.cheaper(e.ratio)}"
             )
     for name, h in hours.items():
         node = config.nodes[name]
-        console.print(
-            f"node {name}: {h:.2f} busy h × ${active_hour_cost(node):.2f}/active h "
+        lines.append(
+            f"node {name}: {terminal.hours(h)} busy h × ${active_hour_cost(node):.2f}/active h "
             f"({node.basis}, {node.utilisation:.0%} utilisation)"
         )
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    left = ("model", "lane", "upstream", "API vs node")
+    return terminal.render(f"Cost, last {since}", heads, cells, lines, left=left, wide=220)

@@ -73,6 +73,7 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
     provider_mismatch: bool = False
     cost_drift: bool = False
     unasked_reasoning: bool = False
+    trace_id: str | None = Field(default=None, max_length=32)
     shadow_of: str | None = Field(default=None, max_length=128)
     agreement: str | None = Field(default=None, max_length=32)
 

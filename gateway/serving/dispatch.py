@@ -25,7 +25,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -264,6 +264,8 @@ class Dispatcher:
         counted = await self._counted(call, upstream)
         started = self.clock.timer()
         path, data, native, adapted = self._request(call, upstream, counted)
+        if call.record.trace is not None:  # [telemetry]: this attempt's span
+            call.record.trace.attempt(upstream.name, upstream.kind, upstream.model)
         self.pool.begin(upstream.name)
         exchange = _Exchange()
         headed = call.stream and not self._at_once(call)  # a head, if the call has one, begins
@@ -366,6 +368,8 @@ class Dispatcher:
         started = self.clock.timer()
         async with asyncio.timeout(self._budget(call)) as bound:
             target = self.targets(upstream)
+            if call.record.trace is not None:  # the upstream continues the client's trace
+                target = replace(target, head=target.head + call.record.trace.header())
             resp = exchange.resp = await post(
                 self.wire, upstream, path, data, target, sent, self.redactor
             )
@@ -406,6 +410,8 @@ class Dispatcher:
         self, call: Call, name: str, outcome: str, status: int | None, started: float
     ) -> None:
         call.record.attempts.append(Attempt(name, outcome, status, self.clock.timer() - started))
+        if call.record.trace is not None:
+            call.record.trace.attempt_end(outcome, status)
 
     def _failed(
         self,

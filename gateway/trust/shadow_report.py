@@ -3,17 +3,15 @@ shadow): pairs, agreement with its Wilson interval, latency, tokens and cost of 
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from rich.console import Console
-from rich.table import Table
 
 from gateway.config import Config
+from gateway.ledger import terminal
 from gateway.trust.agreement import AGREE, DIFFER
 
 Format = Literal["table", "csv", "json"]
@@ -143,35 +141,34 @@ def report_shadow(
         return "\n".join(lines) + "\n"
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}")
-    table = Table(title=f"Shadow agreement, last {since}", title_justify="left")
-    for name in (
+    heads = (
         "model",
         "primary → shadow",
         "pairs",
         "agree %",
         "95% CI",
-        "e2e s p/s",
-        "tokens p/s",
-        "cost $ p/s",
+        "e2e s, mean (primary/shadow)",
+        "tokens (primary/shadow)",
+        "cost $ (primary/shadow)",
         "breakdown",
-    ):
-        table.add_column(
-            name, justify="left" if name in ("model", "primary → shadow", "breakdown") else "right"
-        )
+    )
+    table_rows = []
     for r in rows:
         ci = "–" if r.agree_ci is None else f"{100 * r.agree_ci[0]:.0f}–{100 * r.agree_ci[1]:.0f}"
-        e2e = "/".join("–" if v is None else f"{v:.2f}" for v in (r.primary_e2e_s, r.shadow_e2e_s))
-        table.add_row(
-            r.model,
-            f"{r.primary} → {r.shadow}",
-            str(r.pairs),
-            "–" if r.agree_rate is None else f"{100 * r.agree_rate:.1f}",
-            ci,
-            e2e,
-            f"{r.primary_tokens}/{r.shadow_tokens}",
-            f"{r.primary_cost_usd:.4f}/{r.shadow_cost_usd:.4f}",
-            ", ".join(f"{k} {v}" for k, v in sorted(r.agreements.items())),
+        e2e = "/".join(terminal.significant(v, 2, 2) for v in (r.primary_e2e_s, r.shadow_e2e_s))
+        table_rows.append(
+            (
+                r.model,
+                f"{r.primary} → {r.shadow}",
+                str(r.pairs),
+                "–" if r.agree_rate is None else f"{100 * r.agree_rate:.1f}",
+                ci,
+                e2e,
+                f"{r.primary_tokens}/{r.shadow_tokens}",
+                f"{terminal.usd(r.primary_cost_usd)}/{terminal.usd(r.shadow_cost_usd)}",
+                ", ".join(f"{k} {v}" for k, v in sorted(r.agreements.items())),
+            )
         )
-    console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
-    console.print(table)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    title = f"Shadow agreement, last {since}"
+    left = ("model", "primary → shadow", "breakdown")
+    return terminal.render(title, heads, table_rows, left=left, wide=200)

@@ -164,11 +164,12 @@ def _counts(
 
 
 def _latencies(conn: Any, start: float, now: float, lane: str) -> dict[str, list[Any]]:
-    """Per model, (TTFT, E2E, completion tokens) of the newest `LATENCY_ROWS` client rows."""
+    """Per model, (TTFT, E2E, completion tokens) of the newest `LATENCY_ROWS` streamed rows of
+    the lane. A whole answer's TTFT is its E2E and its TPOT nothing: only streams measure them."""
     t = REQUESTS
     query = (
         sa.select(t.c.model, t.c.ttft_s, t.c.e2e_s, t.c.completion_tokens)
-        .where(_client_rows(start, now, lane))
+        .where(_client_rows(start, now, lane), t.c.stream == sa.true())
         .order_by(t.c.time.desc())
         .limit(LATENCY_ROWS)
     )
@@ -200,8 +201,8 @@ def traffic(
 ) -> dict[str, Any]:
     """Per model, one lane's traffic (the client's unless asked) over `window`: request rate,
     error, truncation by cause and reasoning-leak rates (over every row), TTFT and TPOT
-    percentiles (over the newest `LATENCY_ROWS`), a rate series for the chart; shadow
-    agreement (`report shadow`)."""
+    percentiles (over the newest `LATENCY_ROWS` streamed rows: `latency_rows` says how many), a
+    rate series for the chart; shadow agreement (`report shadow`)."""
     span = WINDOWS[window]
     start = now - span
     if store is None:

@@ -170,7 +170,7 @@ def browser() -> Iterator[Browser]:
 
 def _client_rows(gw: Any, model: str) -> list[Any]:
     t = REQUESTS
-    query = sa.select(t.c.ttft_s).where(t.c.model == model, t.c.lane == "client")
+    query = sa.select(t.c.ttft_s, t.c.stream).where(t.c.model == model, t.c.lane == "client")
     with gw.store.engine.connect() as conn:
         return list(conn.execute(query))
 
@@ -252,6 +252,13 @@ def _row(rows: list[list[str]], *first: str) -> list[str]:
     raise AssertionError(f"no row {first} in {rows}")
 
 
+def cheaper(ratio: float) -> str:
+    """The console's words for API ÷ node."""
+    if ratio >= 1:
+        return f"API costs {ratio:#.3g}× the node"
+    return f"node costs {1 / ratio:#.3g}× the API"
+
+
 def _pct(v: float) -> str:
     return f"{100 * v:.1f}%"
 
@@ -301,7 +308,7 @@ def test_the_console_shows_the_stored_numbers(
         assert _row(cost, "qwen", "local")[2] == "node box"
         econ = _row(_cells(page, "economics-table"), "qwen")
         ratio = doc["models"]["qwen"]["api_node_ratio"]
-        assert ratio is not None and econ[3] == f"{ratio:#.3g}×"
+        assert ratio is not None and econ[3] == cheaper(ratio)
 
         # Quality: Wilson intervals of the stored round, the gate's McNemar and verdict.
         rounds = _cells(page, "rounds-table")
@@ -333,16 +340,21 @@ def test_the_console_shows_the_stored_numbers(
         # At a glance: sums of the same figures.
         assert page.locator("#glance-requests").inner_text() == "12"  # 4 qwen + 8 qwen-api
         assert page.locator("#glance-gate").inner_text() == f"qwen → {decision.chosen}"
-        assert page.locator("#glance-ratio").inner_text() == f"{ratio:#.3g}×"
+        assert page.locator("#glance-ratio").inner_text() == cheaper(ratio)
 
         # Traffic: rate, truncation by cause and leaks of the 8 qwen-api requests.
         traffic = _row(_cells(page, "traffic-table"), "qwen-api")
         assert traffic[1] == "8"
         assert traffic[2] == f"{8 / (86400 / 60):.2f}"
         assert traffic[5:8] == [_pct(1 / 8), _pct(1 / 8), _pct(1 / 8)]
-        ttft = sorted(r.ttft_s for r in _client_rows(gw, "qwen-api") if r.ttft_s is not None)
+        # Latency percentiles are the streams' only: qwen-api's answers were all whole.
+        assert traffic[3] == traffic[4] == "– / – / –"
+        streamed = [r for r in _client_rows(gw, "qwen") if r.stream]
+        ttft = sorted(r.ttft_s for r in streamed if r.ttft_s is not None)
+        assert len(streamed) == 1 < len(_client_rows(gw, "qwen"))
         nearest = [ttft[max(0, math.ceil(p / 100 * len(ttft)) - 1)] for p in (50, 90, 99)]
-        assert traffic[3] == " / ".join(f"{1000 * v:.1f}" for v in nearest)
+        qwen = _row(_cells(page, "traffic-table"), "qwen")
+        assert qwen[3] == " / ".join(f"{1000 * v:.1f}" for v in nearest)
         shadow = _row(_cells(page, "shadow-table"), "qwen", "local → api")
         assert shadow[2] == "4"
 
@@ -359,6 +371,7 @@ def test_the_console_shows_the_stored_numbers(
         page.select_option("#window", "1h")
         expect(live.locator("td").nth(2)).to_have_text(f"{9 / 60:.2f}")
         assert page.evaluate("() => window.stayed") is True
+        assert "window=1h" in page.url and "every=5" in page.url  # the window is in the URL
 
         shot = _save(page, tmp_path, "console.png")
         assert shot.stat().st_size > 10_000
@@ -403,3 +416,87 @@ def test_a_gateway_without_a_store_says_so(fake: FakeHandle) -> None:
         ups = httpx.get(f"{root}/console/api/upstreams?window=1h", auth=auth).json()
         assert [u["name"] for u in ups["upstreams"]] == ["local", "api"]
         assert all(u["report"] is None for u in ups["upstreams"])
+
+
+def _layout(page: Page) -> dict[str, float]:
+    return page.evaluate(
+        """() => ({
+            scroll: document.documentElement.scrollWidth,
+            inner: window.innerWidth,
+            rounds: document.getElementById("rounds-table").getBoundingClientRect().width,
+            frontier: document.getElementById("frontier-chart").getBoundingClientRect().width,
+        })"""
+    )
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_the_page_fits_its_width_and_weighs_little(
+    console: dict[str, Any], browser: Browser, width: int, tmp_path: Path
+) -> None:
+    """No sideways scroll of the page at a desktop's or a phone's width, the eval rounds table
+    laid out (not squeezed to nothing beside the chart), the window kept in the URL across a
+    reload, and everything the page fetched, as transferred (gzipped), under 1.5 MB."""
+    root = console["root"]
+    context = browser.new_context(
+        http_credentials={"username": "console", "password": CONSOLE},
+        viewport={"width": width, "height": 900},
+    )
+    page = context.new_page()
+    cdp = context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    transferred: dict[str, int] = {}
+    urls: dict[str, str] = {}
+    cdp.on(
+        "Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"])
+    )
+    cdp.on(
+        "Network.loadingFinished",
+        lambda e: transferred.__setitem__(
+            urls.get(e["requestId"], e["requestId"]), e["encodedDataLength"]
+        ),
+    )
+    encodings: dict[str, str | None] = {}
+    page.on("response", lambda r: encodings.__setitem__(r.url, r.headers.get("content-encoding")))
+    try:
+        page.goto(root + "/console?window=7d&every=0")
+        expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"\d"))
+        page.wait_for_selector("#frontier-chart .main-svg")
+        page.wait_for_selector("#cost-chart .main-svg")
+        box = _layout(page)
+        assert box["scroll"] <= box["inner"], box
+        assert box["rounds"] > 200 and box["frontier"] > 200, box
+        _save(page, tmp_path, f"console-{width}.png")
+
+        # Every asset came gzipped, and the whole page under 1.5 MB as transferred.
+        library = f"{root}/console/assets/plotly.min.js"
+        assert (
+            encodings[library] == "gzip"
+            and encodings[f"{root}/console?window=7d&every=0"] == "gzip"
+        )
+        total = sum(transferred.values())
+        assert library in transferred and total < 1_500_000, transferred
+        print(f"console page at {width} px: {total:,} bytes transferred")
+
+        # The window is the URL's, and a reload keeps it.
+        assert page.locator("#window").input_value() == "7d"
+        page.select_option("#window", "1h")
+        assert "window=1h" in page.url
+        page.reload()
+        expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"\d"))
+        assert page.locator("#window").input_value() == "1h"
+        assert page.locator("#every").input_value() == "0"
+    finally:
+        context.close()
+
+
+def test_assets_are_plain_to_a_client_without_gzip(console: dict[str, Any]) -> None:
+    root, auth = console["root"], ("console", CONSOLE)
+    plain = httpx.get(
+        root + "/console/assets/plotly.min.js", auth=auth, headers={"accept-encoding": "identity"}
+    )
+    assert plain.status_code == 200 and "content-encoding" not in plain.headers
+    assert plain.headers["vary"] == "Accept-Encoding" and b"Plotly" in plain.content[:4096]
+    packed = httpx.get(
+        root + "/console/assets/console.js", auth=auth, headers={"accept-encoding": "gzip;q=0"}
+    )
+    assert "content-encoding" not in packed.headers

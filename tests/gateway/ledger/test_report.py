@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from gateway.config import Config
+from gateway.ledger import terminal
 from gateway.ledger.health_report import report_health
 from gateway.ledger.metrics import Metrics
 from gateway.ledger.record import Attempt, Record
 from gateway.ledger.report import parse_since, report_cost, window_economics
 from gateway.ledger.store import Store, record_row
+from gateway.trust.shadow_report import report_shadow
 from tests.gateway.trust import test_watchdog as watchdog
 
 NOW = 1_800_000_000.0
@@ -139,9 +141,12 @@ def test_csv_report(cfg: Config) -> None:
 
 def test_table_report(cfg: Config) -> None:
     text = report_cost(cfg, "24h", "table", now=NOW)
-    assert "qwen" in text and "local (box)" in text and "API÷node" in text
+    assert "qwen" in text and "local (box)" in text and "API vs node" in text
     assert "upstream cut %" in text and "client cap %" in text
-    assert f"{(100_000 * 0.42 + 10_000 * 3.00) / 1e6 / 4.40:.3g}" in text
+    assert "$/M tokens (in+out)" in text
+    # API ÷ node, said as which side costs how many times the other.
+    ratio = (100_000 * 0.42 + 10_000 * 3.00) / 1e6 / 4.40
+    assert f"node costs {1 / ratio:#.3g}× the API" in text
 
 
 def test_empty_store(tmp_path: Path) -> None:
@@ -309,3 +314,71 @@ def test_report_health_names_what_an_upstream_cannot_be_told(tmp_path: Path) -> 
     by = {r["upstream"]: r for r in doc["rows"]}
     assert by["api-b"]["tripped"] == ["not_at_parity"]
     assert by["api-c"]["tripped"] == [] and by["node"]["tripped"] == []
+
+
+def test_latency_percentiles_are_the_streams_only(tmp_path: Path) -> None:
+    """A whole answer's TTFT is its end-to-end time and it has no TPOT: only streamed rows
+    enter `report health`'s TTFT and TPOT percentiles."""
+    c = config(tmp_path)
+    store = Store.from_config(c)
+    rows = [
+        rec(i, "local", NOW - 100 + i, ttft_s=0.1 + i / 100, e2e_s=1.1 + i / 100)
+        for i in range(10)  # streamed: 100 completion tokens in 1 s after the first
+    ]
+    rows += [
+        rec(i, "local", NOW - 50 + i, stream=False, ttft_s=36.0, request_id=f"w{i}")
+        for i in range(30)
+    ]
+    store.write([record_row(r) for r in rows])
+    try:
+        doc = json.loads(report_health(c, "1h", "json", store=store, now=NOW))
+        table = report_health(c, "1h", "table", store=store, now=NOW)
+    finally:
+        store.close()
+    latency = {r["upstream"]: r["latency"] for r in doc["rows"]}["local"]
+    assert latency["streams"] == 10
+    assert latency["ttft_p50_s"] == pytest.approx(0.14) and latency["ttft_p95_s"] == pytest.approx(
+        0.19
+    )
+    assert latency["tpot_p50_s"] == pytest.approx(1.0 / 99)
+    assert "TTFT ms (p50/p95)" in table and "140.0/190.0" in table
+
+
+def test_reports_fit_an_80_column_terminal(cfg: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every report's table folds and wraps to the terminal's width (`COLUMNS`), with units in
+    its headers and small sums that still read as money."""
+    store = Store.from_config(cfg)
+    shadow = rec(
+        0,
+        "local",
+        NOW - 600 + 7,  # a shadow is recorded at its primary's time
+        request_id="shadow-0",
+        lane="shadow",
+        shadow_of="or-7",
+        agreement="agree",
+        cost_usd=0.0000123,
+        e2e_s=0.004,
+    )
+    store.write([record_row(shadow)])
+    store.close()
+    texts = {
+        "cost": lambda: report_cost(cfg, "24h", "table", now=NOW),
+        "health": lambda: report_health(cfg, "24h", "table", now=NOW),
+        "shadow": lambda: report_shadow(cfg, "24h", "table", now=NOW),
+    }
+    monkeypatch.setenv("COLUMNS", "80")
+    for name, text in texts.items():
+        lines = text().splitlines()
+        assert max(len(line) for line in lines) <= 80, (name, text())
+    monkeypatch.setenv("COLUMNS", "300")
+    wide = texts["shadow"]()
+    assert "e2e s, mean (primary/shadow)" in wide and "cost $ (primary/shadow)" in wide
+    assert "0.000720/0.0000123" in wide and "36.00/0.0040" in wide  # never 0.0000
+
+
+def test_small_values_keep_their_digits() -> None:
+    assert terminal.usd(0.0000123) == "0.0000123" and terminal.usd(1.5) == "1.5000"
+    assert terminal.usd(None) == "–" and terminal.usd(0.0) == "0.0000"
+    assert terminal.hours(0.001) == "0.001" and terminal.hours(2.5) == "2.50"
+    assert terminal.cheaper(2.6) == "API costs 2.60× the node"
+    assert terminal.cheaper(0.38) == "node costs 2.63× the API"

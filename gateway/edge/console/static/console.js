@@ -11,6 +11,10 @@ const fmt = {
   spent: (v) => (v == null ? dash : v !== 0 && Math.abs(v) < 0.01 ? Number(v).toPrecision(3) : Number(v).toFixed(4)),
   pct: (v, d = 1) => (v == null ? dash : (100 * v).toFixed(d) + "%"),
   ratio: (v) => (v == null ? dash : Number(v).toPrecision(3) + "×"),
+  // API ÷ node said the way a person reads it: which side costs how many times the other.
+  cheaper: (v) => (v == null ? dash : v >= 1
+    ? `API costs ${Number(v).toPrecision(3)}× the node`
+    : `node costs ${Number(1 / v).toPrecision(3)}× the API`),
   ms: (v) => (v == null ? dash : (1000 * v).toFixed(1)),
   ci: (ci) => (ci == null ? dash : (100 * ci[0]).toFixed(1) + "–" + (100 * ci[1]).toFixed(1) + "%"),
   p: (v) => (v == null ? dash : v < 0.001 ? v.toExponential(2) : v.toFixed(3)),
@@ -135,7 +139,7 @@ function renderCost(doc) {
     cell(name),
     cell(fmt.usd(e.node_usd_per_m), "num"),
     cell(fmt.usd(e.api_usd_per_m), "num"),
-    cell(fmt.ratio(e.api_node_ratio), "num"),
+    cell(fmt.cheaper(e.api_node_ratio)),
   ]);
   fill("economics-table", econ, "No model served in this window.");
   const priced = doc.rows.filter((r) => r.usd_per_m != null);
@@ -168,7 +172,7 @@ function decisionBlock(model, d) {
   const table = document.createElement("table");
   table.createCaption().textContent = `Evidence for ${model}: each arm against the best scorer (${d.best || dash}), paired McNemar`;
   const head = table.createTHead().insertRow();
-  for (const name of ["Upstream", "n", "Accuracy", "95% Wilson", "$/M", "Paired n", "Only best", "Only this", "McNemar p", "Can tell apart", "Verdict", "Parity"]) {
+  for (const name of ["Upstream", "n", "Accuracy", "95% Wilson", "$/M tokens (gate price: input and output averaged)", "Paired n", "Only best", "Only this", "McNemar p", "Can tell apart", "Verdict", "Parity"]) {
     const th = document.createElement("th");
     th.scope = "col";
     th.textContent = name;
@@ -301,7 +305,7 @@ function renderGlance(up, cost, quality, traffic) {
   const spend = cost.rows.reduce((usd, r) => usd + (r.cost_usd || 0), 0);
   $("glance-spend").textContent = cost.store ? "$" + fmt.spent(spend) : dash;
   const ratios = Object.values(cost.models).map((e) => e.api_node_ratio).filter((v) => v != null);
-  $("glance-ratio").textContent = ratios.length ? fmt.ratio(Math.max(...ratios)) : dash;
+  $("glance-ratio").textContent = ratios.length ? fmt.cheaper(Math.max(...ratios)) : dash;
   const gates = Object.entries(quality.decisions).map(([m, d]) => `${m} → ${d.chosen || dash}`);
   $("glance-gate").textContent = gates.length ? gates.join(", ") : "no decision";
 }
@@ -310,6 +314,21 @@ async function getJSON(path) {
   const response = await fetch(path, { headers: { accept: "application/json" }, credentials: "same-origin" });
   if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
   return response.json();
+}
+
+// The window and the refresh interval live in the query string, so a reload or a shared link
+// keeps them.
+function choose(id) {
+  const value = new URLSearchParams(location.search).get(id);
+  if (value && [...$(id).options].some((o) => o.value === value)) $(id).value = value;
+}
+
+function remember() {
+  const query = new URLSearchParams(location.search);
+  query.set("window", $("window").value);
+  query.set("lane", $("lane").value);
+  query.set("every", $("every").value);
+  history.replaceState(null, "", `${location.pathname}?${query}`);
 }
 
 let timer = null;
@@ -347,12 +366,13 @@ function schedule() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  $("window").addEventListener("change", refresh);
-  $("lane").addEventListener("change", refresh);
-  $("every").addEventListener("change", schedule);
+  choose("window");
+  choose("lane");
+  choose("every");
+  $("window").addEventListener("change", () => { remember(); refresh(); });
+  $("lane").addEventListener("change", () => { remember(); refresh(); });
+  $("every").addEventListener("change", () => { remember(); schedule(); });
   $("refresh").addEventListener("click", refresh);
-  const every = new URLSearchParams(location.search).get("every");
-  if (every && [...$("every").options].some((o) => o.value === every)) $("every").value = every;
   schedule();
   refresh();
 });
