@@ -98,7 +98,7 @@ def report_cost_cmd(
     json: JsonFlag = False,
 ) -> None:
     """Per model and upstream: requests, tokens by kind, $/M tokens, API/node ratio, rates."""
-    from gateway.ledger.report import report_cost
+    from gateway.reports.cost import report_cost
 
     _report(report_cost, config, since, output_format(format, csv, json))
 
@@ -113,7 +113,7 @@ def report_health_cmd(
 ) -> None:
     """Every upstream: traffic, failed calls, watchdog rates (truncation by the upstream and
     client-capped, leaks, degenerate, tool calls, provider, drift)."""
-    from gateway.ledger.health_report import report_health
+    from gateway.reports.health import report_health
 
     _report(report_health, config, since, output_format(format, csv, json))
 
@@ -127,7 +127,7 @@ def report_shadow_cmd(
     json: JsonFlag = False,
 ) -> None:
     """Shadow traffic: agreement with the primary, tokens, latency and cost of the shadow."""
-    from gateway.trust.shadow_report import report_shadow
+    from gateway.reports.shadow import report_shadow
 
     _report(report_shadow, config, since, output_format(format, csv, json))
 

@@ -31,6 +31,7 @@ from importlib import import_module
 from types import ModuleType
 from typing import Any
 
+from evals.degeneration import reply_degeneration
 from evals.item import Item, Reply, Verdict
 
 Builder = Callable[..., list[Item]]
@@ -102,8 +103,6 @@ def score(item: Item, reply: Reply) -> Verdict:
 
     Collapse is checked first: a model looping until the cap is degenerate, not merely truncated.
     """
-    from gateway.trust.degeneration import reply_degeneration
-
     collapse = reply_degeneration(reply.content, reply.reasoning)
     if collapse is not None:
         return Verdict("degenerate", str(collapse))

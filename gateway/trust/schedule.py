@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.config.routes import shape_candidates, shape_upstreams
 from gateway.config.trust import GateConfig
 from gateway.extras import evals_missing
-from gateway.ledger.report import window_economics
+from gateway.ledger.window import window_economics
 from gateway.ledger.rounds import keep_tripwires
 from gateway.trust.gate import (
     PIN_HEADER,

@@ -11,7 +11,7 @@ known, so shadows in flight cannot pass the limit.
 The shadow's answer gets its own `Record` (lane "shadow", `shadow_of` = the primary's request id,
 the primary's accept time, so the pair joins on the primary key). When both sides have finished
 the agreement (`gateway/trust/agreement.py`) is set on the shadow record and it goes to the sinks
-like any other record. `gateway/trust/shadow_report.py` reads the pairs back from the store
+like any other record. `gateway/reports/shadow.py` reads the pairs back from the store
 (`plumbline report shadow`).
 """
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from gateway.fakes.openrouter import NO_ENDPOINT, FakeOpenRouter, running_openrouter
-from gateway.ledger.health_report import report_health
+from gateway.reports.health import report_health
 from tests.harness import config_from, serving, wait_for
 
 HI = [{"role": "user", "content": "hi"}]

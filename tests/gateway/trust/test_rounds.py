@@ -12,7 +12,7 @@ import openai
 
 from gateway.config import parse_config
 from gateway.fakes.upstream import running_fake
-from gateway.ledger.health_report import report_health
+from gateway.reports.health import report_health
 from gateway.ledger.rounds import latest_rounds
 from gateway.ledger.store import Store
 from gateway.trust.rounds import failure_of

@@ -22,7 +22,7 @@ from gateway.serving.semantics import Semantics
 from gateway.serving.wire import Wire
 from gateway.trust.capture import Capture
 from gateway.trust.shadow import DailyBudget, ShadowMirror, most_it_can_cost
-from gateway.trust.shadow_report import report_shadow
+from gateway.reports.shadow import report_shadow
 from tests.harness import config_from, running_gateway, wait_for
 
 MESSAGES = [{"role": "user", "content": "hello"}]

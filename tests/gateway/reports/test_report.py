@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from gateway.config import Config
-from gateway.ledger.health_report import report_health
+from gateway.reports.health import report_health
 from gateway.ledger.metrics import Metrics
 from gateway.ledger.record import Attempt, Record
-from gateway.ledger.report import parse_since, report_cost, window_economics
+from gateway.ledger.window import parse_since, window_economics
+from gateway.reports.cost import report_cost
 from gateway.ledger.store import Store, record_row
 from tests.gateway.trust import test_watchdog as watchdog
 

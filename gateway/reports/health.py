@@ -40,7 +40,7 @@ from rich.table import Table
 
 from gateway.config import Config, Upstream
 from gateway.config.trust import CHECKS, WatchdogConfig
-from gateway.ledger.report import Format, reading, span
+from gateway.ledger.window import Format, reading, span
 from gateway.ledger.rounds import latest_rounds, latest_tripwires, rounds_text
 from gateway.ledger.rows import REQUESTS
 from gateway.ledger.store import Store

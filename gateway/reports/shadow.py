@@ -108,7 +108,7 @@ def report_shadow(
     now: float | None = None,
 ) -> str:
     """Per (model, primary, shadow): pairs, agreement with its interval, latency, tokens, cost."""
-    from gateway.ledger.report import reading, span
+    from gateway.ledger.window import reading, span
 
     start, now = span(since, now)
     with reading(config, store) as db, db.engine.connect() as conn:
