@@ -31,8 +31,8 @@ from importlib import import_module
 from types import ModuleType
 from typing import Any
 
-from evals.degeneration import reply_degeneration
 from evals.item import Item, Reply, Verdict
+from gateway.serving.degeneration import reply_degeneration
 
 Builder = Callable[..., list[Item]]
 Scorer = Callable[[Item, Reply], Verdict]

@@ -32,7 +32,6 @@ def parse_since(text: str) -> float:
     return seconds
 
 
-
 def window_economics(
     config: Config, store: Store, window_s: float, now: float | None = None
 ) -> tuple[list[Usage], dict[str, float], dict[str, ModelEconomics]]:
@@ -63,4 +62,3 @@ def reading(config: Config, store: Store | None) -> Iterator[Store]:
         yield own
     finally:
         own.close()
-

@@ -28,6 +28,7 @@ from gateway.ledger.cost import MILLION, ModelEconomics, Usage, active_hour_cost
 from gateway.ledger.store import Store
 from gateway.ledger.window import Format, reading, span, window_economics
 
+
 @dataclass(slots=True)
 class CostRow:
     model: str
@@ -83,8 +84,6 @@ def cost_rows(config: Config, usage: list[Usage], econ: dict[str, ModelEconomics
 
 def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
-
-
 
 
 def report_cost(

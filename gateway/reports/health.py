@@ -40,11 +40,11 @@ from rich.table import Table
 
 from gateway.config import Config, Upstream
 from gateway.config.trust import CHECKS, WatchdogConfig
-from gateway.ledger.window import Format, reading, span
 from gateway.ledger.rounds import latest_rounds, latest_tripwires, rounds_text
 from gateway.ledger.rows import REQUESTS
 from gateway.ledger.store import Store
 from gateway.ledger.truncation import capped_clause, upstream_cut_clause
+from gateway.ledger.window import Format, reading, span
 from gateway.trust.watchdog import config_findings, pinned_providers
 
 NOT_FAILURES = frozenset({"ok", "cancelled"})

@@ -26,7 +26,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from tenacity import (
@@ -42,6 +42,7 @@ from gateway.serving.adapt import Adapted, adapt_call, prompt_bounds
 from gateway.serving.call import Call as Call
 from gateway.serving.call import Translator as Translator
 from gateway.serving.engine import Engines
+from gateway.serving.hooks import GateChoice
 from gateway.serving.pool import Pool
 from gateway.serving.prefix import PrefixIndex
 from gateway.serving.redaction import Redactor
@@ -50,9 +51,6 @@ from gateway.serving.routing import Ask, Features, Tried, give_up, plan, shaped,
 from gateway.serving.shape import classify
 from gateway.serving.upstream import THINKING_BUDGET, Opened, Targets, body_for, post
 from gateway.serving.wire import Wire
-
-if TYPE_CHECKING:
-    from gateway.trust.gate import GateDecision
 
 log = logging.getLogger("plumbline")
 
@@ -83,7 +81,7 @@ class Dispatcher:
         wire: Wire,
         engines: Engines,
         prefix: PrefixIndex,
-        decision: Callable[[str, str | None], GateDecision | None] = lambda model, shape: None,
+        decision: Callable[[str, str | None], GateChoice | None] = lambda model, shape: None,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Clock | None = None,

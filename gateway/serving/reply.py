@@ -135,7 +135,7 @@ class Reply:
         self.lost(error)
         self._conn.close()
 
-    # -- from the connection: its bytes, its end, its loss --------------------------------------------------------------
+    # -- from the connection: its bytes, its end, its loss -----------------------------------------
     def feed(self, data: bytes) -> None:
         if self._decoder is not None:
             data = self._decoder.decompress(data)

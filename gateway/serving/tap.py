@@ -37,9 +37,9 @@ from gateway.serving.accounting import (
     stream_error,
     swap_model,
 )
+from gateway.serving.hooks import AnswerSink
 from gateway.serving.plain_tokens import _ESCAPED_OR_NOT_TEXT, PlainTokens, _utf8
 from gateway.serving.reasoning import ThinkSplitter
-from gateway.trust.capture import Capture
 
 DONE = b"[DONE]"
 # Bytes a text `feed` takes at once holds none of: those no plain text holds unescaped, and `>`
@@ -79,7 +79,7 @@ class StreamTap(PlainTokens):
         split_think: bool,
         opened_in_prompt: bool = False,
         chat: bool = True,
-        capture: Capture | None = None,
+        capture: AnswerSink | None = None,
         model: str | None = None,
         prompt_tokens: Callable[[], int] | None = None,
     ):

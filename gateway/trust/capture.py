@@ -24,7 +24,7 @@ import orjson
 from gateway.config.trust import WatchdogConfig
 from gateway.ledger.record import Record
 from gateway.ledger.store import capped
-from evals.degeneration import reply_degeneration
+from gateway.serving.degeneration import reply_degeneration
 
 # ---- tool calls ------------------------------------------------------------------------------
 

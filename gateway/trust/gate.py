@@ -47,7 +47,14 @@ if TYPE_CHECKING:
     from gateway.ledger.store import Store
 
 from gateway.trust.evidence import ArmEvidence as ArmEvidence
-from gateway.trust.evidence import against_best, floor_dict, noise_floor, refuse_incomparable
+from gateway.trust.evidence import (
+    against_best,
+    decision_resolution,
+    floor_dict,
+    noise_floor,
+    refuse_incomparable,
+)
+from gateway.trust.sizing import needed_sentence
 
 PIN_HEADER = "x-plumbline-upstream"
 
@@ -174,7 +181,6 @@ def _with_resolution(
 ) -> GateDecision:
     """The decision with what its round could tell apart, and what `detect_gap` needs."""
     from evals.power import items_needed
-    from gateway.trust.sizing import decision_resolution, needed_sentence
 
     res = decision_resolution(decision.arms, decision.floor, alpha, power)
     if res is None:
@@ -348,3 +354,7 @@ class SharedGateBook(_Book):
         self.store.record_decision(decision.key, decision.decided_at, entry)
         history = [*self._data["history"], entry][-self.history :]
         self._data = {"latest": {**self._data["latest"], decision.key: entry}, "history": history}
+
+
+def observed_discordance(previous: GateDecision | None) -> float | None:
+    return None if previous is None else previous.discordance

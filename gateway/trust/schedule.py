@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 from gateway.config.routes import shape_candidates, shape_upstreams
 from gateway.config.trust import GateConfig
 from gateway.extras import evals_missing
-from gateway.ledger.window import window_economics
 from gateway.ledger.rounds import keep_tripwires
+from gateway.ledger.window import window_economics
 from gateway.trust.gate import (
     PIN_HEADER,
     SHAPE_FAMILIES,
@@ -56,6 +56,7 @@ from gateway.trust.gate import (
     decide,
     decide_shapes,
     gate_arms,
+    observed_discordance,
 )
 from gateway.trust.rounds import (
     RoundHistory,
@@ -67,7 +68,6 @@ from gateway.trust.rounds import (
 )
 from gateway.trust.sizing import (
     family_sizes,
-    observed_discordance,
     planned_items,
     round_seed,
     targets_resolution,
@@ -220,7 +220,7 @@ class EvalScheduler:
         gate_cfg = self.config.models[model].gate or GateConfig()
         route_items = planned_items(gate_cfg, observed_discordance(self.gate_book.latest(model)))
         shape_items: dict[str, int] = {}
-        for shape in shape_candidates(self.config, model, SHAPE_FAMILIES):
+        for shape in shape_candidates(self.config.models, model, SHAPE_FAMILIES):
             if shape not in SHAPE_FAMILIES:
                 continue
             family = SHAPE_FAMILIES[shape]  # two shapes may share one (reasoning, math)
@@ -240,7 +240,7 @@ class EvalScheduler:
         route = self.config.models[model]
         gate_cfg = route.gate or GateConfig()
         control = gate_cfg.control or route.upstreams[0]
-        everyone = [*route.upstreams, *shape_upstreams(self.config, model)]
+        everyone = [*route.upstreams, *shape_upstreams(self.config.models, model)]
         run_id = new_run_id()
         pins = [Target(f"{model}@{u}", model, {PIN_HEADER: u}) for u in dict.fromkeys(everyone)]
         reports = await self.tripwire(pins, outcome or RoundOutcome(time.time()), run_id)
@@ -301,7 +301,7 @@ class EvalScheduler:
         log.info("gate %s: %s; %s", model, decision.reason, decision.resolution)
         for shaped in decide_shapes(
             model,
-            shape_candidates(self.config, model, SHAPE_FAMILIES),
+            shape_candidates(self.config.models, model, SHAPE_FAMILIES),
             primary,
             (control, primary.get(control, []), by_label.get(control_label, [])),
             prices,
@@ -375,7 +375,7 @@ class EvalScheduler:
         if self.store is not None:
             economics = window_economics(cfg, self.store, 86400.0)[2]
         out: dict[str, float | None] = {}
-        for name in [*route.upstreams, *shape_upstreams(cfg, model)]:
+        for name in [*route.upstreams, *shape_upstreams(cfg.models, model)]:
             upstream = cfg.upstream(name)
             price = cfg.prices.get(name)
             if name in overrides:

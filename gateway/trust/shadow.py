@@ -33,10 +33,7 @@ from gateway.config.trust import ShadowConfig
 from gateway.errors import AttemptError, MalformedStream, Unfit
 from gateway.ledger.cost import request_cost
 from gateway.ledger.record import Attempt, Record
-from gateway.serving.accounting import tap_body
-from gateway.serving.adapt import adapt_body
-from gateway.serving.upstream import body_for, post
-from gateway.serving.wire import Wire
+from gateway.serving.replay import Wire, replay
 from gateway.trust.agreement import Answer, agreement
 from gateway.trust.capture import Capture
 
@@ -263,19 +260,9 @@ class ShadowMirror:
         record's status and error class set. Never raises: a shadow takes nothing down."""
         record = capture.record
         try:
-            # Said as the shadow upstream can serve it (gateway/serving/adapt.py), marked on its
-            # record.
-            adapted = adapt_body(self.config, model, body, upstream)
-            adapted.mark(record)
+            # Said as the shadow upstream can serve it, marked on its record.
             async with asyncio.timeout(cfg.timeout_s):
-                cap = self.config.thinking_cap(upstream)
-                data = body_for(upstream, adapted.body, False, False, cap, adapted.require)
-                resp = await post(self._wire, upstream, path, data)
-                try:
-                    raw = await resp.read()
-                finally:
-                    resp.release()
-            out = tap_body(record, raw, split_think=upstream.reasoning == "gateway")
+                out = await replay(self.config, self._wire, model, upstream, path, body, record)
             for i, choice in enumerate(orjson.loads(out).get("choices") or ()):
                 capture.message(choice.get("index", i), choice.get("message") or {})
             record.status = 200

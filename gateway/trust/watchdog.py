@@ -8,7 +8,7 @@ Each finished record is one observation per check that applies to it:
                         WireError)                              or without one, or no finish
                                                                 at all (truncation.py)
     reasoning_leak      completed, upstream has a parser        <think> text arrived in content
-    degenerate          answer text sampled (`capture.py`)      evals.degeneration fires
+    degenerate          answer text sampled (`capture.py`)      gateway.serving.degeneration fires
     tool_call           responses with tool calls               invalid JSON, unknown tool, schema
     provider_mismatch   pinned provider route, provider known   another provider answered
     cost_drift          provider reported usage.cost            charged vs computed beyond threshold

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from gateway.config import Config
-from gateway.reports.health import report_health
 from gateway.ledger.metrics import Metrics
 from gateway.ledger.record import Attempt, Record
+from gateway.ledger.store import Store, record_row
 from gateway.ledger.window import parse_since, window_economics
 from gateway.reports.cost import report_cost
-from gateway.ledger.store import Store, record_row
+from gateway.reports.health import report_health
 from tests.gateway.trust import test_watchdog as watchdog
 
 NOW = 1_800_000_000.0

@@ -18,11 +18,11 @@ from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.ledger.record import Record
 from gateway.ledger.rows import SHADOW_USAGE
 from gateway.ledger.store import Store, record_row
+from gateway.reports.shadow import report_shadow
 from gateway.serving.semantics import Semantics
 from gateway.serving.wire import Wire
 from gateway.trust.capture import Capture
 from gateway.trust.shadow import DailyBudget, ShadowMirror, most_it_can_cost
-from gateway.reports.shadow import report_shadow
 from tests.harness import config_from, running_gateway, wait_for
 
 MESSAGES = [{"role": "user", "content": "hello"}]
