@@ -145,7 +145,7 @@ class Store:
     def _insert_sql(self, table: sa.Table) -> tuple[str, tuple[str, ...]]:
         """A plain `INSERT … ON CONFLICT DO NOTHING` for the driver's executemany. Every column
         is a scalar the drivers adapt themselves, so SQLAlchemy's per-row parameter processing
-        (about 100 µs a row, on the store thread) buys nothing here."""
+        (a cost per row, on the store thread) buys nothing here."""
         cached = self._inserts.get(table.name)
         if cached is None:
             columns = tuple(c.name for c in table.columns)

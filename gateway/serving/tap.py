@@ -10,10 +10,10 @@ original bytes through untouched unless something must change:
 
 Most events of a stream are the same bytes around a different bit of text: once the event path
 has handled one such plain token event, the tap accounts for the next ones by comparing bytes
-instead of parsing JSON (`gateway/serving/plain_tokens.py`, its base class; `bench/tap_speed.py`:
-0.55 µs per event one to a block, as a paced stream sends them, which `feed` checks itself
-first; 0.46 with 16, 0.28 with 256; with logprobs, whose value alone is parsed, 3.1 and 3.7). A
-Hypothesis test holds the fast path to exactly what the event path does.
+instead of parsing JSON (`gateway/serving/plain_tokens.py`, its base class; `feed` checks first
+for one event to a block, as a paced stream sends them; with logprobs only their value is
+parsed; `bench/tap_speed.py` measures it). A Hypothesis test holds the fast path to exactly what
+the event path does.
 
 `gateway/serving/accounting.py` reads usage, finish reasons and errors, for streams and
 (`tap_body`) whole answers.

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.trust.sizing import arm_resolution, gap_phrase
 
+# evals is the optional [evals] extra: its imports stay inside the functions that need them,
+# so the gateway starts without it (tests/gateway/test_without_evals.py).
 if TYPE_CHECKING:
     from evals.power import Resolution
     from evals.result import ItemResult

@@ -73,6 +73,8 @@ from gateway.trust.sizing import (
     targets_resolution,
 )
 
+# evals is the optional [evals] extra: its imports stay inside the functions that need them,
+# so the gateway starts without it (tests/gateway/test_without_evals.py).
 if TYPE_CHECKING:
     from evals.result import ItemResult
     from evals.runner import RunSpec

@@ -28,6 +28,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+# evals is the optional [evals] extra: its imports stay inside the functions that need them,
+# so the gateway starts without it (tests/gateway/test_without_evals.py).
 if TYPE_CHECKING:
     from evals.power import Resolution
     from evals.result import ItemResult
