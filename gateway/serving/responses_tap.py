@@ -28,7 +28,7 @@ from gateway.errors import GatewayError, MalformedStream, UpstreamCut
 from gateway.ledger.record import Record
 from gateway.serving.accounting import percentile
 from gateway.serving.hooks import AnswerSink
-from gateway.serving.tap import cut_events
+from gateway.serving.sse import cut_events
 
 TOKEN_EVENTS = {
     "response.output_text.delta": "answer",
