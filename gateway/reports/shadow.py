@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.config import Config
+from gateway.ledger.rows import REQUESTS
+from gateway.ledger.window import reading, span
 from gateway.trust.agreement import AGREE, DIFFER
 
 Format = Literal["table", "csv", "json"]
@@ -37,8 +39,6 @@ class ShadowRow:
 
 
 def _shadow_query(since: float, until: float) -> Any:
-    from gateway.ledger.rows import REQUESTS
-
     s, p = REQUESTS.alias("s"), REQUESTS.alias("p")
     join = s.join(p, sa.and_(p.c.time == s.c.time, p.c.request_id == s.c.shadow_of))
     return (
@@ -108,8 +108,6 @@ def report_shadow(
     now: float | None = None,
 ) -> str:
     """Per (model, primary, shadow): pairs, agreement with its interval, latency, tokens, cost."""
-    from gateway.ledger.window import reading, span
-
     start, now = span(since, now)
     with reading(config, store) as db, db.engine.connect() as conn:
         rows = shadow_rows(list(conn.execute(_shadow_query(start, now))))

@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from gateway.config.trust import WatchdogConfig
+from gateway.ledger.content import capped
 from gateway.ledger.record import Record
-from gateway.ledger.store import capped
 from gateway.serving.degeneration import reply_degeneration
 
 # ---- tool calls ------------------------------------------------------------------------------
