@@ -83,6 +83,13 @@ class Metrics:
         self._define()
 
     def _define(self) -> None:
+        self._request_counters()
+        self._attempt_counters()
+        self._latency_histograms()
+        self._gauges()
+
+    def _request_counters(self) -> None:
+        """What the requests were: outcomes, tokens, cost, truncations, leaks, estimates."""
         r = self.registry
         mu = ("model", "upstream")
         self.requests = Counter(
@@ -133,6 +140,12 @@ class Metrics:
             mu,
             registry=r,
         )
+
+    def _attempt_counters(self) -> None:
+        """How the requests were served: attempts, retries, fallbacks, errors, what a door
+        dropped or clamped, task shapes."""
+        r = self.registry
+        mu = ("model", "upstream")
         self.attempts = Counter(
             "gateway_attempts", "HTTP calls to upstreams, by outcome.", [*mu, "outcome"], registry=r
         )
@@ -169,6 +182,11 @@ class Metrics:
             [*mu, "shape"],
             registry=r,
         )
+
+    def _latency_histograms(self) -> None:
+        """Queueing, first token, first answer token, end to end, inter-token."""
+        r = self.registry
+        mu = ("model", "upstream")
         self.queue = Histogram(
             "gateway_queue_seconds",
             "Accept to first upstream dispatch.",
@@ -201,6 +219,10 @@ class Metrics:
             buckets=ITL_BUCKETS,
             registry=r,
         )
+
+    def _gauges(self) -> None:
+        """What is true now: in flight, upstream health, cost per million tokens, API/node."""
+        r = self.registry
         self.inflight_gauge = Gauge(
             "gateway_inflight_requests",
             "Requests in flight.",
