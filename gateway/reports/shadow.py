@@ -7,7 +7,7 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
 from rich.console import Console
@@ -15,10 +15,8 @@ from rich.table import Table
 
 from gateway.config import Config
 from gateway.ledger.rows import REQUESTS
-from gateway.ledger.window import reading, span
+from gateway.ledger.window import Format, reading, span
 from gateway.trust.agreement import AGREE, DIFFER
-
-Format = Literal["table", "csv", "json"]
 
 
 @dataclass(slots=True)
@@ -116,31 +114,39 @@ def report_shadow(
             {"since": start, "until": now, "rows": [asdict(r) for r in rows]}, indent=2
         )
     if fmt == "csv":
-        lines = [
-            "model,primary,shadow,pairs,agree_rate,agree_lo,agree_hi,primary_e2e_s,"
-            "shadow_e2e_s,primary_tokens,shadow_tokens,primary_cost_usd,shadow_cost_usd"
-        ]
-        for r in rows:
-            lo, hi = r.agree_ci or ("", "")
-            cells = [
-                r.model,
-                r.primary,
-                r.shadow,
-                r.pairs,
-                r.agree_rate,
-                lo,
-                hi,
-                r.primary_e2e_s,
-                r.shadow_e2e_s,
-                r.primary_tokens,
-                r.shadow_tokens,
-                r.primary_cost_usd,
-                r.shadow_cost_usd,
-            ]
-            lines.append(",".join("" if c is None else str(c) for c in cells))
-        return "\n".join(lines) + "\n"
+        return _csv(rows)
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}")
+    return _table(rows, since)
+
+
+def _csv(rows: list[ShadowRow]) -> str:
+    lines = [
+        "model,primary,shadow,pairs,agree_rate,agree_lo,agree_hi,primary_e2e_s,"
+        "shadow_e2e_s,primary_tokens,shadow_tokens,primary_cost_usd,shadow_cost_usd"
+    ]
+    for r in rows:
+        lo, hi = r.agree_ci or ("", "")
+        cells = [
+            r.model,
+            r.primary,
+            r.shadow,
+            r.pairs,
+            r.agree_rate,
+            lo,
+            hi,
+            r.primary_e2e_s,
+            r.shadow_e2e_s,
+            r.primary_tokens,
+            r.shadow_tokens,
+            r.primary_cost_usd,
+            r.shadow_cost_usd,
+        ]
+        lines.append(",".join("" if c is None else str(c) for c in cells))
+    return "\n".join(lines) + "\n"
+
+
+def _table(rows: list[ShadowRow], since: str) -> str:
     table = Table(title=f"Shadow agreement, last {since}", title_justify="left")
     for name in (
         "model",
