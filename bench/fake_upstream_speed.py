@@ -1,6 +1,6 @@
-"""Raw speed of the fake upstream (gateway/fakes/upstream.py) on loopback: the benchmarks' limit.
+"""Raw speed of the fake upstream (plumbline_kit.fakes.upstream) on loopback: the benchmarks' limit.
 
-Starts the fake in its own process (no request log), drives it with a cheap aiohttp client and
+Starts the fake in its own process (no request log), drives it with the kit's load generator and
 prints, per scenario: req/s, chunks/s, end-to-end and first-chunk latency (p50/p99), errors,
 and the fake's CPU time per request and per chunk (from /proc). No assertions; figures only.
 
@@ -17,43 +17,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 
+from gateway.ledger.percentile import percentile
+from plumbline_kit.loadgen.scenario import Scenario, Tally, drive
+
 ROOT = Path(__file__).resolve().parent.parent
-BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "say something short"}]}
-
-
-@dataclass(frozen=True)
-class Scenario:
-    concurrency: int
-    stream: bool
-    tokens: int
-    pace_tps: float | None = None
-    once: bool = False  # each worker sends one request instead of looping for --seconds
-
+MODEL = "fake-model"
 
 SCENARIOS = {
-    "nonstream-c1": Scenario(1, False, 16),
-    "nonstream-c64": Scenario(64, False, 16),
-    "stream-c32": Scenario(32, True, 256),
-    "seed": Scenario(2048, True, 64, pace_tps=10, once=True),
+    "nonstream-c1": Scenario("nonstream-c1", 1, False, 16),
+    "nonstream-c64": Scenario("nonstream-c64", 64, False, 16),
+    "stream-c32": Scenario("stream-c32", 32, True, 256),
+    "seed": Scenario("seed", 2048, True, 64, pace_tps=10, once=True),
 }
-
-
-@dataclass
-class Tally:
-    requests: int = 0
-    chunks: int = 0
-    errors: int = 0
-    latency: list[float] = field(default_factory=list)
-    first_chunk: list[float] = field(default_factory=list)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -64,60 +45,16 @@ def cpu_seconds(pid: int) -> float:
 
 def start_fake() -> tuple[subprocess.Popen, str]:
     """The fake in its own process on a free port; returns it and its base URL."""
-    cmd = [sys.executable, "-m", "gateway.fakes.upstream", "--port", "0", "--no-record"]
+    cmd = [sys.executable, "-m", "plumbline_kit.fakes.upstream", "--port", "0", "--no-record"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().rsplit(" ", 1)[1].strip()
 
 
-async def one(session: aiohttp.ClientSession, url: str, body: dict, tally: Tally) -> None:
-    """One request; counts SSE data events as chunks (a non-stream answer is one chunk)."""
-    t0 = time.perf_counter()
-    chunks, first = 0, None
-    try:
-        async with session.post(url, json=body) as resp:
-            if resp.status != 200:
-                raise RuntimeError(f"status {resp.status}")
-            if body.get("stream"):
-                async for block in resp.content.iter_any():
-                    first = first if first is not None else time.perf_counter() - t0
-                    chunks += block.count(b"data: {")
-            else:
-                await resp.read()
-                chunks = 1
-    except (aiohttp.ClientError, RuntimeError):
-        tally.errors += 1
-        return
-    tally.requests += 1
-    tally.chunks += chunks
-    tally.latency.append(time.perf_counter() - t0)
-    if first is not None:
-        tally.first_chunk.append(first)
-
-
 async def run(url: str, sc: Scenario, seconds: float) -> tuple[Tally, float]:
     """Drive one scenario after a short warm-up; returns the tally and the wall time."""
-    body = {**BODY, "stream": sc.stream, "max_tokens": sc.tokens}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        warm_body = {**body, "max_tokens": 1}
-        await asyncio.gather(*(one(session, url, warm_body, Tally()) for _ in range(50)))
-        tally = Tally()
-        deadline = time.perf_counter() + seconds
-
-        async def worker() -> None:
-            await one(session, url, body, tally)
-            while not sc.once and time.perf_counter() < deadline:
-                await one(session, url, body, tally)
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(sc.concurrency)))
-        return tally, time.perf_counter() - t0
-
-
-def pct(values: list[float], q: int) -> float:
-    if len(values) < 2:
-        return values[0] if values else 0.0
-    return statistics.quantiles(values, n=100)[q - 1]
+    tally = await drive(url, sc, MODEL, seconds, warmup=50)
+    return tally, tally.wall_s
 
 
 async def set_default(base: str, behaviour: dict) -> None:
@@ -155,7 +92,11 @@ async def main() -> None:
             cpu0 = cpu_seconds(proc.pid)
             tally, wall = await run(f"{base}/v1/chat/completions", sc, args.seconds)
             cpu = cpu_seconds(proc.pid) - cpu0
-            ms = [1e3 * pct(v, q) for v in (tally.latency, tally.first_chunk) for q in (50, 99)]
+            ms = [
+                1e3 * percentile(v, q)
+                for v in (tally.latency, tally.first_chunk)
+                for q in (0.5, 0.99)
+            ]
             per_chunk = cpu / tally.chunks * 1e6 if sc.stream and tally.chunks else 0.0
             print(
                 f"{name:14} {tally.requests / wall:7.0f} {tally.chunks / wall:9.0f} "

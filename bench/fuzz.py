@@ -231,7 +231,7 @@ def fuzz_target(max_body_bytes: int = 8 * MB) -> Iterator[tuple[str, int]]:
     """The fake upstream and a gateway with one model, both on loopback; yields (root, port)."""
 
     from gateway.edge.app import create_app
-    from gateway.fakes.upstream import running_fake
+    from plumbline_kit.fakes.upstream import running_fake
     from tests.harness import config_from, serving_server
 
     with running_fake(tokens=4, record=False) as fake:

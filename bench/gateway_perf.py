@@ -1,8 +1,9 @@
 """Gateway performance: our gateway, LiteLLM's proxy and vllm-router against the fast fake upstream.
 
-One run on this machine, everything on loopback: the fake upstream (``gateway.fakes.upstream``) is
-started once; each target is started in turn in front of it (``direct`` is the fake itself, the
-limit) and driven by a cheap aiohttp client through every scenario:
+One run on this machine, everything on loopback: the fake upstream
+(``plumbline_kit.fakes.upstream``) is started once; each target is started in turn in front of it
+(``direct`` is the fake itself, the limit) and driven by the kit's load generator
+(``plumbline_kit.loadgen.scenario``) through every scenario:
 
     nonstream-c1    non-streamed 16-token answers, 1 worker looping
     nonstream-c256  the same, 256 workers
@@ -16,7 +17,7 @@ Every target is started once and kept up; each scenario then runs `--repeat` rou
 default) that visit the targets in turn — A B C, A B C, A B C — so a drift in the machine's load
 touches every target alike. Every guarded proxy checks the same client key on every request
 (`perf_procs.BENCH_KEY`). The fake answers realistic text by default (`--text realistic`:
-non-ASCII, quotes, backslashes, line breaks, `gateway/fakes/text.py`) and every request asks for
+non-ASCII, quotes, backslashes, line breaks, `plumbline_kit.fakes.text`) and every request asks for
 logprobs (top 5), so each chunk carries what a real one does; `--text plain` is ``tok0 tok1``.
 
 For each (target, scenario, round): req/s, chunks/s, latency and time to first chunk (p50/p99,
@@ -50,7 +51,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from perf_load import Scenario, Tally, drive, percentile  # noqa: E402
 from perf_procs import (  # noqa: E402
     MODEL,
     Proc,
@@ -63,6 +63,9 @@ from perf_procs import (  # noqa: E402
     set_fake_default,
     vllm_router,
 )
+
+from gateway.ledger.percentile import percentile  # noqa: E402
+from plumbline_kit.loadgen.scenario import Scenario, Tally, drive  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_VENVS = Path(tempfile.gettempdir()) / "plumbline-bench-venvs"
@@ -152,10 +155,10 @@ def row(
     """One result row; `base` is the direct row of the same scenario and round (for the added
     latency)."""
     ms = {
-        "p50_ms": 1e3 * percentile(tally.latency, 50),
-        "p99_ms": 1e3 * percentile(tally.latency, 99),
-        "first_p50_ms": 1e3 * percentile(tally.first_chunk, 50),
-        "first_p99_ms": 1e3 * percentile(tally.first_chunk, 99),
+        "p50_ms": 1e3 * percentile(tally.latency, 0.50),
+        "p99_ms": 1e3 * percentile(tally.latency, 0.99),
+        "first_p50_ms": 1e3 * percentile(tally.first_chunk, 0.50),
+        "first_p99_ms": 1e3 * percentile(tally.first_chunk, 0.99),
     }
     wall = tally.wall_s or math.nan
     added = {

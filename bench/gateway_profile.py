@@ -22,8 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gateway_perf import SCENARIOS  # noqa: E402
-from perf_load import drive  # noqa: E402
 from perf_procs import MODEL, fake_upstream, plumbline, set_fake_default  # noqa: E402
+
+from plumbline_kit.loadgen.scenario import drive  # noqa: E402
 
 
 def _function(frame: str) -> str:

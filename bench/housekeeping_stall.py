@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
 import threading
@@ -32,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.config import Config  # noqa: E402
 from gateway.ledger.cost import busy_hours  # noqa: E402
+from gateway.ledger.percentile import percentile  # noqa: E402
 from gateway.ledger.record import Record  # noqa: E402
 from gateway.ledger.store import Store, record_row  # noqa: E402
 
@@ -108,10 +108,6 @@ async def lateness(
     return took, late, result
 
 
-def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else 0
-
-
 async def measure(store: Store, cfg: Config, since: float, until: float) -> list[tuple]:
     def python_walk() -> float:
         return busy_hours(store.intervals(list(UPSTREAMS), since, until))
@@ -122,7 +118,17 @@ async def measure(store: Store, cfg: Config, since: float, until: float) -> list
     rows = []
     for name, work in (("idle", None), ("python walk", python_walk), ("database", in_database)):
         took, late, hours = await lateness(work)
-        rows.append((name, took, pct(late, 50), pct(late, 99), max(late), len(late), hours))
+        rows.append(
+            (
+                name,
+                took,
+                percentile(late, 0.50),
+                percentile(late, 0.99),
+                max(late),
+                len(late),
+                hours,
+            )
+        )
     return rows
 
 

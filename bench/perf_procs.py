@@ -153,7 +153,7 @@ def fake_upstream(scratch: Path) -> Proc:
     argv = [
         sys.executable,
         "-m",
-        "gateway.fakes.upstream",
+        "plumbline_kit.fakes.upstream",
         "--no-record",
         "--port",
         str(port),

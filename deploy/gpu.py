@@ -1,9 +1,10 @@
 """The GPUs a launch is given, and the power-limit check made before trusting a host.
 
-Cards run below their maximum board power lose a quarter to a third of their throughput (the
-reference campaign measured 400 W against 600 W: −23% on NVFP4, −34% on FP8), and nothing in
-vLLM's output says so. `check_power_limits` reads ``power.limit`` and ``power.max_limit`` from
-``nvidia-smi`` and refuses a host whose cards are capped, unless told the cap is intended.
+Cards run below their maximum board power lose a quarter to a third of their throughput (Sqwish
+Labs' published "Blackwell inference benchmarks", September 2026, found 400 W cards 23% slower
+than 600 W ones on NVFP4 and 34% on FP8), and nothing in vLLM's output says so.
+`check_power_limits` reads ``power.limit`` and ``power.max_limit`` from ``nvidia-smi`` and
+refuses a host whose cards are capped, unless told the cap is intended.
 """
 
 from __future__ import annotations

@@ -38,6 +38,9 @@ if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
     fi
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check -e ".[${extras}]"
+# The test and bench tools (fake upstreams, the load generator behind `plumbline bench`) are a
+# distribution of their own, kept out of the gateway's wheel: ./kit, editable, for tests and CI.
+.venv/bin/pip install --quiet --disable-pip-version-check -e ./kit
 if [ -z "${PLUMBLINE_NO_ENGINES:-}" ]; then
     # The project's install keeps the build above (same pin); were it replaced (a cached native
     # wheel of another version), this says so instead of an illegal instruction at run time.
@@ -69,9 +72,13 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
     fi
 fi
-# The agent harnesses the harness tests drive (Codex CLI, Claude Code), pinned, into ./.harness.
+# The agent harnesses the harness tests drive (Codex CLI, Claude Code, opencode, Qwen Code) and
+# the Vercel AI SDK the stateful-Responses test runs (tests/gateway/edge/doors/vercel_tool_run.mjs),
+# pinned, into ./.harness. Qwen Code asks for node >= 22 but runs its headless mode on Debian's 20.
 if command -v npm >/dev/null 2>&1; then
     npm install --silent --no-audit --no-fund --prefix .harness \
-        "@openai/codex@0.169.0" "@anthropic-ai/claude-code@2.1.328" >/dev/null
+        "@openai/codex@0.169.0" "@anthropic-ai/claude-code@2.1.328" \
+        "opencode-ai@1.18.33" "@qwen-code/qwen-code@0.24.4" \
+        "ai@7.0.173" "@ai-sdk/openai@4.0.118" >/dev/null
 fi
 echo "plumbline: installed into .venv"

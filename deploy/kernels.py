@@ -1,8 +1,9 @@
 """What a vLLM engine really selected — attention, MoE and linear kernels, KV-cache dtype — read
 back from its server log, to be recorded with the replica.
 
-Auto-selection is where throughput is won or lost (the reference campaign found vLLM picking a
-W4A16 dequant kernel for a W4A4 checkpoint, 47% below FP8), and the log is the only place the
+Auto-selection is where throughput is won or lost (Sqwish Labs' published "Blackwell
+inference benchmarks", September 2026, found vLLM picking a W4A16 dequant kernel for a W4A4
+checkpoint, 47% below FP8), and the log is the only place the
 choice is written. Lines look like::
 
     (EngineCore_DP0 pid=207) INFO 04-19 10:02:39 [cuda.py:368] Using FLASHINFER attention

@@ -262,6 +262,12 @@ def check(config: ConfigOption = None) -> None:
         )
 
 
+# The load generator ships in the plumbline-kit distribution (./kit), not in the gateway's wheel.
+BENCH_NEEDS_KIT = (
+    "plumbline bench needs the plumbline-kit package (the load generator, kept out of the"
+    " gateway's wheel): pip install ./kit from a source checkout"
+)
+
 _BENCH_HELP = "\n\n".join(
     [
         "Load-test a gateway or any OpenAI-compatible URL with the reference workload shapes.",
@@ -338,8 +344,12 @@ def bench(
 ) -> None:
     """Load-test a gateway or any OpenAI-compatible URL with the reference workload shapes."""
     from gateway.config import environment
-    from gateway.loadgen import bench_main
 
+    try:
+        from plumbline_kit.loadgen import bench_main
+    except ImportError:
+        typer.secho(BENCH_NEEDS_KIT, fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
     try:
         bench_main(
             target=target,

@@ -1,8 +1,9 @@
 """Edit format: fix a planted bug by replying with SEARCH/REPLACE edit blocks.
 
 What it measures: whether a model can hand back an edit that *applies*, not only whether it
-can find the bug. Reference 000: the same benchmark gave one model 62.7% well-formed edit
-blocks against 96.4% for another, and that, not coding skill, decided the result. So three
+can find the bug. In the published write-up "I Benchmarked Nine Models to Spec a Four-GPU
+Node", one model's replies were well-formed edit blocks 62.7% of the time against 96.4% for
+another, and that, not coding skill, decided the result. So three
 things are scored separately in `Verdict.parts`:
 
     well_formed      the reply parses under the SEARCH/REPLACE grammar (`evals.editblock`)

@@ -2,8 +2,9 @@
 
 What it measures: whether the *answer* (never the reasoning) obeys explicit, mechanically
 checkable constraints — case, length, layout, keywords, language, start/end markers. A model
-that lets its chain of thought leak into the answer fails here first (reference 002: 0.317
-against 0.833 with and without a reasoning parser).
+that lets its chain of thought leak into the answer fails here first (Sqwish Labs'
+published "Blackwell inference benchmarks", September 2026: 0.317 against 0.833 with and
+without a reasoning parser).
 
 Where the items come from: twenty base writing tasks in this file, each combined with one to
 three instructions of IFEval's registry, worded by the registry itself (`build_description`)

@@ -83,6 +83,9 @@ class StoreConfig(Frozen):
     # Keep prompts and responses (in a separate table with its own retention). Off by default.
     store_content: bool = False
     content_retention_days: int = Field(7, ge=1)
+    # Responses stored by the Responses door (`store`, default true as OpenAI's) and the
+    # Messages door's threads: kept this long (OpenAI keeps them 30 days), then purged.
+    responses_retention_days: float = Field(30, gt=0)
     # store_content: each of a row's `prompt` and `response` kept to this many bytes (UTF-8), a
     # longer one cut and marked `[plumbline: truncated at N of M bytes]`.
     content_max_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)

@@ -210,6 +210,8 @@ class Housekeeper:
                     store.apply_retention,
                     cfg.store.retention_days,
                     cfg.store.content_retention_days,
+                    None,
+                    cfg.store.responses_retention_days,
                 )
         except Exception:
             log.exception("store housekeeping failed")

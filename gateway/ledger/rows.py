@@ -207,6 +207,34 @@ class QuarantineRow(SQLModel, table=True, metadata=metadata):
     quarantined: float
 
 
+class StoredResponseRow(SQLModel, table=True, metadata=metadata):
+    """A response the Responses door stored (`store`), or a Messages-door thread's state, under
+    the key that made it ('' with no keys configured); `gateway.ledger.responses_store`."""
+
+    __tablename__ = "stored_responses"
+    __table_args__ = (sa.Index("ix_stored_responses_created", "created"),)
+
+    id: str = Field(primary_key=True, max_length=128)  # resp_… | msg_…
+    key_id: str = Field(max_length=128)
+    door: str = Field(max_length=16)  # responses | messages
+    created: float
+    body: str = Field(sa_type=sa.Text)  # JSON: the response object, or the thread's state
+
+
+class StoredItemRow(SQLModel, table=True, metadata=metadata):
+    """One input or output item of a stored response, in order, findable by its item id
+    (`item_reference`, `GET /v1/responses/{id}/input_items`)."""
+
+    __tablename__ = "stored_items"
+    __table_args__ = (sa.Index("ix_stored_items_item_id", "item_id"),)
+
+    response_id: str = Field(primary_key=True, max_length=128)
+    position: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    item_id: str = Field(max_length=128)
+    source: str = Field(max_length=8)  # input | output
+    item: str = Field(sa_type=sa.Text)  # JSON
+
+
 REQUESTS: sa.Table = RequestRow.__table__  # type: ignore[attr-defined]
 CONTENTS: sa.Table = ContentRow.__table__  # type: ignore[attr-defined]
 DECISIONS: sa.Table = GateDecisionRow.__table__  # type: ignore[attr-defined]
@@ -218,3 +246,5 @@ DEMOTIONS: sa.Table = DemotionRow.__table__  # type: ignore[attr-defined]
 KEYS: sa.Table = KeyRow.__table__  # type: ignore[attr-defined]
 KEY_USAGE: sa.Table = KeyUsageRow.__table__  # type: ignore[attr-defined]
 QUARANTINE: sa.Table = QuarantineRow.__table__  # type: ignore[attr-defined]
+STORED_RESPONSES: sa.Table = StoredResponseRow.__table__  # type: ignore[attr-defined]
+STORED_ITEMS: sa.Table = StoredItemRow.__table__  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gateway.config import Config
+from gateway.ledger import responses_store
 from gateway.ledger.columns import typed_row
 from gateway.ledger.content import Content as Content
 from gateway.ledger.content import capped as capped
@@ -285,13 +286,23 @@ class Store:
         return self._delete_days(table, cutoff)
 
     def apply_retention(
-        self, retention_days: int, content_retention_days: int, now: float | None = None
+        self,
+        retention_days: int,
+        content_retention_days: int,
+        now: float | None = None,
+        responses_retention_days: float | None = None,
     ) -> dict[str, int]:
+        """Drop expired days of records and contents; with `responses_retention_days`, also
+        the stored responses older than that (`gateway.ledger.responses_store.purge`)."""
         now = _time.time() if now is None else now
-        return {
+        dropped = {
             "requests": self.drop_before("requests", now - retention_days * DAY),
             "contents": self.drop_before("contents", now - content_retention_days * DAY),
         }
+        if responses_retention_days is not None:
+            cutoff = now - responses_retention_days * DAY
+            dropped["stored_responses"] = responses_store.purge(self.engine, cutoff)
+        return dropped
 
     def _drop_partitions(self, table: str, cutoff: float) -> int:
         with writing(self.engine) as conn:

@@ -24,12 +24,6 @@ from gateway.serving.reasoning import split_text
 ESTIMATE_DIVISOR = 4
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The `q` quantile (0–1) of `values`, nearest rank (a stream's inter-token gaps)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 def estimated_usage_chunk(
     record: Record, head: tuple[Any, Any] | None, chat: bool, model: str | None
 ) -> bytes:

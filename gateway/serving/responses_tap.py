@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 
 from gateway.errors import GatewayError, MalformedStream, UpstreamCut
+from gateway.ledger.percentile import percentile
 from gateway.ledger.record import Record
-from gateway.serving.accounting import percentile
 from gateway.serving.hooks import AnswerSink
 from gateway.serving.sse import cut_events
 

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gateway.ledger.percentile import percentile
 from gateway.ledger.record import Record
-from gateway.serving.accounting import percentile
 
 
 class TokenClocks:

@@ -132,7 +132,7 @@ async def _count_connections(fresh: bool) -> tuple[int, int, set[int]]:
     port: (requests tallied, errors, the distinct client ports seen)."""
     from aiohttp import web
 
-    from bench.perf_load import Scenario, drive
+    from plumbline_kit.loadgen.scenario import Scenario, drive
 
     ports: list[int] = []
 

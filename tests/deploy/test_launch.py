@@ -23,7 +23,7 @@ from deploy.launch import (
 )
 from deploy.vllm import gpu_args
 from gateway.config import parse_config
-from gateway.fakes.upstream import running_fake
+from plumbline_kit.fakes.upstream import running_fake
 from tests.harness import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,7 +30,7 @@ print("fake-vllm argv:", " ".join(args), flush=True)
 print("fake-vllm CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", ""), flush=True)
 sys.stdout.write(pathlib.Path(os.environ["FAKE_VLLM_LOG"]).read_text())
 sys.stdout.flush()
-os.execv(sys.executable, [sys.executable, "-m", "gateway.fakes.upstream", "--no-record",
+os.execv(sys.executable, [sys.executable, "-m", "plumbline_kit.fakes.upstream", "--no-record",
          "--port", opt("--port"), "--model", opt("--served-model-name")])
 """
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from evals.runner import load_run
 from evals.sandbox import isolation
 from gateway import cli
-from gateway.fakes.upstream import running_fake
+from plumbline_kit.fakes.upstream import running_fake
 from tests.evals.test_dataset import write
 from tests.evals.test_runner import gateway_for
 from tests.harness import running_gateway

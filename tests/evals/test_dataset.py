@@ -10,7 +10,7 @@ import pytest
 from evals import families, runner
 from evals.dataset import DatasetError, load
 from evals.item import Reply, items_digest
-from gateway.fakes.upstream import running_fake
+from plumbline_kit.fakes.upstream import running_fake
 from tests.evals.test_runner import gateway_for
 from tests.harness import running_gateway
 

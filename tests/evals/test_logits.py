@@ -163,7 +163,7 @@ async def test_teacher_forced_positions_through_the_gateway_and_the_fake_upstrea
     each fixed text but its first is a position, whatever each target generated after it (here
     the two answer differently: the generated token is cut off, not compared)."""
     from evals.logits import TEXTS
-    from gateway.fakes.upstream import running_fake
+    from plumbline_kit.fakes.upstream import running_fake
     from tests.evals.test_runner import gateway_for
     from tests.harness import running_gateway
 

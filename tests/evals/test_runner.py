@@ -12,7 +12,7 @@ from evals import runner, sandbox
 from evals.report import write_report
 from evals.stats import by_family, summarise
 from evals.suite import SUITES
-from gateway.fakes.upstream import running_fake
+from plumbline_kit.fakes.upstream import running_fake
 from tests.harness import config_from, running_gateway, wait_for
 
 SMOKE_ITEMS = sum(n or 0 for n in SUITES["smoke"].values())

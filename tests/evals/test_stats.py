@@ -128,7 +128,8 @@ def test_pairs_only_common_items_and_excludes_errors() -> None:
 
 
 def test_noise_floor_verdicts() -> None:
-    # Control: the same configuration twice, 403 items, split 11 to 20 (reference 002).
+    # Control: the same configuration twice, 403 items, split 11 to 20 (the split that Sqwish
+    # Labs' "Blackwell inference benchmarks" reports for its control pair).
     ca, cb = split(403, a_only=11, b_only=20, both=280)
     control = pair(arm(ca), arm(cb))
     floor = NoiseFloor.from_controls([control])

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.ledger.store import Store
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests.gateway import pg
 
 

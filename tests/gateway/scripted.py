@@ -1,7 +1,7 @@
 """A scripted upstream: a loopback HTTP server that answers each request with bytes set by the
 test, framed exactly as asked.
 
-The fault-injecting fake (`gateway/fakes/upstream.py`) is a well-behaved aiohttp server: its
+The fault-injecting fake (`plumbline_kit.fakes.upstream`) is a well-behaved aiohttp server: its
 streams are chunked and always end with a finish reason and `[DONE]`. The probes of an upstream
 that ends a stream cleanly at the HTTP level but before it finished (an exact `Content-Length`,
 or HTTP/1.0 with the connection's close as the end), that sends an error or garbage as its first

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gateway import cli
 from gateway.config import load_config
-from gateway.fakes.upstream import FakeHandle
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import running_gateway, wait_for
 
 

@@ -20,10 +20,10 @@ import uvicorn
 
 from gateway.config import Config
 from gateway.edge.app import create_app
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.record import Record
 from gateway.ledger.spool import RecordQueue
 from gateway.ledger.store import Store
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import config_from, free_port, serving_server, wait_for
 
 BODY = {"model": "smol", "messages": [{"role": "user", "content": "hello"}]}

@@ -9,7 +9,6 @@ The binary missing is a failure, not a skip: CI installs it.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,12 +16,11 @@ from typing import Any
 
 import pytest
 
-from gateway.fakes.upstream import FakeHandle, running_fake
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
+from tests import agents
+from tests.agents import chat_requests, explain
 from tests.harness import ListSink, config_from, running_gateway
 
-ROOT = Path(__file__).resolve().parents[2]
-CLAUDE = ROOT / ".harness" / "node_modules" / ".bin" / "claude"
-KEY = "plumbline-test-key"
 MODEL = "plumbline-agent"
 COMMAND = "echo plumbline-ok | tee marker.txt"
 # The scripted session: Claude Code's shell tool, running the command that leaves a file.
@@ -56,36 +54,7 @@ def fake() -> Iterator[FakeHandle]:
 def run_claude(
     url: str, home: Path, workdir: Path, prompt: str = "Run the command: echo plumbline-ok"
 ) -> subprocess.CompletedProcess[str]:
-    assert CLAUDE.exists(), f"Claude Code is not installed at {CLAUDE}: run deploy/install.sh"
-    (home / "config").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_"))}
-    env |= {
-        "HOME": str(home),
-        "CLAUDE_CONFIG_DIR": str(home / "config"),
-        "ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
-        "ANTHROPIC_AUTH_TOKEN": KEY,
-        "ANTHROPIC_MODEL": MODEL,
-        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "65536",
-        "CLAUDE_CODE_MAX_RETRIES": "2",
-        "NO_COLOR": "1",
-    }
-    return subprocess.run(
-        [str(CLAUDE), "-p", prompt, "--allowedTools", "Bash"],
-        cwd=workdir,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-
-
-def chat_requests(fake: FakeHandle) -> list[dict[str, Any]]:
-    return [r["body"] for r in fake.requests() if r["path"] == "/v1/chat/completions"]
-
-
-def explain(done: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    return agents.run_claude(url, MODEL, home, workdir, prompt)
 
 
 def check_session(done: subprocess.CompletedProcess[str], fake: FakeHandle, work: Path) -> None:

@@ -10,20 +10,16 @@ The binary missing is a failure, not a skip: CI installs it.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.fakes.upstream import FakeHandle
+from plumbline_kit.fakes.upstream import FakeHandle
+from tests.agents import chat_requests, explain, run_codex, tool_turn
 from tests.harness import ListSink, config_from, running_gateway
 
-ROOT = Path(__file__).resolve().parents[2]
-CODEX = ROOT / ".harness" / "node_modules" / ".bin" / "codex"
-KEY = "plumbline-test-key"
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\n"
 
 
@@ -55,59 +51,8 @@ def codex_home(tmp_path: Path) -> Iterator[Path]:
     yield home
 
 
-def run_codex(
-    url: str, model: str, home: Path, workdir: Path, prompt: str
-) -> subprocess.CompletedProcess[str]:
-    assert CODEX.exists(), f"Codex CLI is not installed at {CODEX}: run deploy/install.sh"
-    (home / "config.toml").write_text(
-        f'model = "{model}"\n'
-        'model_provider = "plumbline"\n'
-        "model_context_window = 65536\n"
-        "[model_providers.plumbline]\n"
-        'name = "plumbline"\n'
-        f'base_url = "{url}"\n'
-        'wire_api = "responses"\n'
-        'env_key = "PLUMBLINE_KEY"\n'
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))} | {
-        "CODEX_HOME": str(home),
-        "PLUMBLINE_KEY": KEY,
-        "NO_COLOR": "1",
-    }
-    return subprocess.run(
-        [
-            str(CODEX),
-            "exec",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-            prompt,
-        ],
-        cwd=workdir,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def chat_requests(fake: FakeHandle) -> list[dict[str, Any]]:
-    return [r["body"] for r in fake.requests() if r["path"] == "/v1/chat/completions"]
-
-
-def tool_turn(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The assistant tool call and the tool message after it in a chat request."""
-    messages = body["messages"]
-    at = next(i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("tool_calls"))
-    return messages[at], messages[at + 1]
-
-
 def served(sink: ListSink) -> list[int]:
     return [r.status for r in sink.records if r.door == "responses"]
-
-
-def explain(done: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
 
 
 def test_codex_runs_a_shell_command_through_the_gateway(

@@ -26,7 +26,7 @@ import pytest
 
 from gateway.config import load_config
 from gateway.edge.access import hash_key
-from gateway.fakes.openrouter import running_openrouter
+from plumbline_kit.fakes.openrouter import running_openrouter
 from tests.harness import free_port, wait_for
 
 pytestmark = pytest.mark.slow

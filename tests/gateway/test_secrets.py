@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from gateway.edge.access import hash_key
-from gateway.fakes.upstream import FakeHandle
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway import scripted
 from tests.gateway.edge.test_access import ListSink, bearer, guarded_app, serving
 from tests.gateway.scripted import scripted_upstream

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from gateway import cli
 from gateway.config import parse_config
 from gateway.errors import ConfigError
-from gateway.fakes.upstream import running_fake
+from plumbline_kit.fakes.upstream import running_fake
 from tests.harness import free_port, wait_for
 
 ANSWER = "the fake says hello"

@@ -1,4 +1,4 @@
-"""Issue 7's planted faults, each flagged without a human looking.
+"""Planted faults in what was served, each flagged without a human looking.
 
 Live faults run through a real gateway against the fault-injecting fake upstream, with the
 watchdog as a record sink (works before the lead's wiring). Where the wiring is still missing
@@ -22,12 +22,12 @@ from evals.result import ItemResult
 from evals.runner import Runner, RunSpec
 from evals.stats import NoiseFloor, ParamsMismatch, against_floor, pair, summarise
 from gateway.config.trust import CHECKS, Threshold, WatchdogConfig
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger import truncation
 from gateway.ledger.record import Record
 from gateway.trust.capture import Capture
 from gateway.trust.gate import decide
 from gateway.trust.watchdog import Watchdog, config_findings
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import config_from, running_gateway
 
 MESSAGES = [{"role": "user", "content": "hello"}]

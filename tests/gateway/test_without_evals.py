@@ -1,4 +1,4 @@
-"""The gateway serves without the `[evals]` extra (issue 17): the real `plumbline serve`, in a
+"""The gateway serves without the `[evals]` extra: the real `plumbline serve`, in a
 process where the eval suite and its packages cannot be imported, in front of the fake upstream.
 
 The blocker is a `sitecustomize` on the child's PYTHONPATH that puts a finder first on
@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.fakes.upstream import FakeHandle
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]

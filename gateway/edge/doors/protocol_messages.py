@@ -53,6 +53,7 @@ POLICY = table(
     Rule("content[type=thinking]", T, "`reasoning_content` of the assistant turn"),
     Rule("content[type=redacted_thinking]", N, "opaque to any engine but its issuer"),
     Rule("content[type=other]", D, "a block the gateway cannot show the model (`document`, …)"),
+    Rule("thread", H, "kept on the gateway's store; `continue` puts the conversation back"),
     Rule("mcp_servers", D, "the gateway connects to no MCP server"),
     Rule("container", D, "no code-execution containers"),
     Rule("anthropic-beta", N, "any value; never refused"),

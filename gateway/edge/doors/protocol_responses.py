@@ -1,13 +1,14 @@
 """Wire model of the OpenAI Responses API request the gateway accepts, and its field policy.
 
-The door is stateless: it translates one request into chat completions and back. `POLICY` is the
-door's field table (doors/policy.py; the README's Responses-door section is rendered from it):
-every field is honoured, translated, inert or dropped-and-marked. A field, item type, content
-part or tool type the table does not name is inert (or dropped and marked where the model would
-otherwise miss content): harnesses add them with every release, and Codex does not retry a 400.
-The door refuses (400) only what it cannot serve without silently changing the request's meaning:
-state it does not keep (`previous_response_id`, `conversation`, `item_reference`, `store: true`,
-`background: true`, stored `prompt`s) and a `tool_choice` forcing a tool it does not run.
+The door translates one request into chat completions and back; the state it keeps (`store`,
+`previous_response_id`, `item_reference`) is on the gateway's own store (`response_state`).
+`POLICY` is the door's field table (doors/policy.py; the README's Responses-door section is
+rendered from it): every field is honoured, translated, inert or dropped-and-marked. A field,
+item type, content part or tool type the table does not name is inert (or dropped and marked
+where the model would otherwise miss content): harnesses add them with every release, and Codex
+does not retry a 400. The door refuses (400) only what it cannot serve without silently changing
+the request's meaning: state it does not keep (`conversation`, `background: true`, stored
+`prompt`s) and a `tool_choice` forcing a tool it does not run.
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ POLICY = table(
     Rule("max_tool_calls", N, "limits hosted tools, which never run here"),
     Rule("background_options", N, ""),
     Rule("context_management", D, "no server-side compaction; the client compacts"),
-    Rule("store", H, "`false`; `true` is a 400 (nothing is stored)"),
+    Rule("store", H, "default `true`: the response is kept on the gateway's store"),
     Rule("background", H, "`false`; `true` is a 400"),
-    Rule("previous_response_id", H, "a 400: nothing is stored; send the whole conversation"),
+    Rule("previous_response_id", H, "its stored input and output go before `input`"),
     Rule("conversation", H, "a 400: nothing is stored; send the whole conversation"),
     Rule("prompt", H, "a 400: stored prompt templates are not kept"),
     Rule("top_k, min_p, seed, …", T, "vLLM sampling extensions, passed through"),
@@ -80,7 +81,7 @@ POLICY = table(
     Rule("input[type=custom_tool_call]", T, 'an assistant tool call with `{"input": …}`'),
     Rule("input[type=custom_tool_call_output]", T, "a `tool` message"),
     Rule("input[type=reasoning]", T, "`reasoning_content` of the next assistant turn"),
-    Rule("input[type=item_reference]", H, "a 400: nothing is stored; send the item itself"),
+    Rule("input[type=item_reference]", H, "the stored item of that id (output or input)"),
     Rule("input[type=tool_search_call]", D, "tool search is not offered (see tools)"),
     Rule("input[type=tool_search_output]", D, ""),
     Rule("input[type=*]", D, "other items (hosted-tool calls, compaction, …)"),
@@ -122,7 +123,6 @@ EXTENSIONS = (
     "chat_template_kwargs",
 )
 REFUSED = {
-    "previous_response_id": "this gateway does not store responses; send the whole conversation",
     "conversation": "this gateway does not store conversations; send the whole conversation",
     "prompt": "stored prompt templates are not supported",
 }
@@ -276,6 +276,7 @@ class ResponsesRequest(_Open):
     include: list[str] | None = None
     stream: bool = False
     store: bool | None = None
+    previous_response_id: str | None = Field(None, max_length=128)
     background: bool | None = None
     truncation: str | None = None
     metadata: dict[str, Any] | None = None
@@ -291,12 +292,6 @@ def check(body: Any) -> ResponsesRequest:
         if body.get(name) is not None:
             raise BadRequest(f"'{name}' is not supported: {reason}.", param=name)
     request = check_model(ResponsesRequest, body)
-    if request.store:
-        raise BadRequest(
-            "'store': true is not supported: this gateway does not store responses; send "
-            "store=false (or omit it) and the whole conversation in 'input'.",
-            param="store",
-        )
     if request.background:
         raise BadRequest("'background': true is not supported.", param="background")
     if isinstance(body["input"], list) and not body["input"] and not request.instructions:

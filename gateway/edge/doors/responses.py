@@ -200,11 +200,11 @@ def _add_call(
 
 
 def _unsupported(kind: Any, where: str) -> str:
-    """The dropped mark of an input item chat has no turn for; an item reference is refused."""
+    """The dropped mark of an input item chat has no turn for; an item reference the door did
+    not resolve (`response_state.resolve` replaces each with its stored item) is refused."""
     if kind == "item_reference":
         raise BadRequest(
-            f"'{where}': items of type 'item_reference' need stored responses, which this "
-            "gateway does not keep; send the item itself.",
+            f"'{where}': an 'item_reference' must name a stored item; send the item itself.",
             param=where,
         )
     known = kind in ("tool_search_call", "tool_search_output")

@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from gateway.config import Config
 from gateway.edge.access import Access, Key, hash_key
 from gateway.edge.app import create_app
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.database import migrate
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway import pg
 from tests.harness import ListSink, config_from
 from tests.harness import serving_app as serving

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.fakes.upstream import FakeHandle
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import ListSink, config_from, free_port, running_gateway, wait_for
 
 

@@ -27,10 +27,10 @@ from evals.result import ItemResult
 from evals.stats import wilson
 from gateway.edge.access import hash_key
 from gateway.edge.console.credentials import basic_password
-from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.ledger.rows import REQUESTS
 from gateway.reports.cost import report_cost
 from gateway.trust.gate import control_pair, decide
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests.harness import config_from, serving, wait_for
 
 ADMIN, CONSOLE, CLIENT = "sk-admin-console-test", "sk-console-test", "sk-client-test"

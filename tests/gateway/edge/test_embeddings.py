@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.fakes.upstream import FakeHandle
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway.edge.test_api import client, gateway_config
 from tests.harness import ListSink, running_gateway
 

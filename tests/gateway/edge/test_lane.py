@@ -17,7 +17,7 @@ from evals.runner import RunSpec, load_run
 from gateway.config import LANE_KEY_VAR
 from gateway.edge.access import hash_key
 from gateway.edge.lane import LaneCredential
-from gateway.fakes.upstream import running_fake
+from plumbline_kit.fakes.upstream import running_fake
 from tests.harness import config_from, free_port, serving, wait_for
 
 CLIENT = "pl-client-key-for-the-lane-tests"

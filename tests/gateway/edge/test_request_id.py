@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from gateway.edge.access import hash_key
-from gateway.fakes.upstream import FakeHandle
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway.scripted import ScriptedUpstream, error, scripted_upstream
 from tests.harness import ListSink, config_from, serving
 

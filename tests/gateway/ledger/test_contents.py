@@ -13,10 +13,10 @@ import openai
 import pytest
 
 from gateway.errors import ConfigError
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.record import Record
 from gateway.ledger.store import Store, capped
 from gateway.trust.capture import Capture, ContentKeeper, StoredContent, TextSampler
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway.edge.test_api import gateway_config
 from tests.harness import config_from, running_gateway
 

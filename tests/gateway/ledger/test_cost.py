@@ -165,8 +165,9 @@ def test_node_cost_per_million_splits_by_output_weight_and_conserves_cost() -> N
 
 
 def test_api_node_ratio_matches_the_reference_economics() -> None:
-    # Reference report: Qwen3.8-27B NVFP4, 147M in + 18M out per node-hour, API $0.42 / $3.00,
-    # Scan list at 70% = $4.40/h -> API bill ~$116 for that hour, about 26-27x the node.
+    # Sqwish Labs' "Blackwell inference benchmarks" economics: Qwen3.8-27B NVFP4, 147M in +
+    # 18M out per node-hour, API $0.42 / $3.00, Scan list at 70% = $4.40/h -> API bill ~$116
+    # for that hour, about 26-27x the node.
     usage = [
         Usage(
             "qwen", "box-a", requests=1000, prompt_tokens=147_000_000, completion_tokens=18_000_000

@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 
-from gateway.fakes.upstream import running_fake
 from gateway.ledger.journal import INTERRUPTED, Journal, recover
 from gateway.ledger.spool import RecordQueue
 from gateway.ledger.store import Store, record_row
+from plumbline_kit.fakes.upstream import running_fake
 from tests.gateway.ledger.test_store import full_record
 from tests.harness import free_port, wait_for
 

@@ -14,10 +14,10 @@ import pytest
 
 from gateway.config import Config
 from gateway.edge.app import create_app
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.quarantine import held, quarantined, write_sorted
 from gateway.ledger.spool import RecordQueue
 from gateway.ledger.store import Store, record_row
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway import pg
 from tests.gateway.ledger.test_store import full_record
 from tests.harness import config_from, serving_app, wait_for

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.edge.app import create_app
-from gateway.fakes.upstream import running_fake
 from gateway.ledger.quarantine import quarantined
+from plumbline_kit.fakes.upstream import running_fake
 from tests.harness import config_from, serving_app
 
 HI = [{"role": "user", "content": "hi"}]

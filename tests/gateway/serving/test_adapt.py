@@ -20,10 +20,10 @@ from gateway.edge.doors.policy import markdown
 from gateway.edge.fields import CHAT_POLICY, COMPLETIONS_POLICY
 from gateway.edge.protocol import ChatRequest, CompletionRequest
 from gateway.errors import ContextExceeded, Unfit
-from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.serving.adapt import adapt, capability_markdown, prompt_bounds
 from gateway.serving.profile import NEUTRAL, params_hash
 from gateway.serving.semantics import Semantics
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 HI = [{"role": "user", "content": "hello"}]
@@ -201,8 +201,8 @@ def test_each_strip_is_logged_once_per_upstream_and_field(caplog: pytest.LogCapt
 def test_llamacpp_gets_its_own_names_and_the_full_sampling_set(
     fake: FakeHandle, fake2: FakeHandle
 ) -> None:
-    """Issue 16: both default arms hashed alike while llama.cpp sampled with its own top_k=40,
-    min_p=0.05, repeat_penalty=1.1; issue 15: max_completion_tokens and json_schema."""
+    """Two default arms once hashed alike while llama.cpp sampled with its own top_k=40,
+    min_p=0.05, repeat_penalty=1.1; and max_completion_tokens and json_schema are adapted."""
     cfg = config(
         {"name": "v", "kind": "vllm", "base_url": fake.base_url},
         {"name": "l", "kind": "llamacpp", "base_url": fake2.base_url},
@@ -235,7 +235,7 @@ def test_llamacpp_gets_its_own_names_and_the_full_sampling_set(
 
 
 def test_an_api_upstream_is_not_sent_vllm_only_fields(fake: FakeHandle) -> None:
-    """Issue 16: a direct `openai` upstream was sent top_k and friends and said nothing."""
+    """A direct `openai` upstream was once sent top_k and friends and said nothing."""
     cfg = config(
         {"name": "api", "kind": "openai", "base_url": fake.base_url},
         models={"q": {"profile": "qwen3-instruct", "upstreams": ["api"]}},

@@ -12,11 +12,11 @@ import pytest
 
 from gateway.config import Config, Profile, builtin_profiles
 from gateway.errors import ConfigError
-from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.serving.adapt import Adapted, adapt
 from gateway.serving.capability import carrier_of
 from gateway.serving.profile import apply_profile
 from gateway.serving.semantics import NEUTRAL
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests.harness import config_from, running_gateway
 
 HI = [{"role": "user", "content": "hello"}]

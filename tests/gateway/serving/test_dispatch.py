@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from gateway.edge.app import create_app
-from gateway.fakes.upstream import FakeHandle
 from gateway.serving.upstream import _retry_after
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import ListSink, config_from, serving_server
 
 BODY = {"model": "smol", "messages": [{"role": "user", "content": "hello there"}]}

@@ -10,9 +10,9 @@ import openai
 import pytest
 
 from gateway.config import Upstream
-from gateway.fakes.upstream import FakeHandle
 from gateway.serving.engine import Engines, fingerprint
 from gateway.serving.wire import Wire
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 MESSAGES = [{"role": "user", "content": "hello"}]

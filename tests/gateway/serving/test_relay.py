@@ -13,8 +13,8 @@ import openai
 import orjson
 import pytest
 
-from gateway.fakes.upstream import FakeHandle
 from gateway.serving.accounting import prompt_estimate
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import ListSink, config_from, running_gateway
 
 MESSAGES = [{"role": "user", "content": "say hello to the relay"}]

@@ -8,10 +8,10 @@ import httpx
 import openai
 import orjson
 
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.record import Record
 from gateway.serving.responses_tap import ResponsesStreamTap
 from gateway.trust.capture import Capture, ContentKeeper, StoredContent
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import ListSink, config_from, running_gateway, wait_for
 
 

@@ -17,9 +17,9 @@ import sqlalchemy as sa
 
 from evals.result import ItemResult
 from evals.runner import RunSpec
-from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.ledger.store import Store
 from gateway.trust.schedule import EvalScheduler
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests.harness import ListSink, config_from, running_gateway, serving
 
 HI: Any = [{"role": "user", "content": "hi"}]

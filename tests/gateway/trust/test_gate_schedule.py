@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from evals.result import ItemResult
 from evals.runner import load_run
 from gateway import cli
-from gateway.fakes.upstream import running_fake
 from gateway.ledger.rows import ROUNDS
 from gateway.ledger.store import Store
 from gateway.trust.schedule import EvalScheduler
+from plumbline_kit.fakes.upstream import running_fake
 from tests.harness import config_from, free_port, serving, wait_for
 
 

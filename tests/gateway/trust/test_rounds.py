@@ -11,11 +11,11 @@ import httpx
 import openai
 
 from gateway.config import parse_config
-from gateway.fakes.upstream import running_fake
 from gateway.ledger.rounds import latest_rounds
 from gateway.ledger.store import Store
 from gateway.reports.health import report_health
 from gateway.trust.rounds import failure_of
+from plumbline_kit.fakes.upstream import running_fake
 from tests.gateway.edge.test_lane import ADMIN, keyed_config
 from tests.harness import serving
 

@@ -14,7 +14,6 @@ import sqlalchemy as sa
 
 from gateway.config import Price
 from gateway.config.trust import ShadowConfig
-from gateway.fakes.upstream import FakeHandle, running_fake
 from gateway.ledger.record import Record
 from gateway.ledger.rows import SHADOW_USAGE
 from gateway.ledger.store import Store, record_row
@@ -23,6 +22,7 @@ from gateway.serving.semantics import Semantics
 from gateway.serving.wire import Wire
 from gateway.trust.capture import Capture
 from gateway.trust.shadow import DailyBudget, ShadowMirror, most_it_can_cost
+from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests.harness import config_from, running_gateway, wait_for
 
 MESSAGES = [{"role": "user", "content": "hello"}]

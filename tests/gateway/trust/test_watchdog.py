@@ -11,7 +11,6 @@ import openai
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.config.trust import Threshold, WatchdogConfig
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.record import Record
 from gateway.trust.watchdog import (
     Watchdog,
@@ -19,6 +18,7 @@ from gateway.trust.watchdog import (
     annotate,
     config_findings,
 )
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.harness import config_from, running_gateway
 
 ADD = {

@@ -18,8 +18,8 @@ from gateway.edge.doors import messages, messages_edits, protocol_messages
 from gateway.edge.doors.messages_stream import MessagesTranslator
 from gateway.edge.doors.policy import HEADER, markdown
 from gateway.errors import BadRequest, UpstreamUnavailable
-from gateway.fakes.upstream import FakeHandle
 from gateway.serving.adapt import CLAMPED_HEADER, prompt_bounds
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway.edge.doors.test_responses import (
     chats,
     essence,

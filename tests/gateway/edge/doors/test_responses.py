@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from gateway.edge.doors import response_object
 from gateway.edge.doors.responses import chat_request
 from gateway.edge.doors.responses_stream import ResponsesTranslator
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.record import Record
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway.edge.test_api import client, gateway_config
 from tests.harness import ListSink, running_gateway
 
@@ -213,7 +213,6 @@ def test_upstream_break_mid_stream_ends_with_failed(fake: FakeHandle, gateway: A
             400,
             "previous_response_id",
         ),
-        ({"model": "smol", "input": "x", "store": True}, 400, "store"),
         ({"model": "smol", "input": "x", "background": True}, 400, "background"),
         ({"model": "smol", "input": 7}, 400, "input"),
         ({"model": "smol", "input": "x", "temperature": 9}, 400, "temperature"),

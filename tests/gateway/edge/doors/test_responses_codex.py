@@ -17,8 +17,8 @@ import pytest
 from gateway.edge.doors import protocol_responses
 from gateway.edge.doors.policy import markdown
 from gateway.edge.doors.responses_stream import ResponsesTranslator
-from gateway.fakes.upstream import FakeHandle
 from gateway.ledger.record import Record
+from plumbline_kit.fakes.upstream import FakeHandle
 from tests.gateway.edge.test_api import gateway_config
 from tests.harness import ListSink, running_gateway
 
@@ -358,7 +358,6 @@ def test_unknown_fields_items_parts_and_tools_never_400(fake: FakeHandle, gatewa
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"conversation": "conv_1"}, "conversation"),
-        ({"store": True}, "store"),
         ({"background": True}, "background"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference"),
         ({"tool_choice": {"type": "web_search"}}, "does not run"),
