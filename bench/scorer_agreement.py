@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from evals.families import ifeval, ifeval_probes, tools, tools_probes  # noqa: E402
 from evals.item import Item, Reply  # noqa: E402
-from gateway.trust.degeneration import reply_degeneration  # noqa: E402
+from gateway.serving.degeneration import reply_degeneration  # noqa: E402
 
 THINK = "<think>Let me think, then answer.</think>"
 # The reference's argument names -> the suite's own, for the ifeval kinds of earlier revisions.

@@ -8,7 +8,7 @@ Starts the fake upstream (`plumbline_kit.fakes.upstream`, 16 tokens an answer, u
 receiver and one `plumbline serve` per setting (no record store, one worker); each round sends
 `--concurrency` workers' requests back to back for `--seconds`, whole answers then streamed ones,
 and reports requests/s and the gateway's CPU per request (µs, utime + stime of its process tree over
-the requests it served). Prints a Markdown table. """
+the requests it served). Prints a Markdown table."""
 
 from __future__ import annotations
 

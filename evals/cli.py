@@ -12,6 +12,18 @@ import typer
 
 from evals import runner
 from evals.dataset import SCORERS
+from evals.options import (
+    ApiKey,
+    BaseUrl,
+    Datasets,
+    Keep,
+    KeepConfig,
+    ReasoningGym,
+    RunsDir,
+    Targets,
+    Tripwire,
+    TripwireMaxWrong,
+)
 from evals.result import ItemResult
 
 if TYPE_CHECKING:
@@ -20,19 +32,6 @@ if TYPE_CHECKING:
     from gateway.ledger.store import Store
 
 app = typer.Typer(no_args_is_help=True, help="Evaluate targets through the gateway.")
-
-BaseUrl = Annotated[str, typer.Option(help="The gateway's OpenAI base URL")]
-Targets = Annotated[list[str], typer.Option("--target", "-t", help="A model name on the gateway")]
-RunsDir = Annotated[Path, typer.Option(help="Where runs are kept")]
-ApiKey = Annotated[
-    str | None,
-    typer.Option(
-        envvar="PLUMBLINE_API_KEY",
-        show_envvar=True,
-        help="A client key of the gateway (where its /v1 needs one). Default: the eval lane's "
-        "credential named by [evals].lane_key_env in --config, when set",
-    ),
-]
 
 DEFAULT_URL = "http://127.0.0.1:8400/v1"
 KEY_HINT = "give --api-key (or PLUMBLINE_API_KEY), or --config with [evals].lane_key_env set"
@@ -50,42 +49,13 @@ def run_cmd(
     resume: Annotated[str | None, typer.Option(help="Run id to resume")] = None,
     window: Annotated[int | None, typer.Option(help="Long-context window in tokens")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Cap per answer (default: none)")] = None,
-    dataset: Annotated[
-        list[str] | None,
-        typer.Option(help="FILE.jsonl:SCORER, repeatable (scorers: see evals/dataset.py)"),
-    ] = None,
-    reasoning_gym: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Of the math items, this many from reasoning-gym's generators at hard "
-            "settings (needs pip install reasoning-gym)",
-        ),
-    ] = 0,
-    keep: Annotated[
-        bool,
-        typer.Option(
-            "--keep",
-            help="Also keep the results in the gateway's store (see --config), where "
-            "eval report --from-store finds them, as it finds scheduled runs",
-        ),
-    ] = False,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            help="Gateway config whose store --keep writes to (default: $PLUMBLINE_CONFIG), "
-            "and whose [evals].lane_key_env names the eval lane's credential"
-        ),
-    ] = None,
+    dataset: Datasets = None,
+    reasoning_gym: ReasoningGym = 0,
+    keep: Keep = False,
+    config: KeepConfig = None,
     api_key: ApiKey = None,
-    tripwire: Annotated[
-        bool,
-        typer.Option(help="Run the tripwire on each target first; one that fails is not scored"),
-    ] = True,
-    tripwire_max_wrong: Annotated[
-        int | None,
-        typer.Option(help="Wrong tripwire answers that fail a target (default: only collapse)"),
-    ] = None,
+    tripwire: Tripwire = True,
+    tripwire_max_wrong: TripwireMaxWrong = None,
 ) -> None:
     """Run a suite (default | smoke | none) and/or user datasets; resumable with --resume.
     The tripwire goes first (--no-tripwire to skip): a target that fails it is not scored."""
@@ -97,14 +67,6 @@ def run_cmd(
         else {}
     )
     passed = [t for t in target if t not in verdicts or verdicts[t].passed]
-    datasets = []
-    for entry in dataset or []:
-        path, _, scorer = entry.rpartition(":")
-        if not path or scorer not in SCORERS:
-            raise typer.BadParameter(
-                f"{entry!r}: expected FILE:SCORER with SCORER one of {', '.join(SCORERS)}"
-            )
-        datasets.append((Path(path), scorer))
     spec = runner.RunSpec(
         base_url=base_url,
         targets=passed,
@@ -116,7 +78,7 @@ def run_cmd(
         run_id=resume,
         window=window,
         max_tokens=max_tokens,
-        datasets=datasets,
+        datasets=_datasets(dataset or []),
         reasoning_gym=reasoning_gym,
         api_key=key,
         tripwire={t: r.to_dict() for t, r in verdicts.items()},
@@ -125,26 +87,47 @@ def run_cmd(
         _keep_tripwire(store, verdicts, resume or "unscored", "eval run")
         raise typer.BadParameter("every target failed the tripwire: nothing to score")
     try:
-        try:
-            run_dir = runner.run(spec)
-        except ValueError as e:  # what was asked cannot be run: said, not a traceback
-            raise typer.BadParameter(str(e)) from None
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
-            raise typer.BadParameter(
-                f"the gateway refused the key (HTTP {e.status_code}: {runner.said(e)}); {KEY_HINT}"
-            ) from None
-        meta, results = runner.load_run(run_dir)
-        typer.echo(f"run {meta['run']}: {len(results)} results in {run_dir}")
-        sandboxed = meta.get("sandbox") or {}  # runs from before the sandbox was reported lack it
-        typer.echo(f"code sandbox: {sandboxed.get('refused') or sandboxed.get('isolation')}")
-        if store is not None:
-            store.write_eval_results([r.to_dict() for r in results], time.time())
-            _keep_tripwire(store, verdicts, meta["run"], "eval run")
-            typer.echo(f"kept in the store: eval report {meta['run']} --from-store")
+        results = _run(spec, store, verdicts)
     finally:
         if store is not None:
             store.close()
     _print_summary(results)
+
+
+def _datasets(entries: list[str]) -> list[tuple[Path, str]]:
+    """--dataset FILE:SCORER entries as (path, scorer)."""
+    datasets = []
+    for entry in entries:
+        path, _, scorer = entry.rpartition(":")
+        if not path or scorer not in SCORERS:
+            raise typer.BadParameter(
+                f"{entry!r}: expected FILE:SCORER with SCORER one of {', '.join(SCORERS)}"
+            )
+        datasets.append((Path(path), scorer))
+    return datasets
+
+
+def _run(
+    spec: runner.RunSpec, store: Store | None, verdicts: dict[str, TripwireReport]
+) -> list[ItemResult]:
+    """The run, said as it ends (and kept in `store`, with the tripwire's verdicts)."""
+    try:
+        run_dir = runner.run(spec)
+    except ValueError as e:  # what was asked cannot be run: said, not a traceback
+        raise typer.BadParameter(str(e)) from None
+    except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+        raise typer.BadParameter(
+            f"the gateway refused the key (HTTP {e.status_code}: {runner.said(e)}); {KEY_HINT}"
+        ) from None
+    meta, results = runner.load_run(run_dir)
+    typer.echo(f"run {meta['run']}: {len(results)} results in {run_dir}")
+    sandboxed = meta.get("sandbox") or {}  # runs from before the sandbox was reported lack it
+    typer.echo(f"code sandbox: {sandboxed.get('refused') or sandboxed.get('isolation')}")
+    if store is not None:
+        store.write_eval_results([r.to_dict() for r in results], time.time())
+        _keep_tripwire(store, verdicts, meta["run"], "eval run")
+        typer.echo(f"kept in the store: eval report {meta['run']} --from-store")
+    return results
 
 
 def _tripwire(

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from evals.result import ItemResult
 from evals.stats import Summary, summarise
+from gateway.ledger.cost import active_hour_cost, busy_hours
 
 if TYPE_CHECKING:
     from gateway.config import Config, Node
@@ -48,8 +49,6 @@ def price_nodes(
 ) -> list[ItemResult]:
     """`results` with a node-hours cost on every unpriced item a node's upstream answered
     (with its timing known); every other item unchanged (see the module doc)."""
-    from gateway.ledger.cost import active_hour_cost, busy_hours
-
     served: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(results):
         node = node_of.get(r.upstream)

@@ -27,7 +27,7 @@ import asyncio
 import hashlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -193,6 +193,36 @@ class Runner:
                 error_class=f"http_{e.status_code}",
                 error=f"HTTP {e.status_code}: {said(e)}"[:500],
             )
+        reply = reply_from(chat)
+        answered = self._answered(target, base, chat, headers, elapsed, sent)
+        try:
+            verdict = await asyncio.to_thread(families.score, item, reply)
+        except Exception as e:  # a scorer that fails on one reply: that item errs, the run goes on
+            return ItemResult(
+                **answered,
+                outcome="error",
+                error_class=getattr(e, "error_class", "scorer"),  # e.g. sandbox_refused
+                error=f"{type(e).__name__}: {e}"[:500],
+            )
+        return ItemResult(
+            **answered,
+            outcome=verdict.outcome,
+            parts=dict(verdict.parts),
+            detail=verdict.detail[:DETAIL_CHARS],
+        )
+
+    def _answered(
+        self,
+        target: str,
+        base: dict[str, Any],
+        chat: dict[str, Any],
+        headers: Mapping[str, str],
+        elapsed: float,
+        sent: float,
+    ) -> dict[str, Any]:
+        """An answered item's result fields (its score aside), from the reply and the gateway's
+        headers; the target's fingerprints (upstream, provider, params, engine) noted."""
+        reply = reply_from(chat)
         fp = self.fingerprints[target]
         for key, header in (
             ("upstream", "x-plumbline-upstream"),
@@ -202,9 +232,8 @@ class Runner:
         ):
             if headers.get(header):
                 fp[key].add(headers[header])
-        reply = reply_from(chat)
         cost = headers.get("x-plumbline-cost-usd")
-        answered: dict[str, Any] = {
+        return {
             **base,
             "started": sent,  # the attempt that was answered (a retried item's last)
             "finish_reason": reply.finish_reason,
@@ -222,21 +251,6 @@ class Runner:
             "unsent": headers.get("x-plumbline-unsent", ""),
             "accepted": headers.get("x-plumbline-accepted-unequal", ""),
         }
-        try:
-            verdict = await asyncio.to_thread(families.score, item, reply)
-        except Exception as e:  # a scorer that fails on one reply: that item errs, the run goes on
-            return ItemResult(
-                **answered,
-                outcome="error",
-                error_class=getattr(e, "error_class", "scorer"),  # e.g. sandbox_refused
-                error=f"{type(e).__name__}: {e}"[:500],
-            )
-        return ItemResult(
-            **answered,
-            outcome=verdict.outcome,
-            parts=dict(verdict.parts),
-            detail=verdict.detail[:DETAIL_CHARS],
-        )
 
     # -- the whole run -------------------------------------------------------------------
     async def served_window(self, target: str) -> int | None:
@@ -267,29 +281,7 @@ class Runner:
             if results_path.exists()
             else set()
         )
-        meta = {
-            "run": self.run_id,
-            "targets": spec.targets,
-            "suite": spec.suite,
-            "seed": spec.seed,
-            "reasoning_gym": spec.reasoning_gym,
-            "items": len(items),
-            "items_digest": items_digest(items),
-            "datasets": [
-                {
-                    "path": str(path),
-                    "scorer": scorer,
-                    "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                }
-                for path, scorer in spec.datasets
-            ],
-            "window": window,
-            "max_tokens": spec.max_tokens,
-            "timeout_s": spec.timeout_s,
-            # What code items run under here (or why they are refused), see docs/sandbox.md.
-            "sandbox": sandbox.describe(),
-            "started": time.time(),
-        }
+        meta = self._meta(items, window)
         if spec.tripwire:
             meta["tripwire"] = spec.tripwire
         self._write_meta(meta)
@@ -320,6 +312,33 @@ class Runner:
         self._write_meta(meta)
         await self.client.close()
         return self.dir
+
+    def _meta(self, items: list[Item], window: int | None) -> dict[str, Any]:
+        """run.json as the run starts: what was asked, of which items, under which sandbox."""
+        spec = self.spec
+        return {
+            "run": self.run_id,
+            "targets": spec.targets,
+            "suite": spec.suite,
+            "seed": spec.seed,
+            "reasoning_gym": spec.reasoning_gym,
+            "items": len(items),
+            "items_digest": items_digest(items),
+            "datasets": [
+                {
+                    "path": str(path),
+                    "scorer": scorer,
+                    "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                }
+                for path, scorer in spec.datasets
+            ],
+            "window": window,
+            "max_tokens": spec.max_tokens,
+            "timeout_s": spec.timeout_s,
+            # What code items run under here (or why they are refused), see docs/sandbox.md.
+            "sandbox": sandbox.describe(),
+            "started": time.time(),
+        }
 
     def _write_meta(self, meta: dict[str, Any]) -> None:
         path = self.dir / "run.json"

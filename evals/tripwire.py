@@ -11,7 +11,7 @@ model's own chat template (the chat endpoint) and gets one of three verdicts:
                  cannot be vouched for
 
 The detector (`degeneration`) looks for collapse, not for bad answers; its rules are in
-`gateway/trust/degeneration.py` (the watchdog reads it on live answers too).
+`gateway/serving/degeneration.py` (the watchdog reads it on live answers too).
 
 A configuration is `degenerate` when more than `max_degenerate` prompts are, else `error` when
 any prompt got no answer, else `wrong` when more than `max_wrong` are (never, with `max_wrong`
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from evals.section import Section
-from gateway.trust.degeneration import degeneration
+from gateway.serving.degeneration import degeneration
 
 Verdict = Literal["ok", "degenerate", "wrong", "error"]
 VERDICTS: tuple[Verdict, ...] = ("ok", "degenerate", "wrong", "error")

@@ -24,9 +24,15 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway.telemetry import OPERATIONS
-
 _PROPAGATOR = TraceContextTextMapPropagator()
+# The front door -> `gen_ai.operation.name` (the GenAI conventions' well-known values).
+OPERATIONS = {
+    "chat": "chat",
+    "responses": "chat",
+    "messages": "chat",
+    "completions": "text_completion",
+    "embeddings": "embeddings",
+}
 # An upstream's `kind` -> `gen_ai.provider.name` (an OpenAI-compatible API is "openai").
 _PROVIDERS = {"openai": "openai", "vllm": "vllm", "llamacpp": "llama.cpp"}
 

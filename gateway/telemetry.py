@@ -19,15 +19,6 @@ from typing import Any, Protocol
 
 EXTRA = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
 
-# The front door -> `gen_ai.operation.name` (the GenAI conventions' well-known values).
-OPERATIONS = {
-    "chat": "chat",
-    "responses": "chat",
-    "messages": "chat",
-    "completions": "text_completion",
-    "embeddings": "embeddings",
-}
-
 
 class Trace(Protocol):
     """One request's trace: its root span, and the attempt under way."""

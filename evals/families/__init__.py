@@ -32,6 +32,7 @@ from types import ModuleType
 from typing import Any
 
 from evals.item import Item, Reply, Verdict
+from gateway.serving.degeneration import reply_degeneration
 
 Builder = Callable[..., list[Item]]
 Scorer = Callable[[Item, Reply], Verdict]
@@ -102,8 +103,6 @@ def score(item: Item, reply: Reply) -> Verdict:
 
     Collapse is checked first: a model looping until the cap is degenerate, not merely truncated.
     """
-    from gateway.trust.degeneration import reply_degeneration
-
     collapse = reply_degeneration(reply.content, reply.reasoning)
     if collapse is not None:
         return Verdict("degenerate", str(collapse))

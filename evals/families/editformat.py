@@ -34,7 +34,7 @@ from evals import editblock
 from evals.families.editformat_tasks import TASKS, Task
 from evals.item import Item, Reply, Verdict
 from evals.sandbox import Limits, run_python
-from gateway.trust.degeneration import reply_degeneration
+from gateway.serving.degeneration import reply_degeneration
 
 NAME = "editformat"
 PARTS = ("well_formed", "applies", "applies_lenient", "tests_pass")

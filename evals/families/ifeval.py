@@ -32,7 +32,7 @@ import random
 from evals.families.ifeval_instructions import DRAWS
 from evals.families.ifeval_registry import conflicts, describe, follows, offline_ids
 from evals.item import Item, Reply, Verdict
-from gateway.trust.degeneration import reply_degeneration
+from gateway.serving.degeneration import reply_degeneration
 
 NAME = "ifeval"
 PARTS = ("strict", "loose")

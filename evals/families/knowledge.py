@@ -33,7 +33,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from evals.item import Item, Outcome, Reply, Verdict
-from gateway.trust.degeneration import reply_degeneration
+from gateway.serving.degeneration import reply_degeneration
 
 NAME = "knowledge"
 DEFAULT_N = 60

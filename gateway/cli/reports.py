@@ -50,7 +50,7 @@ def report_cost_cmd(
     ] = "client",
 ) -> None:
     """Per model and upstream: requests, tokens by kind, $/M tokens, API/node ratio, rates."""
-    from gateway.ledger.report import report_cost
+    from gateway.reports.cost import report_cost
 
     _report(
         functools.partial(report_cost, lane=lane), config, since, output_format(format, csv, json)
@@ -67,7 +67,7 @@ def report_health_cmd(
 ) -> None:
     """Every upstream: traffic, failed calls, watchdog rates (truncation by the upstream and
     client-capped, leaks, degenerate, tool calls, provider, drift)."""
-    from gateway.ledger.health_report import report_health
+    from gateway.reports.health import report_health
 
     _report(report_health, config, since, output_format(format, csv, json))
 
@@ -81,7 +81,7 @@ def report_shadow_cmd(
     json: JsonFlag = False,
 ) -> None:
     """Shadow traffic: agreement with the primary, tokens, latency and cost of the shadow."""
-    from gateway.trust.shadow_report import report_shadow
+    from gateway.reports.shadow import report_shadow
 
     _report(report_shadow, config, since, output_format(format, csv, json))
 

@@ -7,18 +7,14 @@ which cross-checks the model names a key may use.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import Field, PrivateAttr
 
-Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from gateway.config.frozen import Frozen, Name
 
 
-class ApiKey(_Frozen):
+class ApiKey(Frozen):
     """One key, by the hex sha256 of its plaintext (never the key itself)."""
 
     # The key's name in records, metrics and budgets (never the key).
@@ -36,7 +32,7 @@ class ApiKey(_Frozen):
     window_s: float = Field(60.0, gt=0)
 
 
-class AccessConfig(_Frozen):
+class AccessConfig(Frozen):
     keys: list[ApiKey] = Field(default_factory=list)
     # Also accept keys created through the admin API (the store's `keys` table).
     store_keys: bool = False

@@ -1,20 +1,18 @@
 """Config of `[prices.UPSTREAM]` and `[nodes.NAME]`: what tokens and nodes cost
 (gateway/ledger/cost.py).
-Same rules as gateway/config/__init__.py.
+Same rules as gateway/config/frozen.py.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gateway.config.frozen import Frozen
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Price(_Frozen):
+class Price(Frozen):
     """USD per million tokens. Cached input is priced at its own rate, never also at `input`."""
 
     # USD per million prompt tokens not served from the provider's cache.
@@ -27,7 +25,7 @@ class Price(_Frozen):
     drift_threshold: float = Field(0.05, ge=0)
 
 
-class Node(_Frozen):
+class Node(Frozen):
     """A machine that runs local replicas, and what an hour of it costs."""
 
     # What an hour of the node costs, in `currency`.

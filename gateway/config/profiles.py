@@ -1,6 +1,6 @@
 """Config of `[profiles.NAME]`: a model's vendor serving recipe (built-ins: gateway/profiles.toml).
 
-Same rules as gateway/config/__init__.py (frozen, unknown keys are errors).
+Same rules as gateway/config/frozen.py (frozen, unknown keys are errors).
 gateway/serving/profile.py applies a
 profile to requests; deploy/ launches replicas from it.
 """
@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gateway.config.frozen import Frozen
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Sampling(_Frozen):
+class Sampling(Frozen):
     """The vendor's recommended sampling values, filled in where the client set none."""
 
     # Each is the OpenAI / vLLM field of the same name; unset: the client's or the server's.
@@ -29,7 +27,7 @@ class Sampling(_Frozen):
     repetition_penalty: float | None = Field(None, gt=0)
 
 
-class Profile(_Frozen):
+class Profile(Frozen):
     """A model's vendor serving recipe: used when launching replicas and on every request."""
 
     # Where the recipe comes from (vendor model card / docs).

@@ -25,6 +25,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from gateway.config.tree import Config
+
 _FIELD = re.compile(r"^    (\w+)\s*:")
 _BOUNDS = {
     annotated_types.Ge: ">=",
@@ -202,8 +204,6 @@ def _cell(text: str) -> str:
 
 def render() -> str:
     """docs/configuration.md."""
-    from gateway.config import Config
-
     out = [
         "# Configuration reference",
         "",

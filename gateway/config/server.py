@@ -1,5 +1,5 @@
 """Config of `[server]` (the HTTP edge's limits and timeouts, retries, cool-down, health
-probes, affinity) and `[store]` (the record store). Same rules as gateway/config/__init__.py
+probes, affinity) and `[store]` (the record store). Same rules as gateway/config/frozen.py
 (frozen, unknown keys are errors).
 """
 
@@ -7,14 +7,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gateway.config.frozen import Frozen
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ServerConfig(_Frozen):
+class ServerConfig(Frozen):
     # Address the gateway listens on (127.0.0.1: this machine only; 0.0.0.0: every interface).
     host: str = "127.0.0.1"
     # TCP port of the OpenAI-compatible API, /health, /metrics and the console.
@@ -76,7 +74,7 @@ class ServerConfig(_Frozen):
     max_inflight_per_upstream: int = Field(0, ge=0)
 
 
-class StoreConfig(_Frozen):
+class StoreConfig(Frozen):
     # Keep a record of every request in the store (metrics are kept either way).
     enabled: bool = True
     # SQLAlchemy URL; relative sqlite paths are resolved against the config file's folder.

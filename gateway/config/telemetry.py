@@ -4,15 +4,15 @@ unknown keys are errors)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gateway.config.frozen import Frozen
 
 
-class TelemetryConfig(BaseModel):
+class TelemetryConfig(Frozen):
     """OpenTelemetry traces: one per request, a child span per upstream attempt, GenAI semantic
     conventions, sent over OTLP/HTTP. Off (and nothing of OpenTelemetry loaded) without an
     endpoint; on, it needs the `telemetry` extra (`pip install 'plumbline[telemetry]'`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     # The collector's OTLP/HTTP traces URL (http://127.0.0.1:4318/v1/traces); none: tracing off.
     endpoint: str | None = Field(None, pattern=r"^https?://")

@@ -6,20 +6,18 @@
     (gateway/trust/shadow.py)
     [models.NAME.gate]          "cheapest within the noise floor" (gateway/trust/gate.py)
 
-Same rules as gateway/config/__init__.py: frozen, unknown keys are errors. `cross_check` names every
+Same rules as gateway/config/frozen.py: frozen, unknown keys are errors. `cross_check` names every
 problem with the names of the rest of the config (the config module calls it from its validator).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Mapping
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-if TYPE_CHECKING:
-    from gateway.config import Config
-
-Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
+from gateway.config.frozen import Frozen, Name
 
 CHECKS = (
     "truncation",
@@ -34,11 +32,7 @@ CHECKS = (
 CONFIG_CHECKS = ("sampling_parity", "thinking_mismatch")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Threshold(_Frozen):
+class Threshold(Frozen):
     """A check trips when `rate` or more of the last `window` relevant responses are flagged,
     once at least `min_samples` were seen; it recovers below `rate * recover_factor`."""
 
@@ -50,7 +44,7 @@ class Threshold(_Frozen):
     demote: bool = True
 
 
-class WatchdogConfig(_Frozen):
+class WatchdogConfig(Frozen):
     """Live checks per upstream on the answers it gives (gateway/trust/watchdog.py)."""
 
     # Run the checks at all.
@@ -79,7 +73,7 @@ class WatchdogConfig(_Frozen):
         return threshold
 
 
-class ShadowConfig(_Frozen):
+class ShadowConfig(Frozen):
     """Mirror a sampled share of a route's live requests to another upstream."""
 
     # The upstream that gets the copies.
@@ -100,7 +94,7 @@ class ShadowConfig(_Frozen):
         return self
 
 
-class GateConfig(_Frozen):
+class GateConfig(Frozen):
     """Route policy "cheapest within the noise floor"."""
 
     # The upstream run twice for the noise-floor control (default: the route's first).
@@ -123,11 +117,11 @@ class GateConfig(_Frozen):
     prices: dict[Name, float] = Field(default_factory=dict)
 
 
-def cross_check(config: Config) -> list[str]:
-    """Problems naming unknown upstreams in shadow and gate sections (empty when none)."""
+def cross_check(models: Mapping[str, Any], known: set[str]) -> list[str]:
+    """Problems in the routes' (`models`) shadow and gate sections naming upstreams not in
+    `known` or not in the route (empty when none)."""
     problems: list[str] = []
-    known = {u.name for u in config.upstreams}
-    for model, route in config.models.items():
+    for model, route in models.items():
         shadow: ShadowConfig | None = getattr(route, "shadow", None)
         if shadow is not None:
             if shadow.upstream not in known:

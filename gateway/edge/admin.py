@@ -110,7 +110,7 @@ async def reload(request: Request, access: AdminAccess) -> Response:
 
 
 async def report(request: Request, access: AdminAccess, since: str = "24h") -> Response:
-    from gateway.ledger.report import report_cost
+    from gateway.reports.cost import report_cost
 
     gw = request.app.state.gateway
     try:

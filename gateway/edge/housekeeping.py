@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from gateway.ledger.report import window_economics
+from gateway.ledger.window import window_economics
 from gateway.serving.upstream import probe
 from gateway.trust.gate import GateBook, SharedGateBook
 

@@ -89,7 +89,7 @@ class Record:
     tool_calls: int = 0
     # Trust flags (gateway/trust/watchdog.py, gateway/trust/shadow.py).
     sampled: bool = False  # the answer text was captured and checked for degeneration
-    degenerate: bool = False  # the sampled answer tripped gateway.trust.degeneration
+    degenerate: bool = False  # the sampled answer tripped gateway.serving.degeneration
     tool_call_error: str | None = None  # invalid_json | unknown_tool | schema (first problem)
     provider_mismatch: bool = False  # answered by a provider other than the pinned one
     cost_drift: bool = False  # charged cost differs from the computed one beyond the threshold

@@ -247,8 +247,8 @@ class RecordQueue:
         if first is _STOP:
             return self._drain(), True
         # Let the batch gather while not waiting on the queue: a thread blocked in `get` is
-        # woken (a futex call and a GIL hand-over) by every `put`, which cost the request path
-        # about 100 µs a record at a few hundred requests a second.
+        # woken (a futex call and a GIL hand-over) by every `put`, a cost on the request path
+        # for every record.
         if self._q.qsize() < self.batch_size - 1:  # a full batch is already waiting
             _time.sleep(self.flush_interval_s)
         batch = [first]

@@ -33,7 +33,6 @@ import json
 import logging
 import time as _time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from gateway.config import Config
 from gateway.ledger import responses_store
+from gateway.ledger.columns import typed_row
+from gateway.ledger.content import Content as Content
+from gateway.ledger.content import capped as capped
 from gateway.ledger.cost import Usage
 from gateway.ledger.database import create_engine, migrate, resolve_url, writing
 from gateway.ledger.partitions import DAY, PARTITIONS, day_start, partition_day, partition_ddl
@@ -63,41 +65,9 @@ log = logging.getLogger(__name__)
 ROUND_LOCK = 0x706C756D
 
 
-@dataclass(frozen=True, slots=True)
-class Content:
-    """What the client sent and got back, for the `contents` table."""
-
-    request_id: str
-    time: float
-    prompt: str | None
-    response: str | None
-
-    def as_row(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "time": self.time,
-            "prompt": self.prompt,
-            "response": self.response,
-        }
-
-
-def capped(data: bytes | str | None, max_bytes: int) -> str | None:
-    """A stored content field: `data` as text (UTF-8, undecodable bytes replaced), at most
-    `max_bytes` bytes of it, a longer one cut there and marked with how long it was."""
-    if data is None:
-        return None
-    raw = data.encode() if isinstance(data, str) else data
-    if len(raw) <= max_bytes:
-        return raw.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    kept = raw[:max_bytes].decode("utf-8", "ignore")  # a character cut in two is left out
-    return f"{kept}\n[plumbline: truncated at {max_bytes} of {len(raw)} bytes]"
-
-
 def record_row(record: Record) -> dict[str, Any]:
     """A record as a `requests` row: JSON-serialisable, attempts as JSON text, every value of
     its column's type (`gateway.ledger.columns.typed_row`)."""
-    from gateway.ledger.columns import typed_row  # columns imports the rows this module uses
-
     return typed_row(record)
 
 
@@ -147,7 +117,7 @@ class Store:
     def _insert_sql(self, table: sa.Table) -> tuple[str, tuple[str, ...]]:
         """A plain `INSERT … ON CONFLICT DO NOTHING` for the driver's executemany. Every column
         is a scalar the drivers adapt themselves, so SQLAlchemy's per-row parameter processing
-        (about 100 µs a row, on the store thread) buys nothing here."""
+        (a cost per row, on the store thread) buys nothing here."""
         cached = self._inserts.get(table.name)
         if cached is None:
             columns = tuple(c.name for c in table.columns)

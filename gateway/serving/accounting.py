@@ -17,8 +17,8 @@ import orjson
 from gateway.errors import MalformedStream, UpstreamStreamError
 from gateway.ledger.record import Record
 from gateway.serving.adapt import PER_MESSAGE, chat_size, token_ids
+from gateway.serving.hooks import AnswerSink
 from gateway.serving.reasoning import split_text
-from gateway.trust.capture import Capture
 
 # UTF-8 bytes a token for the estimate: between `adapt.prompt_bounds`' two divisors.
 ESTIMATE_DIVISOR = 4
@@ -155,7 +155,7 @@ def tap_body(
     split_think: bool,
     opened_in_prompt: bool = False,
     chat: bool = True,
-    capture: Capture | None = None,
+    capture: AnswerSink | None = None,
     parsed: Any = None,
     model: str | None = None,
 ) -> bytes:

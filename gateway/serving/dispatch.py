@@ -11,7 +11,7 @@ The first byte is a stream's first data event (SSE comments before it, like Open
 `open` returns, the caller owns the response; dispatch never switches upstream after that. A
 stream whose call has a head (`Call.head`, the relay's, when the edge serves it) is the head's
 sooner: its first event is checked in the callback that brings it and handed to the head there,
-so the client has it without waiting for the dispatching task to wake (`_FirstEvent`).
+so the client has it without waiting for the dispatching task to wake (`FirstEvent`).
 
 Which upstreams, in which order, is routing's (gateway/serving/routing.py `plan`); dispatch
 executes the attempts. Waits go through `Dispatcher.sleep` (asyncio.sleep unless a test gives
@@ -26,14 +26,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
-
-import orjson
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-)
+from typing import Any
 
 from gateway.config import Config, RouteConfig, Upstream
 from gateway.errors import AttemptError, BadRequest, Unfit
@@ -42,24 +35,19 @@ from gateway.serving.adapt import Adapted, adapt_call, prompt_bounds
 from gateway.serving.call import Call as Call
 from gateway.serving.call import Translator as Translator
 from gateway.serving.engine import Engines
+from gateway.serving.first_event import Exchange, FirstEvent, first_block, validate
+from gateway.serving.hooks import GateChoice
 from gateway.serving.pool import Pool
 from gateway.serving.prefix import PrefixIndex
 from gateway.serving.redaction import Redactor
-from gateway.serving.reply import Reply
+from gateway.serving.retry import retry_delay, with_retries
 from gateway.serving.routing import Ask, Features, Tried, give_up, plan, shaped, wants_affinity
 from gateway.serving.shape import classify
 from gateway.serving.tokenizer import Counter, prompt_count
 from gateway.serving.upstream import THINKING_BUDGET, Opened, Targets, body_for, post
 from gateway.serving.wire import Wire
 
-if TYPE_CHECKING:
-    from gateway.trust.gate import GateDecision
-
 log = logging.getLogger("plumbline")
-
-
-def _retryable(error: BaseException) -> bool:
-    return isinstance(error, AttemptError) and error.retryable and error.outcome != "ttft_timeout"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +72,7 @@ class Dispatcher:
         wire: Wire,
         engines: Engines,
         prefix: PrefixIndex,
-        decision: Callable[[str, str | None], GateDecision | None] = lambda model, shape: None,
+        decision: Callable[[str, str | None], GateChoice | None] = lambda model, shape: None,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Clock | None = None,
@@ -109,36 +97,16 @@ class Dispatcher:
         self._shaped: dict[tuple[str, str], RouteConfig] = {}
 
     def _delay(self, error: BaseException | None, failed_attempts: int) -> float:
-        """Seconds before the next attempt: Retry-After when the upstream said so (capped),
-        else exponential backoff with jitter."""
-        if isinstance(error, AttemptError) and error.retry_after is not None:
-            return min(error.retry_after, self.config.server.retry_after_max_s)
-        base = self.config.server.retry_backoff_s
-        return min(base * 2 ** (failed_attempts - 1), base * 16) + self._rand.uniform(0, base)
+        return retry_delay(self.config.server, self._rand, error, failed_attempts)
 
     async def _with_retries(self, call: Call, upstream: Upstream) -> Opened:
-        """Attempts on one upstream. The first runs bare (most succeed, and tenacity's machinery
-        measured a tenth of the per-request CPU); the retries run under one tenacity policy."""
-        try:
-            return await self._attempt(call, upstream)
-        except AttemptError as e:
-            retries = self.config.server.retries
-            if not retries or not _retryable(e):
-                raise
-            await self.sleep(self._delay(e, 1))
-        retrying = AsyncRetrying(
-            sleep=self.sleep,
-            stop=stop_after_attempt(retries),
-            wait=lambda state: self._delay(
-                state.outcome.exception() if state.outcome else None, state.attempt_number + 1
-            ),
-            retry=retry_if_exception(_retryable),
-            reraise=True,
+        """Attempts on one upstream (gateway/serving/retry.py)."""
+        return await with_retries(
+            lambda: self._attempt(call, upstream),
+            self.config.server.retries,
+            self.sleep,
+            self._delay,
         )
-        async for attempt in retrying:
-            with attempt:
-                return await self._attempt(call, upstream)
-        raise AssertionError("unreachable: tenacity reraises the last error")
 
     def window(self, name: str) -> int | None:
         return self.config.upstream_window(self.upstreams[name], self.engines.windows.get(name))
@@ -267,7 +235,7 @@ class Dispatcher:
         if call.record.trace is not None:  # [telemetry]: this attempt's span
             call.record.trace.attempt(upstream.name, upstream.kind, upstream.model)
         self.pool.begin(upstream.name)
-        exchange = _Exchange()
+        exchange = Exchange()
         headed = call.stream and not self._at_once(call)  # a head, if the call has one, begins
 
         def sent() -> None:
@@ -315,7 +283,7 @@ class Dispatcher:
         self,
         call: Call,
         upstream: Upstream,
-        exchange: _Exchange,
+        exchange: Exchange,
         adapted: Adapted | None,
         native: bool,
         started: float,
@@ -333,7 +301,7 @@ class Dispatcher:
         return opened
 
     def _cancelled(
-        self, call: Call, upstream: Upstream, exchange: _Exchange, started: float
+        self, call: Call, upstream: Upstream, exchange: Exchange, started: float
     ) -> None:
         """The client went away (or the server is stopping) during an attempt."""
         if exchange.opened is not None and call.head is not None:
@@ -356,7 +324,7 @@ class Dispatcher:
         path: str,
         data: bytes,
         native: bool,
-        exchange: _Exchange,
+        exchange: Exchange,
         sent: Callable[[], None] | None = None,
         accepted: Callable[[bytes, Any], Opened] | None = None,
     ) -> tuple[bytes, Any]:
@@ -364,7 +332,7 @@ class Dispatcher:
         budget; then a whole answer's body within what is left of `request_timeout_s` (a
         stream's silences are bounded by `Silence` once it is relayed). With `accepted` (a
         stream with a head), the first event is checked in the callback that brings it, and
-        accepted there and handed to the head (`_FirstEvent`)."""
+        accepted there and handed to the head (`FirstEvent`)."""
         started = self.clock.timer()
         async with asyncio.timeout(self._budget(call)) as bound:
             target = self.targets(upstream)
@@ -378,22 +346,22 @@ class Dispatcher:
                     return b"", None  # the relay takes the first event as any other
                 head = call.head  # made as the request was written (`Call.flush`)
                 if accepted is not None and head is not None:
-                    checked = _FirstEvent(
+                    checked = FirstEvent(
                         resp,
-                        lambda first: _validate(call, first, native),
+                        lambda first: validate(call, first, native),
                         lambda first, parsed: head.begin(accepted(first, parsed)),
                     )
                     return await checked.done
-                first = await _first_block(resp)
+                first = await first_block(resp)
             else:
                 exchange.answered = True
                 left = self.config.server.request_timeout_s - (self.clock.timer() - started)
                 bound.reschedule(asyncio.get_running_loop().time() + left)
                 first = await resp.read()
-            return first, _validate(call, first, native)
+            return first, validate(call, first, native)
 
     def _timed_out(
-        self, call: Call, upstream: Upstream, exchange: _Exchange, started: float
+        self, call: Call, upstream: Upstream, exchange: Exchange, started: float
     ) -> AttemptError:
         outcome = "timeout" if exchange.answered else "ttft_timeout"
         self._failed(call, upstream.name, outcome, None, started)
@@ -426,145 +394,3 @@ class Dispatcher:
         if upstream_fault:
             self.pool.failed(name)
         self._note(call, name, outcome, status, started)
-
-
-@dataclass(slots=True)
-class _Exchange:
-    """What one attempt's exchange got to before it ended (for closing and for its outcome)."""
-
-    resp: Reply | None = None
-    answered: bool = False  # a whole answer's headers came: a timeout now is the body's
-    opened: Opened | None = None  # accepted (a stream with a head: begun, the client's now)
-
-
-class _FirstEvent:
-    """A stream's first data event, waited for in the upstream connection's callbacks rather
-    than in the dispatching task: checked (`check` raises AttemptError) and handed on (`begin`)
-    in the callback that completes it, so that nothing waits for the task to wake between the
-    event's arrival and the client's write. `done` is the (first block, its JSON), or the
-    attempt's error; blocks after a failed check are the closed attempt's, ignored."""
-
-    __slots__ = ("done", "_check", "_begin", "_chunks", "_scan")
-
-    def __init__(
-        self,
-        resp: Reply,
-        check: Callable[[bytes], Any],
-        begin: Callable[[bytes, Any], None],
-    ):
-        self.done: asyncio.Future[tuple[bytes, Any]] = asyncio.get_running_loop().create_future()
-        self._check = check
-        self._begin = begin
-        self._chunks: list[bytes] = []
-        self._scan = _Scan()
-        resp.pipe(self._data, self._end, self._error)
-
-    def _data(self, block: bytes) -> None:
-        if self.done.done():
-            return
-        self._chunks.append(block)
-        if self._scan.whole(block):
-            self._complete(b"".join(self._chunks))
-
-    def _complete(self, first: bytes) -> None:
-        try:
-            parsed = self._check(first)
-        except AttemptError as e:
-            self.done.set_exception(e)
-            return
-        try:
-            self._begin(first, parsed)  # the stream's from here: the head takes the pipe
-        except Exception as e:  # a fault of ours before the head went: the request fails
-            log.exception("beginning a stream failed")
-            self.done.set_exception(e)
-            return
-        self.done.set_result((first, parsed))
-
-    def _end(self) -> None:
-        if self.done.done():
-            return
-        if self._chunks:  # the stream ended inside its first event: checked as it came
-            self._complete(b"".join(self._chunks))
-            return
-        self.done.set_exception(
-            AttemptError("stream_error", "upstream closed the stream before any event")
-        )
-
-    def _error(self, error: BaseException) -> None:
-        if not self.done.done():
-            self.done.set_exception(error)
-
-
-def _first_data(block: bytes) -> int:
-    """Where the first data line of `block` starts (SSE: a line that begins with `data:`), -1
-    if none does; comments and other fields before it are skipped."""
-    at = 0 if block.startswith(b"data:") else block.find(b"\ndata:") + 1
-    return at if at > 0 or block.startswith(b"data:") else -1
-
-
-def _validate(call: Call, first: bytes, native: bool = False) -> Any:
-    """A 200 that is not what was asked for fails the attempt while fallback is still possible.
-    Returns the JSON read (a whole answer's, a stream's first event)."""
-    if call.stream:
-        start = _first_data(first)
-        end = first.find(b"\n", start) if start >= 0 else -1
-        payload = first[start + 5 : end if end >= 0 else None].strip() if start >= 0 else b""
-        if payload == b"[DONE]":
-            return None
-    else:
-        payload = first
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        raise AttemptError("malformed", "upstream sent a response that is not valid JSON") from None
-    if not isinstance(obj, dict):
-        raise AttemptError("malformed", "upstream sent JSON that is not an object")
-    if isinstance(obj.get("error"), dict | str):  # a 200 that is an error (OpenRouter does this)
-        raise AttemptError("upstream_error", "upstream answered 200 with an error")
-    if native:
-        if "type" not in obj and obj.get("object") != "response":
-            raise AttemptError("malformed", "upstream sent no Responses API event")
-    elif "choices" not in obj and "data" not in obj:
-        raise AttemptError("malformed", "upstream sent JSON without choices")
-    elif not call.stream and any(
-        isinstance(c, dict) and c.get("finish_reason") == "error" for c in obj.get("choices") or ()
-    ):
-        raise AttemptError("upstream_error", "upstream answered 200 with a choice that failed")
-    return obj
-
-
-class _Scan:
-    """A stream's blocks, one after another, until its first data event is whole: comments and
-    keep-alives before it (OpenRouter's `: OPENROUTER PROCESSING`) are not a first byte."""
-
-    __slots__ = ("held",)
-
-    def __init__(self) -> None:
-        self.held = b""
-
-    def whole(self, block: bytes) -> bool:
-        """With `block`, the first data event is in hand."""
-        held = self.held + block
-        if b"\r" in held:
-            held = held.replace(b"\r\n", b"\n")
-        start = _first_data(held)
-        if start >= 0 and b"\n\n" in held[start:]:
-            return True
-        # nothing of a data event yet: keep only a partial line
-        self.held = held if start >= 0 else held[held.rfind(b"\n") + 1 :]
-        return False
-
-
-async def _first_block(resp: Reply) -> bytes:
-    """Read until the first whole data event is in hand (or the stream ends; `_Scan`)."""
-    chunks: list[bytes] = []
-    scan = _Scan()
-    while block := await resp.read_some():
-        chunks.append(block)
-        if scan.whole(block):
-            break
-    else:
-        if not chunks:
-            resp.release()
-            raise AttemptError("stream_error", "upstream closed the stream before any event")
-    return b"".join(chunks)

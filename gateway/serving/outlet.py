@@ -9,8 +9,8 @@ growing a buffer.
 
 The sends are awaited by one coroutine for the whole stream (`_pump`), stepped by hand with each
 message, rather than each started and run to its end by hand: a coroutine run by hand ends by
-raising StopIteration, which cost a third of a write; awaited, the server's `send` returns
-without one (`bench/relay_path.py`: a write through uvicorn's `send` 0.96 -> 0.62 µs).
+raising StopIteration; awaited, the server's `send` returns without one (`bench/relay_path.py`
+measures a write through uvicorn's `send`).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def profile_body(config: Config, model: str) -> dict[str, Any] | None:
 def route_upstreams(config: Config, model: str) -> list[str]:
     """Every upstream a route may send a request to, once each."""
     route = config.models[model]
-    names = [*route.names, *shape_upstreams(config, model)]
+    names = [*route.names, *shape_upstreams(config.models, model)]
     if route.shadow is not None:
         names.append(route.shadow.upstream)
     return list(dict.fromkeys(names))

@@ -26,17 +26,15 @@ from gateway.serving.accounting import prompt_estimate, tap_body, tap_embeddings
 from gateway.serving.call import Call
 from gateway.serving.dropped import HEADER as DROPPED_HEADER
 from gateway.serving.engine import HEADER as ENGINE_HEADER
+from gateway.serving.hooks import AnswerSink, Mirror, Mirrored, Sampler
 from gateway.serving.stream_relay import StreamRelay
 from gateway.serving.tap import StreamTap
 from gateway.serving.upstream import Opened
-from gateway.trust.capture import Capture
 
 if TYPE_CHECKING:
     from gateway.config import Profile, Upstream
     from gateway.serving.pool import Pool
     from gateway.serving.silence import Silence
-    from gateway.trust.capture import TextSampler
-    from gateway.trust.shadow import Pending, ShadowMirror
 
 
 WATCH_AFTER_S = 0.05
@@ -52,8 +50,8 @@ class Relay:
         profile_for: Callable[[str], Profile | None],
         pool: Pool,
         silence: Silence,
-        sampler: TextSampler,
-        shadow: ShadowMirror,
+        sampler: Sampler,
+        shadow: Mirror,
         price: Callable[[Record], None],
         finish: Callable[[Record], None],
         ttft_s: float | None = None,
@@ -193,7 +191,7 @@ class Relay:
         if call.send is not None:
             call.head = relay
 
-    def observed(self, call: Call, capture: Capture | None, pending: Pending | None) -> None:
+    def observed(self, call: Call, capture: AnswerSink | None, pending: Mirrored | None) -> None:
         """The answer is complete: set the capture's flags and hand it to the shadow pairing."""
         if capture is not None:
             capture.finish()
@@ -211,7 +209,7 @@ class Relay:
         return True, opened_in_prompt
 
     def _tap(
-        self, call: Call, upstream: Upstream, native: bool, capture: Capture | None
+        self, call: Call, upstream: Upstream, native: bool, capture: AnswerSink | None
     ) -> StreamTap | responses_tap.ResponsesStreamTap:
         """A stream's tap, for the upstream it is relayed from."""
         if native:
@@ -223,7 +221,9 @@ class Relay:
             **self._tapping(call, upstream, capture),
         )
 
-    def _tapping(self, call: Call, upstream: Upstream, capture: Capture | None) -> dict[str, Any]:
+    def _tapping(
+        self, call: Call, upstream: Upstream, capture: AnswerSink | None
+    ) -> dict[str, Any]:
         """What a chat or completions tap, streamed or whole, is told of the call."""
         split, opened_in_prompt = self._think_mode(call, upstream)
         return {
@@ -246,8 +246,8 @@ class Relay:
         self,
         call: Call,
         opened: Opened,
-        capture: Capture | None = None,
-        pending: Pending | None = None,
+        capture: AnswerSink | None = None,
+        pending: Mirrored | None = None,
     ) -> Response:
         record = call.record
         answered: Answered | None = None
@@ -283,7 +283,7 @@ class Relay:
             if answered is None:
                 self.finish(record)
 
-    def _tapped(self, call: Call, opened: Opened, capture: Capture | None) -> bytes:
+    def _tapped(self, call: Call, opened: Opened, capture: AnswerSink | None) -> bytes:
         """A whole answer accounted for: the bytes for the client."""
         record = call.record
         if call.path == "/embeddings":
@@ -337,8 +337,8 @@ def answer_headers(record: Record, opened: Opened, client_id: str | None = None)
 class _Answer:
     """What watches and relays one call's answer, made once its request is written."""
 
-    pending: Pending | None = None  # the shadow's mirror of it
-    capture: Capture | None = None  # its text sample
+    pending: Mirrored | None = None  # the shadow's mirror of it
+    capture: AnswerSink | None = None  # its text sample
     relay: StreamRelay | None = None  # a stream's
 
 

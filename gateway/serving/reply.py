@@ -12,12 +12,17 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.errors import WireError
 
-if TYPE_CHECKING:
-    from gateway.serving.wire import Connection
+
+class Link(Protocol):
+    """What a reply asks of the connection it arrives on (`wire.Connection`)."""
+
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class Reply:
@@ -40,7 +45,7 @@ class Reply:
         "status",
     )
 
-    def __init__(self, conn: Connection):
+    def __init__(self, conn: Link):
         self._conn = conn
         self.status = 0
         self.headers: dict[str, str] = {}
@@ -54,7 +59,7 @@ class Reply:
         self._on_error: Callable[[BaseException], None] | None = None
         self._decoder: zlib._Decompress | None = None
         # Where the connection hands each block straight to (`pipe`'s `on_data`) while the
-        # body is piped as it came; None: to `_data` (buffered, or decoded first).
+        # body is piped as it came; None: to `feed` (buffered, or decoded first).
         self.piped: Callable[[bytes], None] | None = None
 
     # -- reading --------------------------------------------------------------------------
@@ -121,17 +126,17 @@ class Reply:
     def close(self) -> None:
         self._conn.close()
         if not self.complete and self._error is None:
-            self._fail(WireError("closed by the gateway"))
+            self.lost(WireError("closed by the gateway"))
 
     def fail(self, error: BaseException) -> None:
         """Give up on this reply with `error` (the silence sweep's timeout)."""
         if self.complete or self._error is not None:
             return
-        self._fail(error)
+        self.lost(error)
         self._conn.close()
 
-    # -- from the connection --------------------------------------------------------------
-    def _data(self, data: bytes) -> None:
+    # -- from the connection: its bytes, its end, its loss -----------------------------------------
+    def feed(self, data: bytes) -> None:
         if self._decoder is not None:
             data = self._decoder.decompress(data)
             if not data:
@@ -142,19 +147,19 @@ class Reply:
         self._chunks.append(data)
         self._wake()
 
-    def _complete(self) -> None:
+    def end(self) -> None:
         if self._decoder is not None:
             tail = self._decoder.flush()
             self._decoder = None
             if tail:
-                self._data(tail)
+                self.feed(tail)
         self.complete = True
         if self._on_end is not None:
             self._deliver_end()
         else:
             self._wake()
 
-    def _fail(self, error: BaseException) -> None:
+    def lost(self, error: BaseException) -> None:
         if self.complete or self._error is not None:
             return
         self._error = error

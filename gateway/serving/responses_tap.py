@@ -27,8 +27,8 @@ import orjson
 from gateway.errors import GatewayError, MalformedStream, UpstreamCut
 from gateway.ledger.percentile import percentile
 from gateway.ledger.record import Record
-from gateway.serving.tap import cut_events
-from gateway.trust.capture import Capture
+from gateway.serving.hooks import AnswerSink
+from gateway.serving.sse import cut_events
 
 TOKEN_EVENTS = {
     "response.output_text.delta": "answer",
@@ -94,7 +94,7 @@ class ResponsesStreamTap:
 
     unlearnt = None  # it learns no shape (`StreamTap.learn`)
 
-    def __init__(self, record: Record, capture: Capture | None = None):
+    def __init__(self, record: Record, capture: AnswerSink | None = None):
         self.record = record
         self.capture = capture
         self._buffer = b""

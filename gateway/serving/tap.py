@@ -10,10 +10,10 @@ original bytes through untouched unless something must change:
 
 Most events of a stream are the same bytes around a different bit of text: once the event path
 has handled one such plain token event, the tap accounts for the next ones by comparing bytes
-instead of parsing JSON (`gateway/serving/plain_tokens.py`, its base class; `bench/tap_speed.py`:
-0.55 µs per event one to a block, as a paced stream sends them, which `feed` checks itself
-first; 0.46 with 16, 0.28 with 256; with logprobs, whose value alone is parsed, 3.1 and 3.7). A
-Hypothesis test holds the fast path to exactly what the event path does.
+instead of parsing JSON (`gateway/serving/plain_tokens.py`, its base class; `feed` checks first
+for one event to a block, as a paced stream sends them; with logprobs only their value is
+parsed; `bench/tap_speed.py` measures it). A Hypothesis test holds the fast path to exactly what
+the event path does.
 
 `gateway/serving/accounting.py` reads usage, finish reasons and errors, for streams and
 (`tap_body`) whole answers.
@@ -28,7 +28,6 @@ from typing import Any
 import orjson
 
 from gateway.errors import GatewayError, MalformedStream, UpstreamCut, sse_error_event
-from gateway.ledger.percentile import percentile
 from gateway.ledger.record import Record
 from gateway.serving.accounting import (
     apply_usage,
@@ -37,9 +36,11 @@ from gateway.serving.accounting import (
     stream_error,
     swap_model,
 )
+from gateway.serving.hooks import AnswerSink
 from gateway.serving.plain_tokens import _ESCAPED_OR_NOT_TEXT, PlainTokens, _utf8
 from gateway.serving.reasoning import ThinkSplitter
-from gateway.trust.capture import Capture
+from gateway.serving.sse import cut_events, data_of
+from gateway.serving.token_clocks import TokenClocks
 
 DONE = b"[DONE]"
 # Bytes a text `feed` takes at once holds none of: those no plain text holds unescaped, and `>`
@@ -47,30 +48,7 @@ DONE = b"[DONE]"
 _NOT_LONE_TEXT = _ESCAPED_OR_NOT_TEXT + b">"
 
 
-def cut_events(held: bytes, block: bytes) -> tuple[bytes, bytes]:
-    """(the whole SSE events in `held + block`, line ends made `\n`, ending with the blank line
-    after the last; what is left of a partial event, to hold until the next block)."""
-    data = held + block
-    if b"\r" in data:  # one byte is looked for with memchr; two are not
-        data = data.replace(b"\r\n", b"\n")
-    cut = data.rfind(b"\n\n")
-    if cut < 0:
-        return b"", data
-    return data[: cut + 2], data[cut + 2 :]
-
-
-def _data_of(event: bytes) -> bytes | None:
-    """The payload of an event's (last) `data:` line; None when it has none."""
-    if b"\n" not in event:  # the common event: one line
-        return event[5:].strip() if event.startswith(b"data:") else None
-    payload = None
-    for line in event.split(b"\n"):
-        if line.startswith(b"data:"):
-            payload = line[5:].strip()
-    return payload
-
-
-class StreamTap(PlainTokens):
+class StreamTap(PlainTokens, TokenClocks):
     def __init__(
         self,
         record: Record,
@@ -79,7 +57,7 @@ class StreamTap(PlainTokens):
         split_think: bool,
         opened_in_prompt: bool = False,
         chat: bool = True,
-        capture: Capture | None = None,
+        capture: AnswerSink | None = None,
         model: str | None = None,
         prompt_tokens: Callable[[], int] | None = None,
     ):
@@ -254,7 +232,7 @@ class StreamTap(PlainTokens):
 
     # -- one event -----------------------------------------------------------------------
     def _event(self, event: bytes, now: float) -> bytes:
-        payload = _data_of(event)
+        payload = data_of(event)
         if payload is None or payload == DONE:
             # Comments, keep-alives and event names are not relayed; the tap writes its own
             # [DONE] in finish().
@@ -386,20 +364,6 @@ class StreamTap(PlainTokens):
             self.record.reasoning_leak = True
         return True, content
 
-    def _token(self, now: float, reasoning: Any, answered: bool) -> None:
-        """A token event arrived at `now`: the first-token clocks and the inter-token gaps."""
-        record = self.record
-        self._token_events += 1
-        if reasoning:
-            self._reasoning_events += 1
-        if record.ttft_s is None:
-            record.ttft_s = now - record.t0
-        if answered and record.ttfa_s is None:
-            record.ttfa_s = now - record.t0
-        if self._last_token_at is not None:
-            self._gaps.append(now - self._last_token_at)
-        self._last_token_at = now
-
     def _flush_splitters(self) -> bytes:
         out = []
         for index, splitter in self._splitters.items():
@@ -419,22 +383,3 @@ class StreamTap(PlainTokens):
             }
             out.append(b"data: " + orjson.dumps(event) + b"\n\n")
         return b"".join(out)
-
-    def _close_clocks(self) -> None:
-        record = self.record
-        record.e2e_s = time.perf_counter() - record.t0
-        if self._gaps:
-            record.itl_mean_s = sum(self._gaps) / len(self._gaps)
-            record.itl_p99_s = percentile(self._gaps, 0.99)
-        if not self._saw_usage:
-            # The upstream sent no usage (llama.cpp never does, a broken stream may not have):
-            # count what streamed, and estimate the prompt from the request.
-            record.completion_tokens = self._token_events
-            record.reasoning_tokens = self._reasoning_events
-            if record.prompt_tokens == 0 and self._prompt_tokens is not None:
-                record.prompt_tokens = self._prompt_tokens()
-            record.usage_estimated = True
-        elif record.reasoning_tokens == 0 and self._reasoning_events:
-            # vLLM reports no reasoning_tokens in usage: one streamed delta is one token.
-            record.reasoning_tokens = self._reasoning_events
-        record.check_invariants()

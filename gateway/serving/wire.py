@@ -111,19 +111,19 @@ class Connection(asyncio.Protocol):
                 if piped is not None:
                     piped(block)
                 else:
-                    reply._data(block)
+                    reply.feed(block)
 
     def _hand_on(self) -> None:
         parts = self._parts
         block = parts[0] if len(parts) == 1 else b"".join(parts)
         parts.clear()
         if self.reply is not None:
-            self.reply._data(block)
+            self.reply.feed(block)
 
     def eof_received(self) -> bool | None:
         reply = self.reply
         if reply is not None and self._until_eof and reply.status:
-            reply._complete()
+            reply.end()
             self.reply = None
         return None
 
@@ -175,7 +175,7 @@ class Connection(asyncio.Protocol):
         self.reply = None
         keep = self.parser.should_keep_alive() and not self._until_eof
         if reply is not None:
-            reply._complete()
+            reply.end()
         if keep and not self.closed:
             self.pool._idle(self)
         else:
@@ -226,10 +226,10 @@ class Connection(asyncio.Protocol):
             return
         if self._until_eof and reply.status:
             self.reply = None
-            reply._complete()
+            reply.end()
             return
         waiter = self._headers_waiter
-        reply._fail(error)
+        reply.lost(error)
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 

@@ -22,9 +22,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from gateway.config.trust import WatchdogConfig
+from gateway.ledger.content import capped
 from gateway.ledger.record import Record
-from gateway.ledger.store import capped
-from gateway.trust.degeneration import reply_degeneration
+from gateway.serving.degeneration import reply_degeneration
 
 # ---- tool calls ------------------------------------------------------------------------------
 
@@ -49,7 +49,7 @@ def check_tool_calls(
     """Problems with the calls a model made, each "kind: detail" with kind one of
     invalid_json | unknown_tool | schema. Empty when every call is valid."""
     # jsonschema loads with the first schema checked (once: the first answer with tool calls
-    # pays its import, ~50 ms), not with every gateway that may never see a tool call.
+    # pays its import), not with every gateway that may never see a tool call.
     from jsonschema import SchemaError
     from jsonschema.exceptions import best_match
     from jsonschema.validators import validator_for

@@ -12,7 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gateway.trust.sizing import arm_resolution, gap_phrase
+
+# evals is the optional [evals] extra: its imports stay inside the functions that need them,
+# so the gateway starts without it (tests/gateway/test_without_evals.py).
 if TYPE_CHECKING:
+    from evals.power import Resolution
     from evals.result import ItemResult
     from evals.stats import NoiseFloor, Paired, Summary
 
@@ -125,7 +130,6 @@ def against_best(
     """The arm against the best scorer: paired test, noise floor, and whether its round could
     have told `sizing`'s gap apart (detect_gap, power): too small a round is not parity."""
     from evals.stats import PairingError, against_floor, pair
-    from gateway.trust.sizing import arm_resolution, gap_phrase
 
     try:
         p = pair(best_rs, rs, best, up)
@@ -153,3 +157,20 @@ def against_best(
             "why": f"cannot decide: {res.sentence()}; the gate asks for {gap_phrase(detect_gap)}",
         }
     return {**evidence, "eligible": True, "why": f"within the floor: {verdict.reason}"}
+
+
+def decision_resolution(
+    arms: Sequence[ArmEvidence], floor: dict[str, Any], alpha: float, power: float
+) -> Resolution | None:
+    """What the round as a whole can tell apart: the fewest paired items of any comparison it
+    made, at the most discordance any comparison or control pair showed. None when the round
+    made no paired comparison (one arm, or every other refused)."""
+    from evals.power import Resolution
+
+    compared = [a for a in arms if a.paired_n]
+    if not compared:
+        return None
+    n = min(a.paired_n or 0 for a in compared)
+    rates = [((a.only_best or 0) + (a.only_this or 0)) / (a.paired_n or 1) for a in compared]
+    rates.append(float(floor.get("discordance_rate") or 0.0))
+    return Resolution.of(n, max(rates), alpha, power)

@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# evals is the optional [evals] extra: its imports stay inside the functions that need them,
+# so the gateway starts without it (tests/gateway/test_without_evals.py).
 if TYPE_CHECKING:
     # The statistics (evals.stats, scipy) load when a decision is computed, not with the
     # gateway: routing only reads decisions already made.
@@ -47,7 +49,14 @@ if TYPE_CHECKING:
     from gateway.ledger.store import Store
 
 from gateway.trust.evidence import ArmEvidence as ArmEvidence
-from gateway.trust.evidence import against_best, floor_dict, noise_floor, refuse_incomparable
+from gateway.trust.evidence import (
+    against_best,
+    decision_resolution,
+    floor_dict,
+    noise_floor,
+    refuse_incomparable,
+)
+from gateway.trust.sizing import needed_sentence
 
 PIN_HEADER = "x-plumbline-upstream"
 
@@ -103,7 +112,6 @@ def decide(
     A cheaper upstream counts as within the floor only when its comparison could have told a
     `detect_gap` apart (with `power`): absence of evidence from too small a round is not
     parity."""
-    from evals.parity import accepted_text
     from evals.stats import summarise
 
     now = time.time() if now is None else now
@@ -119,6 +127,32 @@ def decide(
     # Best = highest accuracy over all items (timeouts and errors stay in the denominator);
     # ties go to the cheaper.
     best = max(summaries, key=lambda u: (summaries[u].accuracy, -_price_key(prices.get(u))))
+    arms = _weighed(results, summaries, best, floor, prices, alpha, min_items, (detect_gap, power))
+    arms += refused
+    ranked = sorted(
+        (a for a in arms if a.eligible), key=lambda a: (_price_key(a.price_per_m), -a.accuracy)
+    )
+    chosen = ranked[0]
+    reason = _reason(chosen, best, prices, arms)
+    decision = GateDecision(
+        model, chosen.upstream, reason, best, floor_dict(floor), tuple(arms), now
+    )
+    return _with_resolution(decision, alpha, power, detect_gap)
+
+
+def _weighed(
+    results: Mapping[str, Sequence[ItemResult]],
+    summaries: Mapping[str, Any],
+    best: str,
+    floor: NoiseFloor | None,
+    prices: Mapping[str, float | None],
+    alpha: float,
+    min_items: int,
+    sizing: tuple[float, float],
+) -> list[ArmEvidence]:
+    """Each summarised arm's evidence: the best as it is, every other against the best."""
+    from evals.parity import accepted_text
+
     arms: list[ArmEvidence] = []
     for up, s in summaries.items():
         base: dict[str, Any] = dict(
@@ -133,26 +167,15 @@ def decide(
         if up == best:
             arms.append(ArmEvidence(**base, eligible=True, why="best score"))
             continue
-        arms.append(
-            ArmEvidence(
-                **base,
-                **against_best(
-                    results[best],
-                    results[up],
-                    best,
-                    up,
-                    floor,
-                    alpha,
-                    min_items,
-                    (detect_gap, power),
-                ),
-            )
-        )
-    arms += refused
-    ranked = sorted(
-        (a for a in arms if a.eligible), key=lambda a: (_price_key(a.price_per_m), -a.accuracy)
-    )
-    chosen = ranked[0]
+        judged = against_best(results[best], results[up], best, up, floor, alpha, min_items, sizing)
+        arms.append(ArmEvidence(**base, **judged))
+    return arms
+
+
+def _reason(
+    chosen: ArmEvidence, best: str, prices: Mapping[str, float | None], arms: list[ArmEvidence]
+) -> str:
+    """Why `chosen`: the best scorer, or the cheapest within its floor, and what was accepted."""
     if chosen.upstream == best:
         reason = f"{best} is the best scorer and no cheaper upstream is proven within the floor"
     else:
@@ -163,10 +186,7 @@ def decide(
     shown = {a.accepted for a in arms if a.eligible and a.accepted}
     if shown:
         reason += f" ({'; '.join(sorted(shown))})"
-    decision = GateDecision(
-        model, chosen.upstream, reason, best, floor_dict(floor), tuple(arms), now
-    )
-    return _with_resolution(decision, alpha, power, detect_gap)
+    return reason
 
 
 def _with_resolution(
@@ -174,7 +194,6 @@ def _with_resolution(
 ) -> GateDecision:
     """The decision with what its round could tell apart, and what `detect_gap` needs."""
     from evals.power import items_needed
-    from gateway.trust.sizing import decision_resolution, needed_sentence
 
     res = decision_resolution(decision.arms, decision.floor, alpha, power)
     if res is None:
@@ -348,3 +367,7 @@ class SharedGateBook(_Book):
         self.store.record_decision(decision.key, decision.decided_at, entry)
         history = [*self._data["history"], entry][-self.history :]
         self._data = {"latest": {**self._data["latest"], decision.key: entry}, "history": history}
+
+
+def observed_discordance(previous: GateDecision | None) -> float | None:
+    return None if previous is None else previous.discordance

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.serving.redaction import mask
+from gateway.trust.evidence import ArmEvidence
 
 if TYPE_CHECKING:
     from evals.result import ItemResult
@@ -125,8 +126,6 @@ def refused_by_tripwire(decision: GateDecision, failed: dict[str, str]) -> GateD
     """`decision` with an evidence row for each upstream the tripwire kept out of the round
     (upstream -> why): not eligible, never scored. With nothing scored at all, the reason
     says so."""
-    from gateway.trust.gate import ArmEvidence
-
     if not failed:
         return decision
     arms = decision.arms + tuple(

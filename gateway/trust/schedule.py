@@ -46,33 +46,32 @@ from typing import TYPE_CHECKING, Any
 from gateway.config.routes import shape_candidates, shape_upstreams
 from gateway.config.trust import GateConfig
 from gateway.extras import evals_missing
-from gateway.ledger.report import window_economics
 from gateway.ledger.rounds import keep_tripwires
+from gateway.ledger.window import window_economics
 from gateway.trust.gate import (
     PIN_HEADER,
     SHAPE_FAMILIES,
     GateDecision,
-    control_pair,
-    decide,
-    decide_shapes,
     gate_arms,
+    observed_discordance,
 )
+from gateway.trust.gate_round import round_decisions, route_prices
 from gateway.trust.rounds import (
     RoundHistory,
     RoundOutcome,
     failure_of,
     judge_items,
-    refused_by_tripwire,
     tripwire_rows,
 )
 from gateway.trust.sizing import (
     family_sizes,
-    observed_discordance,
     planned_items,
     round_seed,
     targets_resolution,
 )
 
+# evals is the optional [evals] extra: its imports stay inside the functions that need them,
+# so the gateway starts without it (tests/gateway/test_without_evals.py).
 if TYPE_CHECKING:
     from evals.result import ItemResult
     from evals.runner import RunSpec
@@ -220,7 +219,7 @@ class EvalScheduler:
         gate_cfg = self.config.models[model].gate or GateConfig()
         route_items = planned_items(gate_cfg, observed_discordance(self.gate_book.latest(model)))
         shape_items: dict[str, int] = {}
-        for shape in shape_candidates(self.config, model, SHAPE_FAMILIES):
+        for shape in shape_candidates(self.config.models, model, SHAPE_FAMILIES):
             if shape not in SHAPE_FAMILIES:
                 continue
             family = SHAPE_FAMILIES[shape]  # two shapes may share one (reasoning, math)
@@ -234,13 +233,11 @@ class EvalScheduler:
     ) -> GateDecision:
         """Evaluate each upstream of a gated route (the control twice) that passes the
         tripwire, on a round sized to decide, and re-decide the route."""
-        from evals.stats import PairingError
         from evals.tripwire import Target
 
         route = self.config.models[model]
-        gate_cfg = route.gate or GateConfig()
-        control = gate_cfg.control or route.upstreams[0]
-        everyone = [*route.upstreams, *shape_upstreams(self.config, model)]
+        control = (route.gate or GateConfig()).control or route.upstreams[0]
+        everyone = [*route.upstreams, *shape_upstreams(self.config.models, model)]
         run_id = new_run_id()
         pins = [Target(f"{model}@{u}", model, {PIN_HEADER: u}) for u in dict.fromkeys(everyone)]
         reports = await self.tripwire(pins, outcome or RoundOutcome(time.time()), run_id)
@@ -267,53 +264,16 @@ class EvalScheduler:
         if outcome is not None:
             judge_items(outcome, results)
         await self._keep(results)
-        by_label: dict[str, list[ItemResult]] = {}
-        for r in results:
-            by_label.setdefault(r.target, []).append(r)
-        upstream_of = dict(arms)
-        primary = {
-            upstream_of[label]: rs
-            for label, rs in by_label.items()
-            if not label.endswith("#control")
-        }
-        control_label = f"{model}@{control}#control"
-        controls = []
-        try:
-            controls.append(
-                control_pair(control, primary.get(control, []), by_label.get(control_label, []))
-            )
-        except PairingError as e:
-            log.warning("gate %s: no usable control pair (%s)", model, e)
         # Read once, off the event loop: with a store the node's cost is a query of its ledger.
         prices = await asyncio.to_thread(self.prices, model)
-        decision = decide(
-            model,
-            primary,
-            controls or None,
-            prices,
-            alpha=gate_cfg.alpha,
-            min_items=gate_cfg.min_items,
-            detect_gap=gate_cfg.detect_gap,
-            power=gate_cfg.power,
+        decision, shaped = round_decisions(
+            model, self.config.models, control, arms, results, prices, failed
         )
-        decision = refused_by_tripwire(decision, failed)
         self.gate_book.record(decision)
         log.info("gate %s: %s; %s", model, decision.reason, decision.resolution)
-        for shaped in decide_shapes(
-            model,
-            shape_candidates(self.config, model, SHAPE_FAMILIES),
-            primary,
-            (control, primary.get(control, []), by_label.get(control_label, [])),
-            prices,
-            alpha=gate_cfg.alpha,
-            min_items=gate_cfg.min_items,
-            detect_gap=gate_cfg.detect_gap,
-            power=gate_cfg.power,
-        ):
-            self.gate_book.record(shaped)
-            log.info(
-                "gate %s, shape %s: %s; %s", model, shaped.shape, shaped.reason, shaped.resolution
-            )
+        for each in shaped:
+            self.gate_book.record(each)
+            log.info("gate %s, shape %s: %s; %s", model, each.shape, each.reason, each.resolution)
         return decision
 
     async def tripwire(
@@ -366,27 +326,12 @@ class EvalScheduler:
         return load_run(path)[1]
 
     def prices(self, model: str) -> dict[str, float | None]:
-        """USD per million tokens per upstream: the gate's own figures, else the price table
-        (input and output averaged), else the node's measured cost for this model."""
-        cfg = self.config
-        route = cfg.models[model]
-        overrides = route.gate.prices if route.gate else {}
+        """USD per million tokens per upstream (`gateway.trust.gate_round.route_prices`), with
+        the store's last day of node economics when there is a store."""
         economics: dict[str, Any] = {}
         if self.store is not None:
-            economics = window_economics(cfg, self.store, 86400.0)[2]
-        out: dict[str, float | None] = {}
-        for name in [*route.upstreams, *shape_upstreams(cfg, model)]:
-            upstream = cfg.upstream(name)
-            price = cfg.prices.get(name)
-            if name in overrides:
-                out[name] = overrides[name]
-            elif price is not None:
-                out[name] = (price.input + price.output) / 2
-            elif upstream.node and model in economics:
-                out[name] = economics[model].node_usd_per_m_on(upstream.node)
-            else:
-                out[name] = None
-        return out
+            economics = window_economics(self.config, self.store, 86400.0)[2]
+        return route_prices(self.config, model, economics)
 
     async def _keep(self, results: list[ItemResult]) -> None:
         """A run's results into the store too (when there is one): the runs folder is this

@@ -11,7 +11,7 @@ known, so shadows in flight cannot pass the limit.
 The shadow's answer gets its own `Record` (lane "shadow", `shadow_of` = the primary's request id,
 the primary's accept time, so the pair joins on the primary key). When both sides have finished
 the agreement (`gateway/trust/agreement.py`) is set on the shadow record and it goes to the sinks
-like any other record. `gateway/trust/shadow_report.py` reads the pairs back from the store
+like any other record. `gateway/reports/shadow.py` reads the pairs back from the store
 (`plumbline report shadow`).
 """
 
@@ -33,10 +33,7 @@ from gateway.config.trust import ShadowConfig
 from gateway.errors import AttemptError, MalformedStream, Unfit
 from gateway.ledger.cost import request_cost
 from gateway.ledger.record import Attempt, Record
-from gateway.serving.accounting import tap_body
-from gateway.serving.adapt import adapt_body
-from gateway.serving.upstream import body_for, post
-from gateway.serving.wire import Wire
+from gateway.serving.replay import Wire, replay
 from gateway.trust.agreement import Answer, agreement
 from gateway.trust.capture import Capture
 
@@ -274,19 +271,9 @@ class ShadowMirror:
         record's status and error class set. Never raises: a shadow takes nothing down."""
         record = capture.record
         try:
-            # Said as the shadow upstream can serve it (gateway/serving/adapt.py), marked on its
-            # record.
-            adapted = adapt_body(self.config, model, body, upstream)
-            adapted.mark(record)
+            # Said as the shadow upstream can serve it, marked on its record.
             async with asyncio.timeout(cfg.timeout_s):
-                cap = self.config.thinking_cap(upstream)
-                data = body_for(upstream, adapted.body, False, False, cap, adapted.require)
-                resp = await post(self._wire, upstream, path, data)
-                try:
-                    raw = await resp.read()
-                finally:
-                    resp.release()
-            out = tap_body(record, raw, split_think=upstream.reasoning == "gateway")
+                out = await replay(self.config, self._wire, model, upstream, path, body, record)
             for i, choice in enumerate(orjson.loads(out).get("choices") or ()):
                 capture.message(choice.get("index", i), choice.get("message") or {})
             record.status = 200

@@ -6,8 +6,9 @@ items the two arms answer differently — and `evals.power` turns them into the 
 effect (MDE) at the gate's alpha and power. Here that is applied to the gate:
 
 - `arm_resolution`: each arm's comparison against the best, from its own discordant counts.
-- `decision_resolution`: the round's, from its least-resolved comparison (fewest paired items,
-  most discordance, the control pair's included): "this round can tell apart a 6-point gap".
+- `decision_resolution` (gateway/trust/evidence.py, beside the arms it reads): the round's,
+  from its least-resolved comparison (fewest paired items, most discordance, the control
+  pair's included): "this round can tell apart a 6-point gap".
 - `planned_items`: how many paired items the next round needs to tell apart `detect_gap`, from
   the discordance the last decision observed (the configured `discordance` before any), capped
   at `max_round_items`; a route with `round_items` set asks that many and its decisions say
@@ -25,13 +26,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+# evals is the optional [evals] extra: its imports stay inside the functions that need them,
+# so the gateway starts without it (tests/gateway/test_without_evals.py).
 if TYPE_CHECKING:
     from evals.power import Resolution
     from evals.result import ItemResult
     from gateway.config.trust import GateConfig
-    from gateway.trust.gate import ArmEvidence, GateDecision
 
 
 def arm_resolution(paired_n: int, discordant: int, alpha: float, power: float) -> Resolution:
@@ -39,23 +41,6 @@ def arm_resolution(paired_n: int, discordant: int, alpha: float, power: float) -
 
     rate = discordant / paired_n if paired_n else 0.0
     return Resolution.of(paired_n, rate, alpha, power)
-
-
-def decision_resolution(
-    arms: Sequence[ArmEvidence], floor: dict[str, Any], alpha: float, power: float
-) -> Resolution | None:
-    """What the round as a whole can tell apart: the fewest paired items of any comparison it
-    made, at the most discordance any comparison or control pair showed. None when the round
-    made no paired comparison (one arm, or every other refused)."""
-    from evals.power import Resolution
-
-    compared = [a for a in arms if a.paired_n]
-    if not compared:
-        return None
-    n = min(a.paired_n or 0 for a in compared)
-    rates = [((a.only_best or 0) + (a.only_this or 0)) / (a.paired_n or 1) for a in compared]
-    rates.append(float(floor.get("discordance_rate") or 0.0))
-    return Resolution.of(n, max(rates), alpha, power)
 
 
 def gap_phrase(gap: float) -> str:
@@ -71,10 +56,6 @@ def needed_sentence(detect_gap: float, needed: int, n: int | None) -> str:
     if n is not None and n < needed:
         text += f", this round had {n}"
     return text
-
-
-def observed_discordance(previous: GateDecision | None) -> float | None:
-    return None if previous is None else previous.discordance
 
 
 def planned_items(cfg: GateConfig, observed: float | None) -> int:

@@ -8,7 +8,7 @@ Each finished record is one observation per check that applies to it:
                         WireError)                              or without one, or no finish
                                                                 at all (truncation.py)
     reasoning_leak      completed, upstream has a parser        <think> text arrived in content
-    degenerate          answer text sampled (`capture.py`)      gateway.trust.degeneration fires
+    degenerate          answer text sampled (`capture.py`)      gateway.serving.degeneration fires
     tool_call           responses with tool calls               invalid JSON, unknown tool, schema
     provider_mismatch   pinned provider route, provider known   another provider answered
     cost_drift          provider reported usage.cost            charged vs computed beyond threshold
@@ -33,7 +33,7 @@ and `thinking_mismatch` (two routes being compared — a shadow and its primary,
 gated route's upstreams — whose profiles differ in enable_thinking or reasoning_effort). A
 difference a route accepts (`accept_unequal`) is shown as `accepted_unequal`, never tripped.
 
-`gateway.ledger.health_report.report_health` reads the same flags back from the store (`plumbline
+`gateway.reports.health.report_health` reads the same flags back from the store (`plumbline
 report health`).
 """
 

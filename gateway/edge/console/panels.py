@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from gateway.errors import BadRequest
-from gateway.ledger.health_report import report_health
 from gateway.ledger.record import CLIENT, LANES
 from gateway.ledger.rejection import rejection_counts
-from gateway.ledger.report import report_cost
 from gateway.ledger.rounds import latest_rounds, latest_tripwires
 from gateway.ledger.rows import EVAL_RESULTS, REQUESTS
 from gateway.ledger.truncation import capped_clause
-from gateway.trust.shadow_report import report_shadow
+from gateway.reports.cost import report_cost
+from gateway.reports.health import report_health
+from gateway.reports.shadow import report_shadow
 
 if TYPE_CHECKING:
     from gateway.config import Config

@@ -27,8 +27,8 @@ from evals.result import ItemResult
 from evals.stats import wilson
 from gateway.edge.access import hash_key
 from gateway.edge.console.credentials import basic_password
-from gateway.ledger.report import report_cost
 from gateway.ledger.rows import REQUESTS
+from gateway.reports.cost import report_cost
 from gateway.trust.gate import control_pair, decide
 from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests.harness import config_from, serving, wait_for

@@ -16,9 +16,9 @@ import sqlalchemy as sa
 from playwright.sync_api import Browser, expect, sync_playwright
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.ledger.health_report import report_health
-from gateway.ledger.report import report_cost
 from gateway.ledger.rows import REJECTIONS, REQUESTS
+from gateway.reports.cost import report_cost
+from gateway.reports.health import report_health
 from plumbline_kit.fakes.upstream import running_fake
 from tests.gateway.edge.test_console import _cells, _chromium, _row
 from tests.gateway.traffic_mix import (

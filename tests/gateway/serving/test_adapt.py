@@ -288,7 +288,8 @@ def test_max_tokens_is_clamped_to_the_served_window(fake: FakeHandle) -> None:
     assert raw.headers["x-plumbline-clamped"] == f"max_tokens=32000->{room}"
     assert sink.records[0].clamped == f"max_tokens=32000->{room}"
     assert sink.records[0].max_tokens == 32000  # the client's cap, as asked
-    assert 'gateway_clamped_total{field="max_tokens",model="smol",upstream="v"} 1.0' in metrics
+    labels = 'field="max_tokens",lane="client",model="smol",upstream="v"'
+    assert f"gateway_clamped_total{{{labels}}} 1.0" in metrics
 
 
 def test_a_prompt_over_the_window_is_a_400_naming_the_sizes(

@@ -100,7 +100,8 @@ def test_each_shape_lands_on_its_sub_route(fakes: dict[str, FakeHandle]) -> None
     finally:
         store.close()
     assert len(fakes["coder"].requests()) == 1 and len(fakes["deep"].requests()) == 1
-    line = 'gateway_shape_requests_total{model="smart",shape="tools",upstream="coder"} 1.0'
+    labels = 'lane="client",model="smart",shape="tools",upstream="coder"'
+    line = f"gateway_shape_requests_total{{{labels}}} 1.0"
     assert line in metrics
 
 

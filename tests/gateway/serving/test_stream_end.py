@@ -27,10 +27,10 @@ from gateway.config import Config
 from gateway.edge.app import create_app
 from gateway.ledger.cost import economics
 from gateway.ledger.record import Record
-from gateway.ledger.report import cost_rows
 from gateway.ledger.spool import RecordQueue
 from gateway.ledger.store import Store
 from gateway.ledger.truncation import cause
+from gateway.reports.cost import cost_rows
 from tests.gateway.scripted import (
     ScriptedUpstream,
     chunk,

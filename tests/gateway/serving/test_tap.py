@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from gateway.ledger.record import Record
 from gateway.serving import tap as tap_module
+from gateway.serving import token_clocks as clocks_module
 from gateway.serving.accounting import MalformedStream
 from gateway.serving.tap import StreamTap
 from gateway.trust.capture import Capture
@@ -164,7 +165,8 @@ def _run(
 ) -> tuple[Any, ...]:
     clock = itertools.count()
     real = tap_module.time
-    tap_module.time = SimpleNamespace(perf_counter=lambda: float(next(clock)))  # type: ignore[assignment]
+    fake = SimpleNamespace(perf_counter=lambda: float(next(clock)))
+    tap_module.time = clocks_module.time = fake  # type: ignore[assignment]
     try:
         record = Record(request_id="r", door="chat", model="m", stream=True)
         record.t0 = 0.0
@@ -190,7 +192,7 @@ def _run(
             error = str(e)
             out.append(e.partial + tap.abort())
     finally:
-        tap_module.time = real
+        tap_module.time = clocks_module.time = real
     fields = asdict(record)
     del fields["time"]  # the wall clock at creation
     answer = None if capture is None else (capture.answer, capture.reasoning, capture.tool_calls())

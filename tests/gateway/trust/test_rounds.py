@@ -11,9 +11,9 @@ import httpx
 import openai
 
 from gateway.config import parse_config
-from gateway.ledger.health_report import report_health
 from gateway.ledger.rounds import latest_rounds
 from gateway.ledger.store import Store
+from gateway.reports.health import report_health
 from gateway.trust.rounds import failure_of
 from plumbline_kit.fakes.upstream import running_fake
 from tests.gateway.edge.test_lane import ADMIN, keyed_config

@@ -17,11 +17,11 @@ from gateway.config.trust import ShadowConfig
 from gateway.ledger.record import Record
 from gateway.ledger.rows import SHADOW_USAGE
 from gateway.ledger.store import Store, record_row
+from gateway.reports.shadow import report_shadow
 from gateway.serving.semantics import Semantics
 from gateway.serving.wire import Wire
 from gateway.trust.capture import Capture
 from gateway.trust.shadow import DailyBudget, ShadowMirror, most_it_can_cost
-from gateway.trust.shadow_report import report_shadow
 from plumbline_kit.fakes.upstream import FakeHandle, running_fake
 from tests.harness import config_from, running_gateway, wait_for
 

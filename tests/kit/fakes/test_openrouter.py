@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.ledger.health_report import report_health
+from gateway.reports.health import report_health
 from plumbline_kit.fakes.openrouter import NO_ENDPOINT, FakeOpenRouter, running_openrouter
 from tests.harness import config_from, serving, wait_for
 

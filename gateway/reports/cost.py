@@ -1,5 +1,5 @@
 """`plumbline report cost`, read from the store (`report health`:
-`gateway/ledger/health_report.py`).
+`gateway/reports/health.py`).
 
 `report cost`: requests, tokens, cost per million tokens and API/node per model. One row per
 (model, upstream) over a window read from the store: requests, tokens by kind, cost, $/M tokens,
@@ -9,40 +9,22 @@ own cap: `gateway/ledger/truncation.py`) and error rate. An API upstream's $/M i
 tokens; a node upstream's is the node's measured cost per million tokens for that model (see
 gateway/ledger/cost.py for the rule).
 
-Renders as a rich table, CSV or JSON (`Format`, the same three for every report).
+Renders as a rich table, CSV or JSON (`Format`, gateway/ledger/window.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
-import re
-import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 from gateway.config import Config
 from gateway.ledger import terminal
-from gateway.ledger.cost import MILLION, ModelEconomics, Usage, active_hour_cost, economics
+from gateway.ledger.cost import MILLION, ModelEconomics, Usage, active_hour_cost
 from gateway.ledger.store import Store
-
-Format = Literal["table", "csv", "json"]
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-
-
-def parse_since(text: str) -> float:
-    """'90s', '30m', '24h', '7d', '2w' -> seconds."""
-    m = _SINCE.match(text.lower())
-    if m is None:
-        raise ValueError(f"--since {text!r}: expected a number and a unit (s, m, h, d, w)")
-    seconds = float(m.group(1)) * _UNITS[m.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"--since {text!r}: must be positive")
-    return seconds
+from gateway.ledger.window import Format, reading, span, window_economics
 
 
 @dataclass(slots=True)
@@ -116,38 +98,6 @@ def _kind(u: Usage, node: str | None) -> str:
 
 def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
-
-
-def window_economics(
-    config: Config, store: Store, window_s: float, now: float | None = None
-) -> tuple[list[Usage], dict[str, float], dict[str, ModelEconomics]]:
-    """Usage, node busy hours and per-model economics over the last `window_s` seconds.
-
-    The gateway can publish the result as gauges: `metrics.set_economics(econ)`.
-    """
-    now = time.time() if now is None else now
-    usage = store.usage(now - window_s, now)
-    hours = store.node_hours(config, now - window_s, now)
-    return usage, hours, economics(config, usage, hours)
-
-
-def span(since: str, now: float | None = None) -> tuple[float, float]:
-    """The window `since` (e.g. "24h") up to `now` (default: the clock), as (start, end)."""
-    end = time.time() if now is None else now
-    return end - parse_since(since), end
-
-
-@contextlib.contextmanager
-def reading(config: Config, store: Store | None) -> Iterator[Store]:
-    """`store`, or the config's own store, opened for one report and closed after it."""
-    if store is not None:
-        yield store
-        return
-    own = Store.from_config(config)
-    try:
-        yield own
-    finally:
-        own.close()
 
 
 def report_cost(
@@ -267,7 +217,14 @@ def _table(
                 f"{100 * r.error_rate:.1f}",
             )
         )
-    lines = []
+    lines = _notes(econ, hours, config)
+    left = ("model", "lane", "upstream", "API vs node")
+    return terminal.render(f"Cost, last {since}", heads, cells, lines, left=left, wide=220)
+
+
+def _notes(econ: dict[str, ModelEconomics], hours: dict[str, float], config: Config) -> list[str]:
+    """The lines under the cost table: each model's node against API, each node's busy hours."""
+    lines: list[str] = []
     for name, e in econ.items():
         if e.node_tokens:
             lines.append(
@@ -283,5 +240,4 @@ def _table(
             f"node {name}: {terminal.hours(h)} busy h × ${active_hour_cost(node):.2f}/active h "
             f"({node.basis}, {node.utilisation:.0%} utilisation)"
         )
-    left = ("model", "lane", "upstream", "API vs node")
-    return terminal.render(f"Cost, last {since}", heads, cells, lines, left=left, wide=220)
+    return lines

@@ -44,12 +44,12 @@ from gateway.config.trust import CHECKS, WatchdogConfig
 from gateway.ledger import terminal
 from gateway.ledger.latency import Latency, ms_pair, streamed_latency
 from gateway.ledger.rejection import rejection_counts, rejections_text
-from gateway.ledger.report import Format, reading, span
 from gateway.ledger.rounds import latest_rounds, latest_tripwires, rounds_text
 from gateway.ledger.rows import REQUESTS
 from gateway.ledger.store import Store
 from gateway.ledger.truncation import capped_clause, upstream_cut_clause
 from gateway.ledger.upstream_state import error_rate, state_of
+from gateway.ledger.window import Format, reading, span
 from gateway.trust.watchdog import config_findings, pinned_providers
 
 NOT_FAILURES = frozenset({"ok", "cancelled"})

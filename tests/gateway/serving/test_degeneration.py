@@ -1,9 +1,9 @@
-"""The collapse detector (`gateway/trust/degeneration.py`): planted collapse is caught, healthy
+"""The collapse detector (`gateway/serving/degeneration.py`): planted collapse is caught, healthy
 text of every shape passes."""
 
 import pytest
 
-from gateway.trust.degeneration import degeneration, tokens
+from gateway.serving.degeneration import degeneration, tokens
 
 LOOP = "I think the answer is Paris, the capital of France. " * 8
 

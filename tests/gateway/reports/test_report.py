@@ -12,12 +12,13 @@ import pytest
 
 from gateway.config import Config
 from gateway.ledger import terminal
-from gateway.ledger.health_report import report_health
 from gateway.ledger.metrics import Metrics
 from gateway.ledger.record import Attempt, Record
-from gateway.ledger.report import parse_since, report_cost, window_economics
 from gateway.ledger.store import Store, record_row
-from gateway.trust.shadow_report import report_shadow
+from gateway.ledger.window import parse_since, window_economics
+from gateway.reports.cost import report_cost
+from gateway.reports.health import report_health
+from gateway.reports.shadow import report_shadow
 from tests.gateway.trust import test_watchdog as watchdog
 
 NOW = 1_800_000_000.0

@@ -1,19 +1,19 @@
 """docs/metrics.md is written from the series the gateway defines
-(gateway/ledger/metric_reference.py): the committed page is today's, and every series has its
+(gateway/reports/metric_reference.py): the committed page is today's, and every series has its
 type, labels and a meaning."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.ledger.metric_reference import render, series
+from gateway.reports.metric_reference import render, series
 
 PAGE = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
 
 
 def test_the_committed_page_is_the_code() -> None:
     assert PAGE.read_text(encoding="utf-8") == render(), (
-        "docs/metrics.md is stale: python -m gateway.ledger.metric_reference > docs/metrics.md"
+        "docs/metrics.md is stale: python -m gateway.reports.metric_reference > docs/metrics.md"
     )
 
 

@@ -2,9 +2,9 @@
 
 `gateway.ledger.metrics.Metrics` declares every Prometheus series with its help text and labels;
 this lists them, so the page cannot drift from what /metrics serves:
-`tests/gateway/ledger/test_metric_reference.py` compares the committed page with this output.
+`tests/gateway/reports/test_metric_reference.py` compares the committed page with this output.
 
-    python -m gateway.ledger.metric_reference > docs/metrics.md
+    python -m gateway.reports.metric_reference > docs/metrics.md
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def render() -> str:
     lines = [
         "# Metrics",
         "",
-        "Written from the gateway's series by `python -m gateway.ledger.metric_reference` (do not",
+        "Written from the gateway's series by `python -m gateway.reports.metric_reference` (do not",
         "edit by hand; a test fails when this page and the code disagree). `GET /metrics` serves",
         "them in Prometheus's text format (`[access].metrics_requires_key` can require a key).",
         "Every series is derived from the one request record that also feeds the store, so the",

@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
 
 from gateway.config import Config
 from gateway.ledger import terminal
+from gateway.ledger.rows import REQUESTS
+from gateway.ledger.window import Format, reading, span
 from gateway.trust.agreement import AGREE, DIFFER
-
-Format = Literal["table", "csv", "json"]
 
 
 @dataclass(slots=True)
@@ -35,8 +35,6 @@ class ShadowRow:
 
 
 def _shadow_query(since: float, until: float) -> Any:
-    from gateway.ledger.rows import REQUESTS
-
     s, p = REQUESTS.alias("s"), REQUESTS.alias("p")
     join = s.join(p, sa.and_(p.c.time == s.c.time, p.c.request_id == s.c.shadow_of))
     return (
@@ -106,8 +104,6 @@ def report_shadow(
     now: float | None = None,
 ) -> str:
     """Per (model, primary, shadow): pairs, agreement with its interval, latency, tokens, cost."""
-    from gateway.ledger.report import reading, span
-
     start, now = span(since, now)
     with reading(config, store) as db, db.engine.connect() as conn:
         rows = shadow_rows(list(conn.execute(_shadow_query(start, now))))
@@ -116,31 +112,39 @@ def report_shadow(
             {"since": start, "until": now, "rows": [asdict(r) for r in rows]}, indent=2
         )
     if fmt == "csv":
-        lines = [
-            "model,primary,shadow,pairs,agree_rate,agree_lo,agree_hi,primary_e2e_s,"
-            "shadow_e2e_s,primary_tokens,shadow_tokens,primary_cost_usd,shadow_cost_usd"
-        ]
-        for r in rows:
-            lo, hi = r.agree_ci or ("", "")
-            cells = [
-                r.model,
-                r.primary,
-                r.shadow,
-                r.pairs,
-                r.agree_rate,
-                lo,
-                hi,
-                r.primary_e2e_s,
-                r.shadow_e2e_s,
-                r.primary_tokens,
-                r.shadow_tokens,
-                r.primary_cost_usd,
-                r.shadow_cost_usd,
-            ]
-            lines.append(",".join("" if c is None else str(c) for c in cells))
-        return "\n".join(lines) + "\n"
+        return _csv(rows)
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}")
+    return _table(rows, since)
+
+
+def _csv(rows: list[ShadowRow]) -> str:
+    lines = [
+        "model,primary,shadow,pairs,agree_rate,agree_lo,agree_hi,primary_e2e_s,"
+        "shadow_e2e_s,primary_tokens,shadow_tokens,primary_cost_usd,shadow_cost_usd"
+    ]
+    for r in rows:
+        lo, hi = r.agree_ci or ("", "")
+        cells = [
+            r.model,
+            r.primary,
+            r.shadow,
+            r.pairs,
+            r.agree_rate,
+            lo,
+            hi,
+            r.primary_e2e_s,
+            r.shadow_e2e_s,
+            r.primary_tokens,
+            r.shadow_tokens,
+            r.primary_cost_usd,
+            r.shadow_cost_usd,
+        ]
+        lines.append(",".join("" if c is None else str(c) for c in cells))
+    return "\n".join(lines) + "\n"
+
+
+def _table(rows: list[ShadowRow], since: str) -> str:
     heads = (
         "model",
         "primary → shadow",
