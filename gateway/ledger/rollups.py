@@ -14,6 +14,7 @@ the window may add to it, where the raw query would not.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from gateway.ledger.cost import Usage
 from gateway.ledger.database import writing
+from gateway.ledger.health_queries import attempts_query, failed_attempts, flags_query
 from gateway.ledger.queries import busy_seconds_query, usage_of, usage_query
 from gateway.ledger.rows import REQUESTS, metadata
 
@@ -56,6 +58,15 @@ BUSY_HOURLY = sa.Table(
     sa.Column("hour", sa.BigInteger, primary_key=True),
     sa.Column("node", sa.String(128), primary_key=True),
     sa.Column("seconds", sa.Float, nullable=False),
+)
+FLAGS = 15  # the counts of `flags_query`, after the upstream
+HEALTH_HOURLY = sa.Table(
+    "health_hourly",
+    metadata,
+    sa.Column("hour", sa.BigInteger, primary_key=True),
+    sa.Column("upstream", sa.String(128), primary_key=True),
+    *(sa.Column(f"c{i}", sa.BigInteger, nullable=False) for i in range(FLAGS)),
+    sa.Column("failed_calls", sa.BigInteger, nullable=False),
 )
 ROLLUP_MARKS = sa.Table(
     "rollup_marks",
@@ -94,6 +105,20 @@ def busy_in(
 def _roll_hour(conn: Connection, hour: int, nodes: dict[str, list[str]]) -> None:
     conn.execute(USAGE_HOURLY.delete().where(USAGE_HOURLY.c.hour == hour))
     conn.execute(BUSY_HOURLY.delete().where(BUSY_HOURLY.c.hour == hour))
+    conn.execute(HEALTH_HOURLY.delete().where(HEALTH_HOURLY.c.hour == hour))
+    flags = {r[0]: list(r[1:]) for r in conn.execute(flags_query(hour, hour + HOUR))}
+    failed = failed_attempts(conn.execute(attempts_query(hour, hour + HOUR)))
+    health = [
+        {
+            "hour": hour,
+            "upstream": u,
+            **{f"c{i}": int(v or 0) for i, v in enumerate(flags.get(u, [0] * FLAGS))},
+            "failed_calls": failed.get(u, 0),
+        }
+        for u in sorted(set(flags) | set(failed))
+    ]
+    if health:
+        conn.execute(HEALTH_HOURLY.insert(), health)
     rows = [
         {"hour": hour, "model": r[0], "upstream": r[1] or "", **dict(zip(SUMS, r[2:], strict=True))}
         for r in conn.execute(usage_query(hour, hour + HOUR))
@@ -195,3 +220,38 @@ def busy_seconds(
     ).scalar()
     tail = busy_in(conn, ups, (b - HOUR, until), (b, until))
     return lead + float(mid or 0.0) + tail
+
+
+def health_counts(
+    conn: Connection, since: float, until: float
+) -> tuple[list[tuple[Any, ...]], Counter[str]]:
+    """`report health`'s (flags rows, failed calls per upstream) over the window: rolled-up
+    whole hours plus raw scans of the partial ends."""
+    hours = _whole_hours(conn, since, until)
+    spans = [(since, until)] if hours is None else [(since, hours[0]), (hours[1], until)]
+    flags: dict[str, list[int]] = {}
+    failed: Counter[str] = Counter()
+    for lo, hi in spans:
+        if hi > lo:
+            for r in conn.execute(flags_query(lo, hi)):
+                _add(flags, r[0], r[1:])
+            failed.update(failed_attempts(conn.execute(attempts_query(lo, hi))))
+    if hours is not None:
+        t = HEALTH_HOURLY
+        sums = [sa.func.sum(t.c[f"c{i}"]) for i in range(FLAGS)]
+        rolled = (
+            sa.select(t.c.upstream, *sums, sa.func.sum(t.c.failed_calls))
+            .where(t.c.hour >= hours[0], t.c.hour < hours[1])
+            .group_by(t.c.upstream)
+        )
+        for r in conn.execute(rolled):
+            if int(r[1] or 0):  # the upstream answered some request
+                _add(flags, r[0], r[1:-1])
+            if int(r[-1] or 0):
+                failed[r[0]] += int(r[-1])
+    return [(u, *v) for u, v in sorted(flags.items())], failed
+
+
+def _add(acc: dict[str, list[int]], key: str, values: Sequence[Any]) -> None:
+    old = acc.get(key, [0] * len(values))
+    acc[key] = [a + int(b or 0) for a, b in zip(old, values, strict=True)]

@@ -104,3 +104,15 @@ def test_a_first_rollup_of_a_long_history_is_spread_over_ticks(store: Store) -> 
     fill(store, 4, 100)
     assert store.roll_up(cfg, T0 + 100 * HOUR, max_hours=10) == 10
     assert store.roll_up(cfg, T0 + 100 * HOUR, max_hours=10) == 10
+
+
+def test_rolled_up_health_report_is_the_raw_one(store: Store) -> None:
+    from gateway.ledger.health_report import report_health
+
+    cfg = config()
+    fill(store, 30, 2000, seed=5)
+    store.write([record_row(full_record("failed-only", T0 + 7 * HOUR, upstream=None, status=502))])
+    now = T0 + 27 * HOUR + 61.0
+    raw = [report_health(cfg, w, "json", store=store, now=now) for w in ("24h", "1h")]
+    assert store.roll_up(cfg, T0 + 30 * HOUR + SETTLE_S) == 30
+    assert [report_health(cfg, w, "json", store=store, now=now) for w in ("24h", "1h")] == raw

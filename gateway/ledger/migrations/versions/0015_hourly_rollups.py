@@ -1,6 +1,7 @@
 """hourly rollups: usage per (hour, model, upstream), node busy seconds per hour
 
-`usage_hourly` and `busy_hourly` are filled by housekeeping, one completed hour at a time
+`usage_hourly`, `busy_hourly` and `health_hourly` (`report health`'s counts and failed calls
+per upstream) are filled by housekeeping, one completed hour at a time
 (`gateway.ledger.rollups`); `rollup_marks` says up to which hour. Reports read whole hours from
 them and scan raw rows only for the partial hours at a window's ends.
 
@@ -50,6 +51,13 @@ def upgrade() -> None:
         sa.Column("seconds", sa.Float, nullable=False),
     )
     op.create_table(
+        "health_hourly",
+        sa.Column("hour", sa.BigInteger, primary_key=True),
+        sa.Column("upstream", sa.String(128), primary_key=True),
+        *(sa.Column(f"c{i}", sa.BigInteger, nullable=False) for i in range(15)),
+        sa.Column("failed_calls", sa.BigInteger, nullable=False),
+    )
+    op.create_table(
         "rollup_marks",
         sa.Column("name", sa.String(32), primary_key=True),
         sa.Column("upto", sa.BigInteger, nullable=False),
@@ -58,5 +66,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("rollup_marks")
+    op.drop_table("health_hourly")
     op.drop_table("busy_hourly")
     op.drop_table("usage_hourly")
