@@ -10,7 +10,7 @@ import pytest
 from gateway.config import Config
 from gateway.ledger.cost import Usage
 from gateway.ledger.queries import usage_query
-from gateway.ledger.rollups import HOUR, SETTLE_S
+from gateway.ledger.rollups import HOUR, MAX_HOURS, SETTLE_S
 from gateway.ledger.store import Store, record_row
 from tests.gateway.ledger.test_store import full_record
 
@@ -72,7 +72,7 @@ def test_rolled_up_reports_answer_what_the_raw_scan_answers(store: Store) -> Non
     fill(store, 30, 3000)
     raw = [(store.usage(s, u), store.node_hours(cfg, s, u)) for s, u in WINDOWS]
     now = T0 + 30 * HOUR + SETTLE_S
-    assert store.roll_up(cfg, now) == 30
+    assert store.roll_up(cfg, now, max_hours=100) == 30
     for (s, u), (usage, hours) in zip(WINDOWS, raw, strict=True):
         same_usage(store.usage(s, u), usage)
         rolled = store.node_hours(cfg, s, u)
@@ -104,6 +104,7 @@ def test_a_first_rollup_of_a_long_history_is_spread_over_ticks(store: Store) -> 
     fill(store, 4, 100)
     assert store.roll_up(cfg, T0 + 100 * HOUR, max_hours=10) == 10
     assert store.roll_up(cfg, T0 + 100 * HOUR, max_hours=10) == 10
+    assert store.roll_up(cfg, T0 + 100 * HOUR) == MAX_HOURS  # a housekeeping tick's share
 
 
 def test_rolled_up_health_report_is_the_raw_one(store: Store) -> None:
@@ -114,5 +115,5 @@ def test_rolled_up_health_report_is_the_raw_one(store: Store) -> None:
     store.write([record_row(full_record("failed-only", T0 + 7 * HOUR, upstream=None, status=502))])
     now = T0 + 27 * HOUR + 61.0
     raw = [report_health(cfg, w, "json", store=store, now=now) for w in ("24h", "1h")]
-    assert store.roll_up(cfg, T0 + 30 * HOUR + SETTLE_S) == 30
+    assert store.roll_up(cfg, T0 + 30 * HOUR + SETTLE_S, max_hours=100) == 30
     assert [report_health(cfg, w, "json", store=store, now=now) for w in ("24h", "1h")] == raw
