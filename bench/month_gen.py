@@ -52,14 +52,24 @@ def _case(r: str, pairs: list[tuple[float, str]]) -> str:
     return f"CASE {whens} ELSE {pairs[-1][1]} END"
 
 
-def _columns() -> tuple[dict[str, str], dict[str, str]]:
-    """Column -> SQL expression over `i`, the row number in its day, and `t0`, `step`."""
-    r = [f"r{k}" for k in range(8)]
-    model = _case(r[0], [(s, f"'{m}'") for s, (m, _, _) in zip(MODEL_SHARES, ROUTES, strict=True)])
+def _derived(r: list[str]) -> dict[str, str]:
+    """Values several columns use, computed once a row: upstream, status, token counts."""
     ups = [
         (s, _case(r[1], [(share, f"'{u}'") for u, share in routes]))
         for s, (_, routes, _) in zip(MODEL_SHARES, ROUTES, strict=True)
     ]
+    return {
+        "u": _case(r[0], ups),
+        "st": _case(r[2], [(0.97, "200"), (0.985, "429"), (0.995, "500"), (1.0, "400")]),
+        "ct": f"(20 + CAST({r[3]} * {r[3]} * 900 AS INTEGER))",
+        "pt": f"(150 + CAST({r[4]} * {r[4]} * 6000 AS INTEGER))",
+    }
+
+
+def _columns() -> tuple[dict[str, str], dict[str, str]]:
+    """Column -> SQL expression over `i`, the row number in its day, and `t0`, `step`."""
+    r = [f"r{k}" for k in range(8)]
+    model = _case(r[0], [(s, f"'{m}'") for s, (m, _, _) in zip(MODEL_SHARES, ROUTES, strict=True)])
     upstream = "u"
     doors = [(s, f"'{d}'") for s, (_, _, d) in zip(MODEL_SHARES, ROUTES, strict=True)]
     status, completion, prompt = "st", "ct", "pt"
@@ -71,13 +81,7 @@ def _columns() -> tuple[dict[str, str], dict[str, str]]:
     )
     api = f"({upstream}) IN ('api-openai', 'api-anthropic')"
     cost = f"({prompt} * 3e-6 + {completion} * 1.5e-5)"
-    derived = {
-        "u": _case(r[0], ups),
-        "st": _case(r[2], [(0.97, "200"), (0.985, "429"), (0.995, "500"), (1.0, "400")]),
-        "ct": f"(20 + CAST({r[3]} * {r[3]} * 900 AS INTEGER))",
-        "pt": f"(150 + CAST({r[4]} * {r[4]} * 6000 AS INTEGER))",
-    }
-    return derived, {
+    return _derived(r), {
         "time": f"(t0 + i * step + {r[6]} * step)",
         "request_id": "('r' || CAST(t0 AS INTEGER) || '-' || i)",
         "door": _case(r[0], doors),

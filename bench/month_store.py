@@ -100,8 +100,6 @@ def probes(store: Store, now: float) -> dict[str, Callable[[], Any]]:
 
 def retention(store: Store, first_day: int, now: float) -> dict[str, float]:
     """Drop the oldest day while a writer inserts 30 rows every 50 ms into the newest day."""
-    from month_gen import day_sql  # noqa: F401  (the writer copies a generated row instead)
-
     with store.engine.connect() as conn:
         template = dict(conn.execute(sa.text("SELECT * FROM requests LIMIT 1")).one()._mapping)
     stop, worst, batches = threading.Event(), [0.0, 0.0], [0]
