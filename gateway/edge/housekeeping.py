@@ -203,6 +203,7 @@ class Housekeeper:
         await self.demotions.share()
         store, cfg = self.store, self.config
         try:
+            await asyncio.to_thread(store.roll_up, cfg)
             economics = await asyncio.to_thread(window_economics, cfg, store, 86400.0)
             self.metrics.set_economics(economics[2])
             if hourly:

@@ -94,19 +94,27 @@ def intervals_query(upstreams: Sequence[str], since: float, until: float | None)
 
 
 def busy_seconds_query(
-    upstreams: Sequence[str], since: float, until: float | None, end_cap: float
+    upstreams: Sequence[str],
+    since: float,
+    until: float | None,
+    end_cap: float,
+    start_floor: float | None = None,
 ) -> sa.Select[Any]:
     """Seconds covered by the union of the request intervals of `upstreams` in the window
     (each clipped to `end_cap`), as one number the database computes: the classic gaps-and-
     islands pass. Ordered by start, a request opens a new island when it starts after every
     earlier one has ended (the running maximum of the ends before it); the islands' spans are
     summed. Window functions run in SQLite (3.25+) and PostgreSQL alike, so housekeeping never
-    walks a day's intervals in Python."""
+    walks a day's intervals in Python. With `start_floor`, each interval also starts no earlier
+    than it (the hourly rollups clip to their hour, `gateway.ledger.rollups`)."""
     t = REQUESTS
+    start: Any = t.c.time
+    if start_floor is not None:
+        start = sa.case((t.c.time < start_floor, sa.literal(start_floor)), else_=t.c.time)
     end = t.c.time + sa.func.coalesce(t.c.e2e_s, 0.0)
-    end = sa.case((end > end_cap, sa.literal(end_cap)), (end < t.c.time, t.c.time), else_=end)
+    end = sa.case((end > end_cap, sa.literal(end_cap)), (end < start, start), else_=end)
     iv = (
-        sa.select(t.c.time.label("s"), end.label("e"))
+        sa.select(start.label("s"), end.label("e"))
         .where(t.c.upstream.in_(list(upstreams)), *window(since, until))
         .subquery("iv")
     )

@@ -40,14 +40,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gateway.config import Config
-from gateway.ledger import responses_store
+from gateway.ledger import responses_store, rollups
 from gateway.ledger.columns import typed_row
 from gateway.ledger.content import Content as Content
 from gateway.ledger.content import capped as capped
 from gateway.ledger.cost import Usage
 from gateway.ledger.database import create_engine, migrate, resolve_url, writing
 from gateway.ledger.partitions import DAY, PARTITIONS, day_start, partition_day, partition_ddl
-from gateway.ledger.queries import busy_seconds_query, intervals_query, usage_of, usage_query
+from gateway.ledger.queries import intervals_query
 from gateway.ledger.record import Record
 from gateway.ledger.rows import (
     CONTENTS,
@@ -359,9 +359,19 @@ class Store:
         return out
 
     def usage(self, since: float, until: float | None = None) -> list[Usage]:
-        """Per (model, upstream) totals of requests that started in [since, until)."""
+        """Per (model, upstream) totals of requests that started in [since, until): the hourly
+        rollups' whole hours and raw rows at the ends (`gateway.ledger.rollups`)."""
+        until = _time.time() if until is None else until
         with self.engine.connect() as conn:
-            return [usage_of(r) for r in conn.execute(usage_query(since, until))]
+            return rollups.usage(conn, since, until)
+
+    def roll_up(
+        self, config: Config, now: float | None = None, max_hours: int = rollups.MAX_HOURS
+    ) -> int:
+        """Bring the hourly rollups up to date, at most `max_hours` (housekeeping, in a
+        thread); returns the hours rolled up."""
+        now = _time.time() if now is None else now
+        return rollups.roll_up(self.engine, rollups.node_upstreams(config), now, max_hours)
 
     def intervals(
         self, upstreams: Sequence[str], since: float, until: float | None = None
@@ -379,16 +389,10 @@ class Store:
         self, config: Config, since: float, until: float | None = None
     ) -> dict[str, float]:
         """Busy hours of each configured node: the union of its upstreams' request intervals,
-        computed in the database (`busy_seconds_query`): one number comes back, never a day of
-        intervals walked in Python while the gateway's requests wait for the GIL."""
+        computed in the database (`busy_seconds_query`, rolled up per hour)."""
         end_cap = _time.time() if until is None else until
-        out = {}
         with self.engine.connect() as conn:
-            for node in config.nodes:
-                ups = [u.name for u in config.upstreams if u.node == node]
-                if not ups:
-                    out[node] = 0.0
-                    continue
-                query = busy_seconds_query(ups, since, until, end_cap)
-                out[node] = float(conn.execute(query).scalar() or 0.0) / 3600.0
-        return out
+            return {
+                node: rollups.busy_seconds(conn, node, ups, since, end_cap) / 3600.0
+                for node, ups in rollups.node_upstreams(config).items()
+            }

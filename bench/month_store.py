@@ -1,0 +1,194 @@
+"""A ledger that holds a month: reports, console panels and retention on a big store.
+
+Fills a store with `--days` UTC days of requests at `--rate` a second, generated inside the
+database (`bench/month_gen.py`: `generate_series` on PostgreSQL, a recursive CTE on SQLite; day
+partitions as the store makes them), and after each size in `--sizes` (days) times, with `now`
+at the end of the data:
+
+- `report cost --since 24h` and `--since 7d`, `report health` (24h), the console's upstreams,
+  cost and traffic panels (24h and 7d): by raw scan, then again after the hourly rollups are
+  brought up to date (`Store.roll_up`, timed: the backfill a first housekeeping tick does);
+- the store's bytes per record;
+- at the largest size, retention dropping the oldest day (a partition DROP on PostgreSQL, a
+  DELETE on SQLite) while a writer inserts a batch every 50 ms: the writer's worst batch time.
+
+    python bench/month_store.py --db postgres --days 7 --rate 30 --sizes 1,3,7
+    python bench/month_store.py --db sqlite --days 3 --rate 10 --sizes 1,3
+
+PostgreSQL is a throwaway cluster (tests/gateway/pg.py). Results are appended to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sqlalchemy as sa  # noqa: E402
+from month_gen import config, generate_day  # noqa: E402
+
+from gateway.edge.console import panels  # noqa: E402
+from gateway.ledger.partitions import DAY  # noqa: E402
+from gateway.ledger.store import Store  # noqa: E402
+from gateway.reports.cost import report_cost  # noqa: E402
+from gateway.reports.health import report_health  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+END = 1_796_256_000  # 2026-12-03 00:00 UTC: the generated days end here
+
+
+@contextlib.contextmanager
+def opened(db: str) -> Iterator[Store]:
+    if db == "postgres":
+        from tests.gateway.pg import cluster
+
+        with cluster() as c:
+            store = Store(c.url)
+            try:
+                yield store
+            finally:
+                store.close()
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        store = Store(f"sqlite:///{folder}/month.db")
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def size_bytes(store: Store) -> int:
+    with store.engine.connect() as conn:
+        if store.postgres:
+            q = "SELECT pg_total_relation_size(relid) FROM pg_partition_tree('requests')"
+            return int(sum(r[0] or 0 for r in conn.execute(sa.text(q))))
+        pages = conn.execute(sa.text("PRAGMA page_count")).scalar() or 0
+        free = conn.execute(sa.text("PRAGMA freelist_count")).scalar() or 0
+        size = conn.execute(sa.text("PRAGMA page_size")).scalar() or 0
+        return int((pages - free) * size)
+
+
+def probes(store: Store, now: float) -> dict[str, Callable[[], Any]]:
+    cfg = config()
+    health = {"upstreams": {}}
+    return {
+        "report cost 24h": lambda: report_cost(cfg, "24h", "json", store=store, now=now),
+        "report cost 7d": lambda: report_cost(cfg, "7d", "json", store=store, now=now),
+        "report health 24h": lambda: report_health(cfg, "24h", "json", store=store, now=now),
+        "panel upstreams 24h": lambda: panels.upstreams(cfg, store, health, "24h", now),
+        "panel cost 24h": lambda: panels.cost(cfg, store, "24h", now),
+        "panel cost 7d": lambda: panels.cost(cfg, store, "7d", now),
+        "panel traffic 24h": lambda: panels.traffic(cfg, store, "24h", now),
+        "panel traffic 7d": lambda: panels.traffic(cfg, store, "7d", now),
+    }
+
+
+def retention(store: Store, first_day: int, now: float) -> dict[str, float]:
+    """Drop the oldest day while a writer inserts 30 rows every 50 ms into the newest day."""
+    with store.engine.connect() as conn:
+        template = dict(conn.execute(sa.text("SELECT * FROM requests LIMIT 1")).one()._mapping)
+    stop, worst, batches = threading.Event(), [0.0, 0.0], [0]
+
+    def writer(slot: int) -> None:
+        n = 0
+        while not stop.is_set():
+            rows = [
+                {
+                    **template,
+                    "time": now - 10 + n * 1e-4 + k * 1e-6,
+                    "request_id": f"w{slot}{n}-{k}",
+                }
+                for k in range(30)
+            ]
+            worst[slot] = max(worst[slot], timed(lambda rows=rows: store.write(rows)))
+            batches[0] += 1
+            n += 1
+            time.sleep(0.05)
+
+    t = threading.Thread(target=writer, args=(0,))
+    t.start()
+    time.sleep(1.0)
+    stop.set()
+    t.join()
+    stop.clear()
+    t = threading.Thread(target=writer, args=(1,))
+    t.start()
+    took = timed(lambda: store.drop_before("requests", first_day + DAY))
+    time.sleep(0.2)
+    stop.set()
+    t.join()
+    return {"drop_s": took, "writer_idle_worst_s": worst[0], "writer_during_worst_s": worst[1]}
+
+
+def measure(store: Store, now: float, rows: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"rows": rows, "bytes_per_record": size_bytes(store) / rows}
+    raw = {name: timed(fn) for name, fn in probes(store, now).items()}
+    out["rollup_s"] = timed(lambda: store.roll_up(config(), now, max_hours=100_000))
+    out["raw"], out["rolled"] = raw, {name: timed(fn) for name, fn in probes(store, now).items()}
+    return out
+
+
+def table(db: str, rate: float, sizes: list[dict[str, Any]]) -> str:
+    head = f"| {db}, {rate:g} req/s | " + " | ".join(f"{s['rows']:,} rows" for s in sizes)
+    lines = [head + " |", "|---" * (len(sizes) + 1) + "|"]
+    lines.append(
+        "| bytes/record | " + " | ".join(f"{s['bytes_per_record']:.0f}" for s in sizes) + " |"
+    )
+    lines.append(
+        "| rollup backfill s | " + " | ".join(f"{s['rollup_s']:.2f}" for s in sizes) + " |"
+    )
+    for name in sizes[0]["raw"]:
+        cells = [f"{s['raw'][name]:.2f} → {s['rolled'][name]:.2f}" for s in sizes]
+        lines.append(f"| {name} (raw → rollup) s | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    ap.add_argument("--days", type=int, default=3)
+    ap.add_argument("--rate", type=float, default=10.0)
+    ap.add_argument("--sizes", default="", help="days after which to measure (default: --days)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "2026-12-04-month-store.md")
+    args = ap.parse_args()
+    sizes = sorted({int(s) for s in args.sizes.split(",") if s} | {args.days})
+    first = END - args.days * DAY
+    results, rows = [], 0
+    with opened(args.db) as store:
+        for d in range(args.days):
+            gen = timed(lambda d=d: generate_day(store, first + d * DAY, args.rate))
+            rows += int(args.rate * DAY)
+            print(f"day {d + 1}: {rows:,} rows, generated in {gen:.1f} s", flush=True)
+            if d + 1 in sizes:
+                results.append(measure(store, first + (d + 1) * DAY - 1.0, rows))
+                print(results[-1], flush=True)
+        kept = retention(store, first, END - 1.0)
+        print(kept, flush=True)
+    text = table(args.db, args.rate, results)
+    text += (
+        f"\n\nRetention of the oldest day ({rows:,} rows, {args.db}): {kept['drop_s']:.3f} s; "
+        f"a writer's worst 30-row batch {kept['writer_during_worst_s'] * 1000:.1f} ms during it, "
+        f"{kept['writer_idle_worst_s'] * 1000:.1f} ms before it.\n"
+    )
+    print(text)
+    with args.out.open("a") as f:
+        f.write(f"\n### `{' '.join(sys.argv[1:])}`\n\n{text}\n")
+
+
+if __name__ == "__main__":
+    main()
