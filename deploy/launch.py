@@ -1,13 +1,10 @@
 """From the config to running local replicas: what `plumbline up` starts.
 
 Each `[[upstreams]]` entry with a `launch` table becomes a `LaunchSpec`: the engine, the weights
-(a Hugging Face folder converted once from the GGUF for vLLM, the GGUF itself for llama.cpp), the
-host and port taken from the upstream's `base_url`, and the profile's parsers, flags and
-environment — the same recipe the gateway applies on every request.
-
+(a Hugging Face folder converted once from the GGUF for vLLM, the GGUF for llama.cpp), host and
+port from the upstream's `base_url`, and the profile's parsers, flags and environment.
 `launch_local` yields `LocalEngines`: the replicas, and the gateway's narrow read of their
 supervisor (each engine's state, restarts and last exit status, by upstream name).
-
 `SERVE_OPTIONS` is how the gateway's own HTTP server runs, as `plumbline serve` passes it to
 uvicorn (`serve` in this process, `serve_workers` as several worker processes on one port) and
 as `gateway_command` spells it on a uvicorn command line (a process of its own: the benchmarks).

@@ -285,42 +285,74 @@ def deploy_vllm(
         replicas_per_gpu,
         gpu_memory_utilization,
     )
-    power = check_power_limits(gpu_ids, allow_power_capped, nvidia_smi)
-    for gpu in power:
-        if gpu.capped:
-            echo(
-                f"plumbline: GPU {gpu.index} is power-capped "
-                f"({gpu.limit_w:g}/{gpu.max_limit_w:g} W)"
-            )
+    power = _power(gpu_ids, allow_power_capped, nvidia_smi, echo)
     argvs: Mapping[int, list[str]] = {
         p.spec.port: [*vllm_command, *gpu_args(p.spec)] for p in plans
     }
-    by_port = {p.spec.port: p for p in plans}
     with contextlib.ExitStack() as stack:
-        replicas = []
-        for wave in sorted({p.wave for p in plans}):
-            batch = [p for p in plans if p.wave == wave]
-            supervisor = Supervisor(
-                [p.spec for p in batch], run_dir, timeout=timeout_s, command=lambda s: argvs[s.port]
-            )
-            echo("plumbline: starting " + ", ".join(f"{p.name}@{p.spec.port}" for p in batch))
-            started = stack.enter_context(supervisor)
-            replicas += [
-                _read_back(by_port[r.spec.port], r, supervisor.startup_seconds.get(r.name, 0.0))
-                for r in started
-            ]
-        for replica in replicas:
-            record = replica_record(replica, argvs[replica.plan.spec.port], power)
-            replica.record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-            echo(_summary(replica))
-        entries = "\n".join(upstream_toml(r.plan, node) for r in replicas)
-        echo(entries)
-        if register is not None:
-            with register.open("a", encoding="utf-8") as fh:
-                fh.write("\n" + entries)
-            echo(f"plumbline: registered {len(replicas)} upstream(s) in {register}")
+        replicas = _start_waves(stack, plans, argvs, run_dir, timeout_s, echo)
+        _announce(replicas, argvs, power, node, register, echo)
         serve(replicas)
     return replicas
+
+
+def _power(
+    gpu_ids: Sequence[int], allow_capped: bool, nvidia_smi: str, echo: Callable[[str], None]
+) -> list[GpuPower]:
+    """The GPUs' power limits (refusing capped ones unless allowed), capped ones said."""
+    power = check_power_limits(gpu_ids, allow_capped, nvidia_smi)
+    for gpu in power:
+        if gpu.capped:
+            limits = f"{gpu.limit_w:g}/{gpu.max_limit_w:g} W"
+            echo(f"plumbline: GPU {gpu.index} is power-capped ({limits})")
+    return list(power)
+
+
+def _start_waves(
+    stack: contextlib.ExitStack[Any],
+    plans: Sequence[Any],
+    argvs: Mapping[int, list[str]],
+    run_dir: Path,
+    timeout_s: float,
+    echo: Callable[[str], None],
+) -> list[DeployedReplica]:
+    """Start the replicas wave by wave (each held open on `stack`), read each one back."""
+    by_port = {p.spec.port: p for p in plans}
+    replicas = []
+    for wave in sorted({p.wave for p in plans}):
+        batch = [p for p in plans if p.wave == wave]
+        supervisor = Supervisor(
+            [p.spec for p in batch], run_dir, timeout=timeout_s, command=lambda s: argvs[s.port]
+        )
+        echo("plumbline: starting " + ", ".join(f"{p.name}@{p.spec.port}" for p in batch))
+        started = stack.enter_context(supervisor)
+        replicas += [
+            _read_back(by_port[r.spec.port], r, supervisor.startup_seconds.get(r.name, 0.0))
+            for r in started
+        ]
+    return replicas
+
+
+def _announce(
+    replicas: Sequence[DeployedReplica],
+    argvs: Mapping[int, list[str]],
+    power: Sequence[Any],
+    node: str | None,
+    register: Path | None,
+    echo: Callable[[str], None],
+) -> None:
+    """Write each replica's record, print its summary and the upstream entries, and append
+    them to `register` when given."""
+    for replica in replicas:
+        record = replica_record(replica, argvs[replica.plan.spec.port], power)
+        replica.record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        echo(_summary(replica))
+    entries = "\n".join(upstream_toml(r.plan, node) for r in replicas)
+    echo(entries)
+    if register is not None:
+        with register.open("a", encoding="utf-8") as fh:
+            fh.write("\n" + entries)
+        echo(f"plumbline: registered {len(replicas)} upstream(s) in {register}")
 
 
 def _read_back(plan: ReplicaPlan, replica: Replica, seconds: float) -> DeployedReplica:

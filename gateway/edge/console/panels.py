@@ -12,13 +12,13 @@ split by cause with `gateway.ledger.truncation`'s clause.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from gateway.errors import BadRequest
+from gateway.ledger.percentile import percentile
 from gateway.ledger.record import CLIENT, LANES
 from gateway.ledger.rejection import rejection_counts
 from gateway.ledger.rounds import latest_rounds, latest_tripwires
@@ -111,15 +111,8 @@ def rejections(store: Store | None, window: str, now: float) -> dict[str, Any]:
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
-    ordered = sorted(values)
-    out: dict[str, float | None] = {}
-    for p in PERCENTILES:
-        if not ordered:
-            out[f"p{p}"] = None
-            continue
-        # Nearest rank: a value some request actually saw.
-        out[f"p{p}"] = ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-    return out
+    """p50/p90/p99 by the gateway's one percentile (`gateway.ledger.percentile`)."""
+    return {f"p{p}": percentile(values, p / 100) if values else None for p in PERCENTILES}
 
 
 def _tpot(e2e: float | None, ttft: float | None, tokens: int) -> float | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
 import re
 import shutil
@@ -27,6 +26,7 @@ from evals.result import ItemResult
 from evals.stats import wilson
 from gateway.edge.access import hash_key
 from gateway.edge.console.credentials import basic_password
+from gateway.ledger.percentile import percentile
 from gateway.ledger.rows import REQUESTS
 from gateway.reports.cost import report_cost
 from gateway.trust.gate import control_pair, decide
@@ -352,9 +352,9 @@ def test_the_console_shows_the_stored_numbers(
         streamed = [r for r in _client_rows(gw, "qwen") if r.stream]
         ttft = sorted(r.ttft_s for r in streamed if r.ttft_s is not None)
         assert len(streamed) == 1 < len(_client_rows(gw, "qwen"))
-        nearest = [ttft[max(0, math.ceil(p / 100 * len(ttft)) - 1)] for p in (50, 90, 99)]
+        ranks = [percentile(ttft, p / 100) for p in (50, 90, 99)]
         qwen = _row(_cells(page, "traffic-table"), "qwen")
-        assert qwen[3] == " / ".join(f"{1000 * v:.1f}" for v in nearest)
+        assert qwen[3] == " / ".join(f"{1000 * v:.1f}" for v in ranks)
         shadow = _row(_cells(page, "shadow-table"), "qwen", "local → api")
         assert shadow[2] == "4"
 
