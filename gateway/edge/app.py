@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from gateway import logs
 from gateway.config import Config, default_config_path, listening_from_env, load_config
 from gateway.edge.access import Access
 from gateway.edge.connection import start_limits
@@ -66,6 +67,7 @@ def create_app(
     this app (`plumbline serve`, the uvicorn factory), so it may tune the collector for it.
     `processes`: the supervisor of the engines it launched (`plumbline up`), read by routing
     and ``/health``."""
+    logs.install()  # every log line names the request it was written for
     access = access or Access(config.access)
     if access.lane is None:  # the key the gateway's own eval rounds present (edge/lane.py)
         access.lane = LaneCredential.from_config(config)

@@ -27,6 +27,7 @@ from gateway.edge.lane import LANE_ROLE, on_eval_lane
 from gateway.edge.rejected import refuse
 from gateway.edge.render import send_error
 from gateway.edge.request import ASKED, PARSED
+from gateway.edge.request_id import ids_of
 from gateway.errors import (
     BodyTooLarge,
     Forbidden,
@@ -35,6 +36,7 @@ from gateway.errors import (
     RateLimited,
     Unauthorized,
 )
+from gateway.logs import REQUEST_ID
 
 
 def _role_needed(path: str, access: Access) -> tuple[str, ...] | None:
@@ -87,6 +89,7 @@ class AccessGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        REQUEST_ID.set(ids_of(scope)[0])  # on the log lines of this request (gateway/logs.py)
         raw = scope["headers"]
         size = 4 * len(raw) + sum(map(len, itertools.chain.from_iterable(raw)))
         if size > self.max_header_bytes:

@@ -17,6 +17,7 @@ answer was received, so the server cannot have acted on it).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ssl
 import time
 import zlib
@@ -28,6 +29,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from gateway.errors import ConnectFailed, WireError
+from gateway.logs import REQUEST_ID
 from gateway.serving.reply import Reply
 
 
@@ -304,14 +306,19 @@ class Wire:
                 self._ssl = ssl.create_default_context()
             tls = self._ssl
         try:
+            # Opened outside the asking request's context: the connection's callbacks serve
+            # later requests too, so their log lines name none (gateway/logs.py).
+            fresh = contextvars.copy_context()
+            fresh.run(REQUEST_ID.set, "-")
+            opening = loop.create_connection(
+                lambda: Connection(self, origin),
+                origin.host,
+                origin.port,
+                ssl=tls,
+                server_hostname=origin.host if tls else None,
+            )
             async with asyncio.timeout(self.connect_timeout):
-                _, conn = await loop.create_connection(
-                    lambda: Connection(self, origin),
-                    origin.host,
-                    origin.port,
-                    ssl=tls,
-                    server_hostname=origin.host if tls else None,
-                )
+                _, conn = await asyncio.create_task(opening, context=fresh)
         except TimeoutError:
             raise ConnectFailed(f"no connection within {self.connect_timeout:g}s") from None
         except OSError as e:
