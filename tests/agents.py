@@ -111,8 +111,10 @@ def run_claude(
     window: int = 65536,
     timeout: float = 180,
     args: Sequence[str] = ("--allowedTools", "Bash"),
+    output: int | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`claude -p` over the Messages door (the gateway root as ANTHROPIC_BASE_URL)."""
+    """`claude -p` over the Messages door (the gateway root as ANTHROPIC_BASE_URL); `output`:
+    the `max_tokens` it asks (CLAUDE_CODE_MAX_OUTPUT_TOKENS), else its own default."""
     claude = binary("claude")
     (home / "config").mkdir(parents=True, exist_ok=True)
     env = _env(
@@ -124,6 +126,7 @@ def run_claude(
         ANTHROPIC_MODEL=model,
         CLAUDE_CODE_MAX_CONTEXT_TOKENS=str(window),
         CLAUDE_CODE_MAX_RETRIES="2",
+        **({"CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(output)} if output is not None else {}),
     )
     return run_bounded([str(claude), "-p", prompt, *args], workdir, env, timeout)
 
