@@ -126,6 +126,12 @@ def run_claude(
         ANTHROPIC_MODEL=model,
         CLAUDE_CODE_MAX_CONTEXT_TOKENS=str(window),
         CLAUDE_CODE_MAX_RETRIES="2",
+        # Hermetic: no feature-flag or telemetry calls to the vendor (no network here), and its
+        # background model (titles, summaries) is the same route, not a name the gateway lacks.
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_TELEMETRY="1",
+        ANTHROPIC_SMALL_FAST_MODEL=model,
+        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
         **({"CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(output)} if output is not None else {}),
     )
     return run_bounded([str(claude), "-p", prompt, *args], workdir, env, timeout)

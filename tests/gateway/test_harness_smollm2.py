@@ -48,7 +48,7 @@ HARNESSES: dict[str, tuple[str, Run]] = {
             # Told the real window, Claude Code refuses its own 48 KB prompt before sending
             # it: told more, it sends, and the gateway's refusal is what it shows.
             window=65536,
-            timeout=TIMEOUT_S,
+            timeout=2 * TIMEOUT_S,  # its start-up on a loaded 2-core machine took longer
             args=("--allowedTools", "Write", "--max-turns", "2"),
             # Its answer bounded as the others' are: with the window's room (about 4,300
             # tokens) SmolLM2 on 2 CPU cores can write past the time limit.
