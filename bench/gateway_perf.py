@@ -12,6 +12,8 @@ One run on this machine, everything on loopback: the fake upstream
     seed-2wave      the same 2,048 workers each sending two such streams back to back (4,096
                     streams, 2,048 at a time: a fleet that keeps its slots full)
     seed-2wave-fresh  the two waves with a new connection per request (no keep-alive)
+    seed-2wave-quarter  the two waves with 512 workers: one worker's share of `--workers 4`'s
+                    load, and a size the 2-core machine can drive
 
 Every target is started once and kept up; each scenario then runs `--repeat` rounds (3 by
 default) that visit the targets in turn — A B C, A B C, A B C — so a drift in the machine's load
@@ -79,6 +81,9 @@ SCENARIOS = {
         Scenario("stream-c32", 32, True, 256),
         Scenario("seed", 2048, True, 64, pace_tps=10.0, once=True, timeout_s=60.0),
         Scenario("seed-2wave", 2048, True, 64, pace_tps=10.0, once=True, timeout_s=60.0, waves=2),
+        Scenario(
+            "seed-2wave-quarter", 512, True, 64, pace_tps=10.0, once=True, timeout_s=60.0, waves=2
+        ),
         Scenario(
             "seed-2wave-fresh",
             2048,

@@ -59,7 +59,9 @@ def top(raw: Path, n: int) -> str:
     return "\n".join(lines)
 
 
-async def run(scenario: str, seconds: float, flame: Path | None, workdir: Path, n: int) -> None:
+async def run(
+    scenario: str, seconds: float, flame: Path | None, workdir: Path, n: int, keep: Path | None
+) -> None:
     sc = SCENARIOS[scenario]
     fake = fake_upstream(workdir)
     gw = plumbline(fake, workdir)
@@ -73,6 +75,8 @@ async def run(scenario: str, seconds: float, flame: Path | None, workdir: Path, 
         await drive(url, sc, MODEL, seconds - 1.5, gw.headers, warmup=0)
         recorder.wait(60)
         print(top(raw, n))
+        if keep:
+            keep.write_text(raw.read_text())
         if flame:
             subprocess.run([*spy, "-o", str(flame)], check=False)
     finally:
@@ -86,9 +90,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--flame", type=Path, help="also write a flame graph SVG here (a second run)")
+    ap.add_argument("--raw", type=Path, help="also keep the raw stacks (py-spy --format raw) here")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="plumbline-prof-") as tmp:
-        asyncio.run(run(args.scenario, args.seconds, args.flame, Path(tmp), args.top))
+        asyncio.run(run(args.scenario, args.seconds, args.flame, Path(tmp), args.top, args.raw))
 
 
 if __name__ == "__main__":
