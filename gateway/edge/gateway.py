@@ -160,7 +160,7 @@ class Gateway:
             config, self.wire, self.engines, self.set_health, self.processes.serving
         )
         self.housekeeper = (
-            Housekeeper(config, store, self.gate_book, self.demotions, self.metrics)
+            Housekeeper(config, store, self.gate_book, self.demotions, self.metrics, holder=self.id)
             if store is not None
             else None
         )

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from gateway.ledger import lease
 from gateway.ledger.window import window_economics
 from gateway.serving.upstream import probe
 from gateway.trust.gate import GateBook, SharedGateBook
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("plumbline")
 # A gateway's demotion holds for the others this long after its last refresh (each minute).
 DEMOTION_TTL_S = 180.0
+# The store's upkeep (rollups, retention) is one process's: the holder of this lease, which
+# lapses this long after its holder's last tick (each minute) when the holder is gone.
+UPKEEP_LEASE = "upkeep"
+UPKEEP_TTL_S = 150.0
 
 
 class Task:
@@ -164,7 +169,9 @@ class Demotions:
 
 class Housekeeper:
     """Every minute: reload the gate decisions other gateways on the store recorded, share the
-    demotions, publish node-vs-API economics; every hour: apply retention."""
+    demotions, publish node-vs-API economics. The store's upkeep, once for all the processes on
+    it (the holder of the upkeep lease, `gateway.ledger.lease`): every minute roll up the
+    finished hours, every hour apply retention."""
 
     def __init__(
         self,
@@ -173,28 +180,36 @@ class Housekeeper:
         gate_book: GateBook | SharedGateBook,
         demotions: Demotions,
         metrics: Metrics,
+        holder: str = "",
     ) -> None:
         self.config = config
         self.store = store
         self.gate_book = gate_book
         self.demotions = demotions
         self.metrics = metrics
+        self.holder = holder or f"{id(self):x}"
+        self.upkeep_ticks = 0  # the ticks this process did the store's upkeep
         self._task = Task()
 
     def start(self) -> None:
         self._task.start(self._forever())
 
     async def stop(self) -> None:
+        """Stop ticking; give the upkeep lease up, so another process takes it at once."""
         await self._task.stop()
+        if self.upkeep_ticks:
+            try:
+                await asyncio.to_thread(lease.release, self.store.engine, UPKEEP_LEASE, self.holder)
+            except Exception:
+                log.exception("the upkeep lease could not be given up; it lapses on its own")
 
     async def _forever(self) -> None:
-        ticks = 0
         while True:
-            await self.tick(hourly=ticks % 60 == 0)
-            ticks += 1
+            await self.tick()
             await asyncio.sleep(60)
 
-    async def tick(self, *, hourly: bool) -> None:
+    async def tick(self, *, hourly: bool | None = None) -> None:
+        """One minute's work; `hourly` (retention) defaults to every 60th upkeep tick."""
         if isinstance(self.gate_book, SharedGateBook):
             try:
                 await asyncio.to_thread(self.gate_book.refresh)
@@ -203,10 +218,16 @@ class Housekeeper:
         await self.demotions.share()
         store, cfg = self.store, self.config
         try:
-            await asyncio.to_thread(store.roll_up, cfg)
+            upkeep = await asyncio.to_thread(
+                lease.hold, store.engine, UPKEEP_LEASE, self.holder, time.time(), UPKEEP_TTL_S
+            )
+            if upkeep:
+                await asyncio.to_thread(store.roll_up, cfg)
             economics = await asyncio.to_thread(window_economics, cfg, store, 86400.0)
             self.metrics.set_economics(economics[2])
-            if hourly:
+            if upkeep:
+                self.upkeep_ticks += 1
+            if upkeep and (self.upkeep_ticks % 60 == 1 if hourly is None else hourly):
                 await asyncio.to_thread(
                     store.apply_retention,
                     cfg.store.retention_days,

@@ -40,6 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gateway.config import Config
+from gateway.ledger import lease as lease  # its table is the store's too
 from gateway.ledger import responses_store, rollups
 from gateway.ledger.columns import typed_row
 from gateway.ledger.content import Content as Content
