@@ -25,7 +25,9 @@ logprobs (top 5), so each chunk carries what a real one does; `--text plain` is 
 For each (target, scenario, round): req/s, chunks/s, latency and time to first chunk (p50/p99,
 and what the proxy adds over ``direct`` in the same round), errors, the proxy's CPU time per
 request and per streamed chunk (utime + stime of its process tree from /proc, before and after),
-and the proxy's peak RSS after each seed scenario. Each cell of the summary is the median of the
+the proxy's peak RSS after each seed scenario, and for a recording Plumbline the rows the round
+added to its store once they stop arriving (`records`: equal to the requests when none was lost;
+counted before the CPU is read, so writing them is in it). Each cell of the summary is the median of the
 rounds and their range (min–max). Rounds are appended to ``bench/results/gateway_perf_runs.tsv``,
 the summary to ``bench/results/gateway_perf_summary.md``, both to
 ``bench/results/gateway_perf-<time>.json``. See bench/README.md.
@@ -39,14 +41,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
 import resource
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -135,6 +140,7 @@ COLUMNS = (
     "cpu_per_chunk_us",
     "peak_rss_mb",
     "first_error",
+    "records",
 )
 
 
@@ -207,6 +213,7 @@ SHOWN = (
     "first_p99_ms",
     "added_first_p99_ms",
     "errors",
+    "records",
     "cpu_per_req_us",
     "cpu_per_chunk_us",
     "peak_rss_mb",
@@ -299,6 +306,44 @@ def starter(target: str, fake: Proc, scratch: Path, venvs: Path) -> Callable[[],
     raise ValueError(f"unknown target {target!r}")
 
 
+WARMUP = 32  # short requests before each round (recorded, not counted)
+
+
+def recorded_in(target: str, scratch: Path) -> Path | None:
+    """The SQLite store a recording gateway target writes (`perf_procs.plumbline`), else None."""
+    return (
+        scratch / "plumbline.db"
+        if target.startswith("plumbline") and "-norecord" not in target
+        else None
+    )
+
+
+def record_count(store: Path | None) -> int:
+    if store is None or not store.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30)) as db:
+        return int(db.execute("SELECT count(*) FROM requests").fetchone()[0])
+
+
+async def settled_records(store: Path | None, before: int, expected: int) -> float:
+    """The rows a round added to the target's store, once they stop arriving (the writer lags
+    the answers by its batch): `expected` when nothing was lost. NaN for a target
+    that records nothing. Counted before the target's CPU is read, so the writing is in it."""
+    if store is None:
+        return math.nan
+    deadline, last, still = time.monotonic() + 30, -1, 0
+    while time.monotonic() < deadline:
+        n = record_count(store) - before
+        if n >= expected:
+            return float(n)
+        still = still + 1 if n == last else 0
+        if still >= 20:  # two seconds without a new row
+            return float(n)
+        last = n
+        await asyncio.sleep(0.1)
+    return float(record_count(store) - before)
+
+
 def schedule(
     targets: list[str], scenarios: list[Scenario], rounds: int
 ) -> list[tuple[Scenario, int, str]]:
@@ -340,12 +385,16 @@ async def measure(
                     "realistic": True if text == "realistic" else None,
                 },
             )
+            store = recorded_in(target, scratch)
+            rows0 = record_count(store)
             cpu0 = cpu_seconds(proc.pid)
             url = proc.base_url + "/chat/completions"
-            tally = await drive(url, sc, MODEL, seconds, proc.headers, extra=extra)
+            tally = await drive(url, sc, MODEL, seconds, proc.headers, WARMUP, extra=extra)
+            records = await settled_records(store, rows0, tally.requests + WARMUP) - WARMUP
             cpu = cpu_seconds(proc.pid) - cpu0
             rss = peak_rss_mb(proc.pid) if sc.name.startswith("seed") else math.nan
             r = row(target, sc, tally, cpu, base.get((sc.name, round_)), rss, round_, text)
+            r["records"] = records
             if target == "direct":
                 base[(sc.name, round_)] = r
             rows.append(r)
