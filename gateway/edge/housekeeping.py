@@ -3,9 +3,9 @@
 `Prober` asks every upstream for its health each `server.health_interval_s` (and the engines
 it has not heard from what they serve); `Demotions` shares the watchdog's demotions between the
 gateways on one store, so each routes around an upstream any of them demoted; `Housekeeper` runs
-once a minute with a store: the gate decisions other gateways recorded, the demotions, the
-node-vs-API economics for the metrics, and once an hour the retention. Each is given what it
-uses, nothing of the app besides.
+each `store.housekeeping_interval_s` (a minute) with a store: the gate decisions other gateways
+recorded, the demotions, the rollups, the node-vs-API economics for the metrics, and once an hour
+the retention. Each is given what it uses, nothing of the app besides.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.ledger.window import window_economics
 from gateway.serving.upstream import probe
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("plumbline")
 # A gateway's demotion holds for the others this long after its last refresh (each minute).
 DEMOTION_TTL_S = 180.0
+# Retention runs at a gateway's first housekeeping and then at most this often.
+RETENTION_EVERY_S = 3600.0
+R = TypeVar("R")
 
 
 class Task:
@@ -163,8 +166,9 @@ class Demotions:
 
 
 class Housekeeper:
-    """Every minute: reload the gate decisions other gateways on the store recorded, share the
-    demotions, publish node-vs-API economics; every hour: apply retention."""
+    """Every `store.housekeeping_interval_s` (a minute): reload the gate decisions other gateways
+    on the store recorded, share the demotions, roll up, publish node-vs-API economics; at the
+    first run and then once an hour: apply retention. Each run logs what its parts took."""
 
     def __init__(
         self,
@@ -188,11 +192,13 @@ class Housekeeper:
         await self._task.stop()
 
     async def _forever(self) -> None:
-        ticks = 0
+        retained = -RETENTION_EVERY_S
         while True:
-            await self.tick(hourly=ticks % 60 == 0)
-            ticks += 1
-            await asyncio.sleep(60)
+            hourly = time.monotonic() - retained >= RETENTION_EVERY_S
+            if hourly:
+                retained = time.monotonic()
+            await self.tick(hourly=hourly)
+            await asyncio.sleep(self.config.store.housekeeping_interval_s)
 
     async def tick(self, *, hourly: bool) -> None:
         if isinstance(self.gate_book, SharedGateBook):
@@ -201,18 +207,34 @@ class Housekeeper:
             except Exception:
                 log.exception("gate decisions could not be read from the store")
         await self.demotions.share()
-        store, cfg = self.store, self.config
+        took: dict[str, float] = {}
         try:
-            await asyncio.to_thread(store.roll_up, cfg)
-            economics = await asyncio.to_thread(window_economics, cfg, store, 86400.0)
+            await self._timed(took, "rollups", self.store.roll_up, self.config)
+            economics = await self._timed(
+                took, "economics", window_economics, self.config, self.store, 86400.0
+            )
             self.metrics.set_economics(economics[2])
             if hourly:
-                await asyncio.to_thread(
-                    store.apply_retention,
-                    cfg.store.retention_days,
-                    cfg.store.content_retention_days,
+                s = self.config.store
+                await self._timed(
+                    took,
+                    "retention",
+                    self.store.apply_retention,
+                    s.retention_days,
+                    s.content_retention_days,
                     None,
-                    cfg.store.responses_retention_days,
+                    s.responses_retention_days,
                 )
         except Exception:
             log.exception("store housekeeping failed")
+        parts = ", ".join(f"{name} {s:.3f} s" for name, s in took.items())
+        log.info("housekeeping took %.3f s (%s)", sum(took.values()), parts)
+
+    @staticmethod
+    async def _timed(took: dict[str, float], name: str, fn: Callable[..., R], *args: Any) -> R:
+        """`fn(*args)` in a thread (the store's work never runs on the event loop), timed."""
+        t0 = time.perf_counter()
+        try:
+            return await asyncio.to_thread(fn, *args)
+        finally:
+            took[name] = time.perf_counter() - t0

@@ -12,12 +12,13 @@ Retention drops whole days, never row by row:
   creates a day's partition (`requests_p20261129`) before writing into it, and retention drops
   every partition whose day ended before the cut-off -- a catalogue operation, no dead tuples,
   no index bloat, no VACUUM.
-- SQLite has no partitions. Retention runs one `DELETE ... WHERE time < day_end` per whole day
-  past the cut-off, oldest first, each in its own transaction: the same day granularity and the
-  same rows as dropping that day's partition. The delete is a range scan of the primary key
-  (time leads it), freed pages go back to SQLite's free list and are reused (there is no MVCC
-  bloat), and `PRAGMA incremental_vacuum` returns them to the file system on new databases
-  (created with auto_vacuum=INCREMENTAL).
+- SQLite has no partitions. Retention deletes every row before the end of the last whole day
+  past the cut-off, the same rows as dropping those days' partitions, in short transactions of
+  a few thousand rows, oldest first, with pauses between them (`gateway.ledger.sweep`), so a
+  writer waits one of them at most, never the whole day. Each is a range scan of the primary
+  key (time leads it); freed pages go back to SQLite's free list and are reused (there is no
+  MVCC bloat), and `PRAGMA incremental_vacuum` returns them to the file system, a bounded number
+  a transaction, on new databases (created with auto_vacuum=INCREMENTAL).
 
 Either way a row lives until the whole day it belongs to is older than the retention, i.e. up to
 one day longer than `retention_days`.
@@ -40,7 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gateway.config import Config
-from gateway.ledger import responses_store, rollups
+from gateway.ledger import responses_store, rollups, sweep
 from gateway.ledger.columns import typed_row
 from gateway.ledger.content import Content as Content
 from gateway.ledger.content import capped as capped
@@ -296,8 +297,12 @@ class Store:
         """Drop expired days of records and contents; with `responses_retention_days`, also
         the stored responses older than that (`gateway.ledger.responses_store.purge`)."""
         now = _time.time() if now is None else now
-        with writing(self.engine) as conn:  # a plain table: refusals age out with requests
-            conn.execute(REJECTIONS.delete().where(REJECTIONS.c.time < now - retention_days * DAY))
+        cut = now - retention_days * DAY  # a plain table: refusals age out with requests
+        if self.postgres:
+            with writing(self.engine) as conn:
+                conn.execute(REJECTIONS.delete().where(REJECTIONS.c.time < cut))
+        else:
+            sweep.delete_before(self.engine, REJECTIONS.name, "time", cut)
         dropped = {
             "requests": self.drop_before("requests", now - retention_days * DAY),
             "contents": self.drop_before("contents", now - content_retention_days * DAY),
@@ -322,22 +327,14 @@ class Store:
         return dropped
 
     def _delete_days(self, table: str, cutoff: float) -> int:
-        t = REQUESTS if table == "requests" else CONTENTS
-        with writing(self.engine) as conn:
-            oldest = conn.execute(sa.select(sa.func.min(t.c.time))).scalar()
-        if oldest is None:
-            return 0
-        dropped = 0
-        day = day_start(oldest)
-        while day + DAY <= cutoff:
-            with writing(self.engine) as conn:
-                conn.execute(sa.delete(t).where(t.c.time < day + DAY))
-            dropped += 1
-            day += DAY
-        if dropped:
-            with writing(self.engine) as conn:
-                conn.execute(sa.text("PRAGMA incremental_vacuum"))
-        return dropped
+        with self.engine.connect() as conn:
+            oldest = conn.exec_driver_sql(f"SELECT min(time) FROM {table}").scalar()
+        first = day_start(oldest) if oldest is not None else cutoff
+        days = max(0, int((cutoff - first) // DAY))
+        if days:  # every whole day from the oldest one's to the last that ended by `cutoff`
+            sweep.delete_before(self.engine, table, "time", first + days * DAY)
+            sweep.release_pages(self.engine)
+        return days
 
     # -- queries ---------------------------------------------------------------------------
 

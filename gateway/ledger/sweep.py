@@ -1,0 +1,106 @@
+"""Retention on SQLite in short transactions, so writers are never held for long.
+
+SQLite has one write lock per database: a `DELETE` of a whole day (864 k rows at 10 requests a
+second, 26 M at 300) holds every writer -- the record queue of each gateway process -- for the
+whole delete (3 s, then minutes), past the busy timeout. Here the rows go in chunks: each chunk
+is one short `BEGIN IMMEDIATE` transaction deleting a bounded number of rows (picked by rowid
+from the `time` index, oldest first), sized so that it holds the lock about `HOLD_S`; between
+two chunks the sweep sleeps at least `PAUSE_S`, longer than the gaps between a waiting writer's
+retries (SQLite's busy handler sleeps 1, 2, 5, 10, 15, 20, 25 ms …), so a writer that found the
+lock taken gets it at its next retry. A writer's batch thus waits one chunk at most, tens of
+milliseconds, instead of the whole day.
+
+The result is the same rows as one `DELETE … WHERE time < end`: every row older than `end` is
+gone when `delete_before` returns (a chunk smaller than asked for means none was left), and no
+newer one is touched. The freed pages go back to the file system the same way, a bounded number
+of pages per `PRAGMA incremental_vacuum(N)` (`release_pages`).
+
+PostgreSQL needs none of this: its retention drops day partitions (`Store._drop_partitions`),
+and its deletes (rejections, stored responses) do not block inserts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from gateway.ledger.database import writing
+
+HOLD_S = 0.01  # what one chunk should hold the write lock
+PAUSE_S = 0.03  # the least sleep between two chunks (a waiting writer's retries are <= 25 ms)
+FIRST_CHUNK = 500  # rows in the first chunk; later chunks are sized from the time they took
+MAX_CHUNK = 20_000
+PAGES = 250  # pages freed by one incremental vacuum (about 10 ms)
+
+
+def chunked(
+    engine: Engine,
+    step: Callable[[Connection, int], int],
+    *,
+    hold_s: float = HOLD_S,
+    pause_s: float = PAUSE_S,
+    first: int = FIRST_CHUNK,
+) -> int:
+    """Run `step(conn, n)` (delete at most `n` rows; how many it did) each in its own write
+    transaction until one does fewer than asked, sizing `n` to hold the lock about `hold_s`
+    and sleeping between two; the rows deleted in all."""
+    total, n = 0, first
+    while True:
+        with writing(engine) as conn:  # BEGIN IMMEDIATE: the lock is held from here
+            t0 = time.perf_counter()
+            done = step(conn, n)
+        took = time.perf_counter() - t0  # the lock held (not the wait for it)
+        total += done
+        if done < n:
+            return total
+        rate = done / max(took, 1e-4)  # rows a second, this chunk
+        n = max(50, min(MAX_CHUNK, int(rate * hold_s), 2 * n))
+        time.sleep(max(pause_s, took))
+
+
+def delete_before(
+    engine: Engine,
+    table: str,
+    column: str,
+    end: float,
+    *,
+    hold_s: float = HOLD_S,
+    pause_s: float = PAUSE_S,
+) -> int:
+    """Delete every row of `table` whose `column` is below `end`, in short transactions
+    (`chunked`); the rows deleted. `column` must lead an index (the primary key for the
+    record tables) so that each chunk finds its rows without a scan."""
+    sql = sa.text(
+        f"DELETE FROM {table} WHERE rowid IN "
+        f"(SELECT rowid FROM {table} WHERE {column} < :end ORDER BY {column} LIMIT :n)"
+    )
+
+    def step(conn: Connection, n: int) -> int:
+        return int(conn.execute(sql, {"end": end, "n": n}).rowcount or 0)
+
+    return chunked(engine, step, hold_s=hold_s, pause_s=pause_s)
+
+
+def release_pages(engine: Engine, pages: int = PAGES, pause_s: float = PAUSE_S) -> int:
+    """Return the free pages to the file system, `pages` per transaction (a database made
+    before auto_vacuum=INCREMENTAL has none to return); the pages released."""
+    released = 0
+    raw = engine.raw_connection()
+    try:
+        db: Any = raw.driver_connection  # the sqlite3 connection, in autocommit (database.py)
+        while True:
+            before = db.execute("PRAGMA freelist_count").fetchone()[0]
+            # The pragma frees one page a step, and the sqlite3 module's execute steps once:
+            # a script steps every statement to its end.
+            db.executescript(f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({int(pages)}); COMMIT;")
+            after = db.execute("PRAGMA freelist_count").fetchone()[0]
+            released += before - after
+            if after == 0 or after >= before:  # nothing left, or nothing to do (no auto_vacuum)
+                return released
+            time.sleep(pause_s)
+    finally:
+        raw.close()
