@@ -239,7 +239,7 @@ def report(
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     ap.add_argument("--rate", type=float, default=300.0, help="requests a second")
@@ -250,44 +250,61 @@ def main() -> None:
     ap.add_argument("--hot-s", type=float, default=1800.0)
     ap.add_argument("--skip-s", type=float, default=2.0, help="warm-up left out")
     ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args()
+    ap.add_argument("--nice", type=int, help="housekeeping thread's nice (default: shipped)")
+    ap.add_argument("--samples", type=Path, help="write each request's due, done, ok here")
+    ap.add_argument("--log", type=Path, help="keep the gateway's log here")
+    return ap.parse_args()
+
+
+def serve_and_drive(
+    args: argparse.Namespace, url: str, scratch: Path
+) -> tuple[list[tuple[float, float, bool]], str]:
+    """The fake and the gateway on `url`, the load through it: the samples, the gateway's log."""
+    fake = fake_upstream(scratch)
+    try:
+        set_fake_default(fake, {"tokens": 16, "realistic": True})
+        port = free_port()
+        cfg = scratch / "plumbline.toml"
+        cfg.write_text(config_toml(port, url, fake, args.interval))
+        # --nice: housekeeping's thread at another nice value than shipped (0: as the loop's).
+        pre = (
+            ""
+            if args.nice is None
+            else f"import gateway.edge.housekeeping as h; h.HOUSEKEEPING_NICE = {args.nice}; "
+        )
+        code = pre + "from gateway.cli import app; app()"
+        argv = [sys.executable, "-c", code, "serve", "--config", str(cfg)]
+        gw = launch(
+            "plumbline", argv, f"http://127.0.0.1:{port}/v1", scratch, headers=BENCH_HEADERS
+        )
+        print(f"gateway pid {gw.pid}", flush=True)
+        try:
+            samples = asyncio.run(drive(gw.base_url, args.rate, args.seconds))
+            time.sleep(0.5)
+        finally:
+            gw.stop()
+        return samples, gw.log.read_text(errors="replace")
+    finally:
+        fake.stop()
+
+
+def main() -> None:
+    args = options()
     with (
         tempfile.TemporaryDirectory(prefix="plumbline-hkl-") as tmp,
         store_url(args.db, Path(tmp)) as url,
     ):
-        scratch = Path(tmp)
         t0 = time.perf_counter()
         rows = prepare(url, args, time.time())
         print(f"filled {rows} in {time.perf_counter() - t0:.0f} s", flush=True)
-        fake = fake_upstream(scratch)
-        try:
-            set_fake_default(fake, {"tokens": 16})
-            port = free_port()
-            cfg = scratch / "plumbline.toml"
-            cfg.write_text(config_toml(port, url, fake, args.interval))
-            argv = [
-                sys.executable,
-                "-c",
-                "from gateway.cli import app; app()",
-                "serve",
-                "--config",
-                str(cfg),
-            ]
-            gw = launch(
-                "plumbline", argv, f"http://127.0.0.1:{port}/v1", scratch, headers=BENCH_HEADERS
-            )
-            try:
-                samples = asyncio.run(drive(gw.base_url, args.rate, args.seconds))
-                time.sleep(0.5)
-            finally:
-                gw.stop()
-            log = gw.log.read_text(errors="replace")
-        finally:
-            fake.stop()
+        samples, log = serve_and_drive(args, url, Path(tmp))
+    if args.log:
+        args.log.write_text(log)
+    if args.samples:
+        args.samples.write_text("".join(f"{d:.4f}\t{e:.4f}\t{int(ok)}\n" for d, e, ok in samples))
     ran = runs(log)
     failed = sum(1 for s in samples if not s[2])
-    by = phases(samples, ran, args.skip_s)
-    text = report(args, rows, by, ran)
+    text = report(args, rows, phases(samples, ran, args.skip_s), ran)
     if failed:
         text += f"\n{failed} of {len(samples)} requests failed.\n"
     print(text)

@@ -13,8 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.ledger.window import window_economics
@@ -36,6 +40,21 @@ DEMOTION_TTL_S = 180.0
 # Retention runs at a gateway's first housekeeping and then at most this often.
 RETENTION_EVERY_S = 3600.0
 R = TypeVar("R")
+# The nice value of housekeeping's thread (Linux): the database work it waits on runs on a CPU
+# of the process (SQLite in the thread itself), which on a busy machine the event loop needs.
+HOUSEKEEPING_NICE = 10
+
+
+def lower_priority() -> None:
+    """Give the calling thread the lower scheduling priority `HOUSEKEEPING_NICE` (Linux, where
+    a thread has its own nice value; elsewhere, and where refused, it keeps the process's)."""
+    if sys.platform != "linux":
+        return
+    tid = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        os.setpriority(
+            os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + HOUSEKEEPING_NICE
+        )
 
 
 class Task:
@@ -184,12 +203,19 @@ class Housekeeper:
         self.demotions = demotions
         self.metrics = metrics
         self._task = Task()
+        # Its own thread, at a lower priority: the store's work never runs on the event loop,
+        # never takes a thread the request path's own `to_thread` calls need, and on a busy
+        # machine yields the CPU to the loop. Made at the first run, ended at stop.
+        self._executor: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
         self._task.start(self._forever())
 
     async def stop(self) -> None:
         await self._task.stop()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     async def _forever(self) -> None:
         retained = -RETENTION_EVERY_S
@@ -230,11 +256,16 @@ class Housekeeper:
         parts = ", ".join(f"{name} {s:.3f} s" for name, s in took.items())
         log.info("housekeeping took %.3f s (%s)", sum(took.values()), parts)
 
-    @staticmethod
-    async def _timed(took: dict[str, float], name: str, fn: Callable[..., R], *args: Any) -> R:
-        """`fn(*args)` in a thread (the store's work never runs on the event loop), timed."""
+    async def _timed(
+        self, took: dict[str, float], name: str, fn: Callable[..., R], *args: Any
+    ) -> R:
+        """`fn(*args)` in housekeeping's thread, timed."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                1, thread_name_prefix="plumbline-housekeeping", initializer=lower_priority
+            )
         t0 = time.perf_counter()
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         finally:
             took[name] = time.perf_counter() - t0

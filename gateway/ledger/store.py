@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time as _time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -88,6 +89,7 @@ class Store:
         self.postgres = self.engine.dialect.name == "postgresql"
         self._inserts: dict[str, tuple[str, tuple[str, ...]]] = {}
         self._days: set[tuple[str, int]] = set()
+        self.closing = threading.Event()  # ends a retention sweep in progress (SQLite)
         if run_migrations:
             migrate(self.engine)
 
@@ -96,6 +98,7 @@ class Store:
         return cls(config.store.url, root=config.root, **kw)
 
     def close(self) -> None:
+        self.closing.set()
         self.engine.dispose()
 
     # -- writing ---------------------------------------------------------------------------
@@ -302,7 +305,7 @@ class Store:
             with writing(self.engine) as conn:
                 conn.execute(REJECTIONS.delete().where(REJECTIONS.c.time < cut))
         else:
-            sweep.delete_before(self.engine, REJECTIONS.name, "time", cut)
+            sweep.delete_before(self.engine, REJECTIONS.name, "time", cut, stop=self.closing)
         dropped = {
             "requests": self.drop_before("requests", now - retention_days * DAY),
             "contents": self.drop_before("contents", now - content_retention_days * DAY),
@@ -332,8 +335,8 @@ class Store:
         first = day_start(oldest) if oldest is not None else cutoff
         days = max(0, int((cutoff - first) // DAY))
         if days:  # every whole day from the oldest one's to the last that ended by `cutoff`
-            sweep.delete_before(self.engine, table, "time", first + days * DAY)
-            sweep.release_pages(self.engine)
+            sweep.delete_before(self.engine, table, "time", first + days * DAY, stop=self.closing)
+            sweep.release_pages(self.engine, stop=self.closing)
         return days
 
     # -- queries ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@ and its deletes (rejections, stored responses) do not block inserts.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,12 +45,14 @@ def chunked(
     hold_s: float = HOLD_S,
     pause_s: float = PAUSE_S,
     first: int = FIRST_CHUNK,
+    stop: threading.Event | None = None,
 ) -> int:
     """Run `step(conn, n)` (delete at most `n` rows; how many it did) each in its own write
     transaction until one does fewer than asked, sizing `n` to hold the lock about `hold_s`
-    and sleeping between two; the rows deleted in all."""
+    and sleeping between two; the rows deleted in all. A set `stop` (the store closing) ends
+    it between two chunks: what is left goes at the next retention."""
     total, n = 0, first
-    while True:
+    while stop is None or not stop.is_set():
         with writing(engine) as conn:  # BEGIN IMMEDIATE: the lock is held from here
             t0 = time.perf_counter()
             done = step(conn, n)
@@ -62,6 +65,7 @@ def chunked(
         rate = done / max(took, 1e-4)  # rows a second, this chunk
         n = max(50, min(MAX_CHUNK, int(rate * hold_s), 2 * n))
         time.sleep(max(pause_s, took))
+    return total
 
 
 def checkpoint(engine: Engine) -> None:
@@ -81,6 +85,7 @@ def delete_before(
     *,
     hold_s: float = HOLD_S,
     pause_s: float = PAUSE_S,
+    stop: threading.Event | None = None,
 ) -> int:
     """Delete every row of `table` whose `column` is below `end`, in short transactions
     (`chunked`); the rows deleted. `column` must lead an index (the primary key for the
@@ -93,17 +98,22 @@ def delete_before(
     def step(conn: Connection, n: int) -> int:
         return int(conn.execute(sql, {"end": end, "n": n}).rowcount or 0)
 
-    return chunked(engine, step, hold_s=hold_s, pause_s=pause_s)
+    return chunked(engine, step, hold_s=hold_s, pause_s=pause_s, stop=stop)
 
 
-def release_pages(engine: Engine, pages: int = PAGES, pause_s: float = PAUSE_S) -> int:
+def release_pages(
+    engine: Engine,
+    pages: int = PAGES,
+    pause_s: float = PAUSE_S,
+    stop: threading.Event | None = None,
+) -> int:
     """Return the free pages to the file system, `pages` per transaction (a database made
     before auto_vacuum=INCREMENTAL has none to return); the pages released."""
     released = 0
     raw = engine.raw_connection()
     try:
         db: Any = raw.driver_connection  # the sqlite3 connection, in autocommit (database.py)
-        while True:
+        while stop is None or not stop.is_set():
             before = db.execute("PRAGMA freelist_count").fetchone()[0]
             # The pragma frees one page a step, and the sqlite3 module's execute steps once:
             # a script steps every statement to its end.
@@ -113,5 +123,6 @@ def release_pages(engine: Engine, pages: int = PAGES, pause_s: float = PAUSE_S) 
             if after == 0 or after >= before:  # nothing left, or nothing to do (no auto_vacuum)
                 return released
             time.sleep(pause_s)
+        return released
     finally:
         raw.close()
