@@ -235,6 +235,13 @@ class Housekeeper:
         await self.demotions.share()
         took: dict[str, float] = {}
         try:
+            await self._store_work(took, hourly=hourly)
+        finally:  # also when stopped half-way (cancelled): what ran, and for how long
+            parts = ", ".join(f"{name} {s:.3f} s" for name, s in took.items())
+            log.info("housekeeping took %.3f s (%s)", sum(took.values()), parts)
+
+    async def _store_work(self, took: dict[str, float], *, hourly: bool) -> None:
+        try:
             await self._timed(took, "rollups", self.store.roll_up, self.config)
             economics = await self._timed(
                 took, "economics", window_economics, self.config, self.store, 86400.0
@@ -253,8 +260,6 @@ class Housekeeper:
                 )
         except Exception:
             log.exception("store housekeeping failed")
-        parts = ", ".join(f"{name} {s:.3f} s" for name, s in took.items())
-        log.info("housekeeping took %.3f s (%s)", sum(took.values()), parts)
 
     async def _timed(
         self, took: dict[str, float], name: str, fn: Callable[..., R], *args: Any
