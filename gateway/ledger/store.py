@@ -17,8 +17,8 @@ Retention drops whole days, never row by row:
   a few thousand rows, oldest first, with pauses between them (`gateway.ledger.sweep`), so a
   writer waits one of them at most, never the whole day. Each is a range scan of the primary
   key (time leads it); freed pages go back to SQLite's free list and are reused (there is no
-  MVCC bloat), and `PRAGMA incremental_vacuum` returns them to the file system, a bounded number
-  a transaction, on new databases (created with auto_vacuum=INCREMENTAL).
+  MVCC bloat); when they are over half the file, `PRAGMA incremental_vacuum` returns them to the
+  file system, a bounded number a transaction, on databases made with auto_vacuum=INCREMENTAL.
 
 Either way a row lives until the whole day it belongs to is older than the retention, i.e. up to
 one day longer than `retention_days`.

@@ -12,8 +12,10 @@ milliseconds, instead of the whole day.
 
 The result is the same rows as one `DELETE … WHERE time < end`: every row older than `end` is
 gone when `delete_before` returns (a chunk smaller than asked for means none was left), and no
-newer one is touched. The freed pages go back to the file system the same way, a bounded number
-of pages per `PRAGMA incremental_vacuum(N)` (`release_pages`).
+newer one is touched. The freed pages stay on SQLite's free list for the next days' rows, unless
+they are over half the file (retention lowered, traffic fallen): then they go back to the file
+system the same way, as many per `PRAGMA incremental_vacuum(N)` as take about `HOLD_S`
+(`release_pages`).
 
 PostgreSQL needs none of this: its retention drops day partitions (`Store._drop_partitions`),
 and its deletes (rejections, stored responses) do not block inserts.
@@ -35,7 +37,11 @@ HOLD_S = 0.01  # what one chunk should hold the write lock
 PAUSE_S = 0.03  # the least sleep between two chunks (a waiting writer's retries are <= 25 ms)
 FIRST_CHUNK = 500  # rows in the first chunk; later chunks are sized from the time they took
 MAX_CHUNK = 20_000
-PAGES = 250  # pages freed by one incremental vacuum (about 10 ms)
+FIRST_PAGES = 50  # pages freed by the first incremental vacuum; then sized like the chunks
+MAX_PAGES = 2_000
+# Free pages are returned only while they are over this share of the file (retention lowered,
+# traffic fallen): a day's pages freed in the steady state are reused by the next day's rows.
+RELEASE_SHARE = 0.5
 
 
 def chunked(
@@ -103,26 +109,36 @@ def delete_before(
 
 def release_pages(
     engine: Engine,
-    pages: int = PAGES,
+    hold_s: float = HOLD_S,
     pause_s: float = PAUSE_S,
     stop: threading.Event | None = None,
 ) -> int:
-    """Return the free pages to the file system, `pages` per transaction (a database made
-    before auto_vacuum=INCREMENTAL has none to return); the pages released."""
-    released = 0
+    """Return the free pages to the file system when they are over `RELEASE_SHARE` of it, a
+    transaction at a time sized (as `chunked` sizes its chunks) to hold the lock about `hold_s`:
+    moving a page costs more in a fragmented file. A database made before
+    auto_vacuum=INCREMENTAL has none to return. The pages released."""
+    released, n = 0, FIRST_PAGES
     raw = engine.raw_connection()
     try:
         db: Any = raw.driver_connection  # the sqlite3 connection, in autocommit (database.py)
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        if db.execute("PRAGMA freelist_count").fetchone()[0] <= RELEASE_SHARE * pages:
+            return 0  # the next days' rows reuse them: no file to shrink and grow again
         while stop is None or not stop.is_set():
             before = db.execute("PRAGMA freelist_count").fetchone()[0]
+            t0 = time.perf_counter()
             # The pragma frees one page a step, and the sqlite3 module's execute steps once:
             # a script steps every statement to its end.
-            db.executescript(f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({int(pages)}); COMMIT;")
+            db.executescript(f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({int(n)}); COMMIT;")
+            took = time.perf_counter() - t0
             after = db.execute("PRAGMA freelist_count").fetchone()[0]
             released += before - after
             if after == 0 or after >= before:  # nothing left, or nothing to do (no auto_vacuum)
                 return released
-            time.sleep(pause_s)
+            rate = (before - after) / max(took, 1e-4)
+            n = max(10, min(MAX_PAGES, int(rate * hold_s), 2 * n))
+            checkpoint(engine)
+            time.sleep(max(pause_s, took))
         return released
     finally:
         raw.close()

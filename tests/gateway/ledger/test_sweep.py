@@ -144,3 +144,22 @@ def test_stored_responses_purge_in_chunks(lite: Store) -> None:
         ids = conn.exec_driver_sql("SELECT count(*) FROM stored_responses").scalar()
         items = conn.exec_driver_sql("SELECT count(*) FROM stored_items").scalar()
     assert ids == 200 and items == 200
+
+
+def test_free_pages_go_back_only_when_they_are_most_of_the_file(lite: Store) -> None:
+    lite.write(rows([NOW - 3 * DAY + i for i in range(20_000)]))
+    lite.write(rows([NOW - 10 + i * 1e-3 for i in range(2_000)], "n"))
+
+    def pragma(name: str) -> int:
+        with lite.engine.connect() as conn:
+            return int(conn.exec_driver_sql(f"PRAGMA {name}").scalar() or 0)
+
+    sweep.delete_before(lite.engine, "requests", "time", NOW - 3 * DAY + 5_000, pause_s=0.0)
+    assert 0 < pragma("freelist_count") <= sweep.RELEASE_SHARE * pragma("page_count")
+    assert sweep.release_pages(lite.engine, pause_s=0.0) == 0  # reused by the next rows
+    sweep.delete_before(lite.engine, "requests", "time", NOW - DAY, pause_s=0.0)
+    pages, free = pragma("page_count"), pragma("freelist_count")
+    assert free > sweep.RELEASE_SHARE * pages
+    assert sweep.release_pages(lite.engine, pause_s=0.0) == free
+    assert pragma("freelist_count") == 0 and pragma("page_count") == pages - free
+    assert lite.count() == 2_000
