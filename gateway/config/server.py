@@ -94,3 +94,7 @@ class StoreConfig(Frozen):
     # none. "interval": fsynced by the record queue every flush (0.2 s), so a crash of the whole
     # machine loses at most that; "always": fsynced on the request path before the answer ends.
     journal_fsync: Literal["interval", "always"] = "interval"
+    # Seconds between two housekeeping runs of each gateway process (gateway/edge/housekeeping.py):
+    # the gate decisions and demotions of the other gateways, the hourly rollups, the node-vs-API
+    # economics; retention runs with the first of them and then once an hour whatever this is.
+    housekeeping_interval_s: float = Field(60.0, gt=0, le=3600)

@@ -3,9 +3,9 @@
 `Prober` asks every upstream for its health each `server.health_interval_s` (and the engines
 it has not heard from what they serve); `Demotions` shares the watchdog's demotions between the
 gateways on one store, so each routes around an upstream any of them demoted; `Housekeeper` runs
-once a minute with a store: the gate decisions other gateways recorded, the demotions, the
-node-vs-API economics for the metrics, and once an hour the retention. Each is given what it
-uses, nothing of the app besides.
+each `store.housekeeping_interval_s` (a minute) with a store: the gate decisions other gateways
+recorded, the demotions, the rollups, the node-vs-API economics for the metrics, and once an hour
+the retention. Each is given what it uses, nothing of the app besides.
 """
 
 from __future__ import annotations
@@ -13,9 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.ledger import lease
 from gateway.ledger.window import window_economics
@@ -34,10 +38,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("plumbline")
 # A gateway's demotion holds for the others this long after its last refresh (each minute).
 DEMOTION_TTL_S = 180.0
+# Retention runs at a gateway's first housekeeping and then at most this often.
+RETENTION_EVERY_S = 3600.0
 # The store's upkeep (rollups, retention) is one process's: the holder of this lease, which
-# lapses this long after its holder's last tick (each minute) when the holder is gone.
+# lapses this long after its holder's last run when the holder is gone.
 UPKEEP_LEASE = "upkeep"
 UPKEEP_TTL_S = 150.0
+R = TypeVar("R")
+# The nice value of housekeeping's thread (Linux): the database work it waits on runs on a CPU
+# of the process (SQLite in the thread itself), which on a busy machine the event loop needs.
+HOUSEKEEPING_NICE = 10
+
+
+def lower_priority() -> None:
+    """Give the calling thread the lower scheduling priority `HOUSEKEEPING_NICE` (Linux, where
+    a thread has its own nice value; elsewhere, and where refused, it keeps the process's)."""
+    if sys.platform != "linux":
+        return
+    tid = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        os.setpriority(
+            os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + HOUSEKEEPING_NICE
+        )
 
 
 class Task:
@@ -168,10 +190,11 @@ class Demotions:
 
 
 class Housekeeper:
-    """Every minute: reload the gate decisions other gateways on the store recorded, share the
-    demotions, publish node-vs-API economics. The store's upkeep, once for all the processes on
-    it (the holder of the upkeep lease, `gateway.ledger.lease`): every minute roll up the
-    finished hours, every hour apply retention."""
+    """Every `store.housekeeping_interval_s` (a minute): reload the gate decisions other gateways
+    on the store recorded, share the demotions, publish node-vs-API economics. The store's
+    upkeep is done once for all the processes on it, by the holder of the upkeep lease
+    (`gateway.ledger.lease`): roll up at each run, apply retention at its first upkeep run and
+    then once an hour. Each run logs what its parts took."""
 
     def __init__(
         self,
@@ -188,52 +211,99 @@ class Housekeeper:
         self.demotions = demotions
         self.metrics = metrics
         self.holder = holder or f"{id(self):x}"
-        self.upkeep_ticks = 0  # the ticks this process did the store's upkeep
+        self.upkeep_ticks = 0  # the runs this process did the store's upkeep
+        self._retained: float | None = None  # when this process last applied retention
         self._task = Task()
+        # Its own thread, at a lower priority: the store's work never runs on the event loop,
+        # never takes a thread the request path's own `to_thread` calls need, and on a busy
+        # machine yields the CPU to the loop. Made at the first run, ended at stop.
+        self._executor: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
         self._task.start(self._forever())
 
     async def stop(self) -> None:
-        """Stop ticking; give the upkeep lease up, so another process takes it at once."""
+        """Stop; give the upkeep lease up, so another process takes it over at once."""
         await self._task.stop()
         if self.upkeep_ticks:
             try:
                 await asyncio.to_thread(lease.release, self.store.engine, UPKEEP_LEASE, self.holder)
             except Exception:
                 log.exception("the upkeep lease could not be given up; it lapses on its own")
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     async def _forever(self) -> None:
         while True:
             await self.tick()
-            await asyncio.sleep(60)
+            await asyncio.sleep(self.config.store.housekeeping_interval_s)
 
     async def tick(self, *, hourly: bool | None = None) -> None:
-        """One minute's work; `hourly` (retention) defaults to every 60th upkeep tick."""
+        """One run; `hourly` forces retention on or off (by default: when an hour is up)."""
         if isinstance(self.gate_book, SharedGateBook):
             try:
                 await asyncio.to_thread(self.gate_book.refresh)
             except Exception:
                 log.exception("gate decisions could not be read from the store")
         await self.demotions.share()
-        store, cfg = self.store, self.config
+        took: dict[str, float] = {}
         try:
-            upkeep = await asyncio.to_thread(
-                lease.hold, store.engine, UPKEEP_LEASE, self.holder, time.time(), UPKEEP_TTL_S
+            await self._store_work(took, hourly=hourly)
+        finally:  # also when stopped half-way (cancelled): what ran, and for how long
+            parts = ", ".join(f"{name} {s:.3f} s" for name, s in took.items())
+            log.info("housekeeping took %.3f s (%s)", sum(took.values()), parts)
+
+    def _retention_due(self, hourly: bool | None) -> bool:
+        if hourly is not None:
+            return hourly
+        last = self._retained
+        return last is None or time.monotonic() - last >= RETENTION_EVERY_S
+
+    async def _store_work(self, took: dict[str, float], *, hourly: bool | None) -> None:
+        try:
+            upkeep = await self._timed(
+                took,
+                "lease",
+                lease.hold,
+                self.store.engine,
+                UPKEEP_LEASE,
+                self.holder,
+                time.time(),
+                UPKEEP_TTL_S,
             )
             if upkeep:
-                await asyncio.to_thread(store.roll_up, cfg)
-            economics = await asyncio.to_thread(window_economics, cfg, store, 86400.0)
-            self.metrics.set_economics(economics[2])
-            if upkeep:
                 self.upkeep_ticks += 1
-            if upkeep and (self.upkeep_ticks % 60 == 1 if hourly is None else hourly):
-                await asyncio.to_thread(
-                    store.apply_retention,
-                    cfg.store.retention_days,
-                    cfg.store.content_retention_days,
+                await self._timed(took, "rollups", self.store.roll_up, self.config)
+            economics = await self._timed(
+                took, "economics", window_economics, self.config, self.store, 86400.0
+            )
+            self.metrics.set_economics(economics[2])
+            if upkeep and self._retention_due(hourly):
+                self._retained = time.monotonic()
+                s = self.config.store
+                await self._timed(
+                    took,
+                    "retention",
+                    self.store.apply_retention,
+                    s.retention_days,
+                    s.content_retention_days,
                     None,
-                    cfg.store.responses_retention_days,
+                    s.responses_retention_days,
                 )
         except Exception:
             log.exception("store housekeeping failed")
+
+    async def _timed(
+        self, took: dict[str, float], name: str, fn: Callable[..., R], *args: Any
+    ) -> R:
+        """`fn(*args)` in housekeeping's thread, timed."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                1, thread_name_prefix="plumbline-housekeeping", initializer=lower_priority
+            )
+        t0 = time.perf_counter()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        finally:
+            took[name] = time.perf_counter() - t0

@@ -5,8 +5,8 @@ door a thread's state) under the key that made it, and its items in order in `st
 input items it was answered from (the conversation before it included, so a continuation needs
 one read) and its output items. Every read and delete names the key: a response stored under
 one key is not found under another ('' is the namespace of a gateway with no keys). Expired
-rows are purged row by row by `purge` (the hourly retention): the table is small next to
-`requests`, and not partitioned.
+rows are purged row by row by `purge` (the hourly retention), in short transactions: the table
+is small next to `requests`, and not partitioned.
 
 The functions take an engine and run in the caller's thread (the edge calls them off the event
 loop). Nothing here knows HTTP: `gateway/edge/doors/response_state.py` is the door's side.
@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from gateway.ledger.database import writing
 from gateway.ledger.rows import STORED_ITEMS, STORED_RESPONSES
+from gateway.ledger.sweep import chunked
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +129,19 @@ def delete(engine: Engine, rid: str, key_id: str) -> bool:
 
 
 def purge(engine: Engine, cutoff: float) -> int:
-    """Delete every response stored before `cutoff` (epoch seconds) and its items; how many."""
+    """Delete every response stored before `cutoff` (epoch seconds) and its items, a bounded
+    number of responses a transaction (`gateway.ledger.sweep.chunked`: SQLite's writers wait
+    one of them at most); how many."""
     t = STORED_RESPONSES
-    old = sa.select(t.c.id).where(t.c.created < cutoff).scalar_subquery()
-    with writing(engine) as conn:
-        conn.execute(sa.delete(STORED_ITEMS).where(STORED_ITEMS.c.response_id.in_(old)))
-        return int(conn.execute(sa.delete(t).where(t.c.created < cutoff)).rowcount or 0)
+
+    def step(conn: Connection, n: int) -> int:
+        old = conn.execute(
+            sa.select(t.c.id).where(t.c.created < cutoff).order_by(t.c.created).limit(n)
+        )
+        ids = [i for (i,) in old]
+        if ids:
+            conn.execute(sa.delete(STORED_ITEMS).where(STORED_ITEMS.c.response_id.in_(ids)))
+            conn.execute(sa.delete(t).where(t.c.id.in_(ids)))
+        return len(ids)
+
+    return chunked(engine, step)

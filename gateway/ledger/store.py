@@ -12,12 +12,13 @@ Retention drops whole days, never row by row:
   creates a day's partition (`requests_p20261129`) before writing into it, and retention drops
   every partition whose day ended before the cut-off -- a catalogue operation, no dead tuples,
   no index bloat, no VACUUM.
-- SQLite has no partitions. Retention runs one `DELETE ... WHERE time < day_end` per whole day
-  past the cut-off, oldest first, each in its own transaction: the same day granularity and the
-  same rows as dropping that day's partition. The delete is a range scan of the primary key
-  (time leads it), freed pages go back to SQLite's free list and are reused (there is no MVCC
-  bloat), and `PRAGMA incremental_vacuum` returns them to the file system on new databases
-  (created with auto_vacuum=INCREMENTAL).
+- SQLite has no partitions. Retention deletes every row before the end of the last whole day
+  past the cut-off, the same rows as dropping those days' partitions, in short transactions of
+  a few thousand rows, oldest first, with pauses between them (`gateway.ledger.sweep`), so a
+  writer waits one of them at most, never the whole day. Each is a range scan of the primary
+  key (time leads it); freed pages go back to SQLite's free list and are reused (there is no
+  MVCC bloat); when they are over half the file, `PRAGMA incremental_vacuum` returns them to the
+  file system, a bounded number a transaction, on databases made with auto_vacuum=INCREMENTAL.
 
 Either way a row lives until the whole day it belongs to is older than the retention, i.e. up to
 one day longer than `retention_days`.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time as _time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -41,7 +43,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from gateway.config import Config
 from gateway.ledger import lease as lease  # its table is the store's too
-from gateway.ledger import responses_store, rollups
+from gateway.ledger import responses_store, rollups, sweep
 from gateway.ledger.columns import typed_row
 from gateway.ledger.content import Content as Content
 from gateway.ledger.content import capped as capped
@@ -88,6 +90,7 @@ class Store:
         self.postgres = self.engine.dialect.name == "postgresql"
         self._inserts: dict[str, tuple[str, tuple[str, ...]]] = {}
         self._days: set[tuple[str, int]] = set()
+        self.closing = threading.Event()  # ends a retention sweep in progress (SQLite)
         if run_migrations:
             migrate(self.engine)
 
@@ -96,6 +99,7 @@ class Store:
         return cls(config.store.url, root=config.root, **kw)
 
     def close(self) -> None:
+        self.closing.set()
         self.engine.dispose()
 
     # -- writing ---------------------------------------------------------------------------
@@ -297,8 +301,12 @@ class Store:
         """Drop expired days of records and contents; with `responses_retention_days`, also
         the stored responses older than that (`gateway.ledger.responses_store.purge`)."""
         now = _time.time() if now is None else now
-        with writing(self.engine) as conn:  # a plain table: refusals age out with requests
-            conn.execute(REJECTIONS.delete().where(REJECTIONS.c.time < now - retention_days * DAY))
+        cut = now - retention_days * DAY  # a plain table: refusals age out with requests
+        if self.postgres:
+            with writing(self.engine) as conn:
+                conn.execute(REJECTIONS.delete().where(REJECTIONS.c.time < cut))
+        else:
+            sweep.delete_before(self.engine, REJECTIONS.name, "time", cut, stop=self.closing)
         dropped = {
             "requests": self.drop_before("requests", now - retention_days * DAY),
             "contents": self.drop_before("contents", now - content_retention_days * DAY),
@@ -323,22 +331,14 @@ class Store:
         return dropped
 
     def _delete_days(self, table: str, cutoff: float) -> int:
-        t = REQUESTS if table == "requests" else CONTENTS
-        with writing(self.engine) as conn:
-            oldest = conn.execute(sa.select(sa.func.min(t.c.time))).scalar()
-        if oldest is None:
-            return 0
-        dropped = 0
-        day = day_start(oldest)
-        while day + DAY <= cutoff:
-            with writing(self.engine) as conn:
-                conn.execute(sa.delete(t).where(t.c.time < day + DAY))
-            dropped += 1
-            day += DAY
-        if dropped:
-            with writing(self.engine) as conn:
-                conn.execute(sa.text("PRAGMA incremental_vacuum"))
-        return dropped
+        with self.engine.connect() as conn:
+            oldest = conn.exec_driver_sql(f"SELECT min(time) FROM {table}").scalar()
+        first = day_start(oldest) if oldest is not None else cutoff
+        days = max(0, int((cutoff - first) // DAY))
+        if days:  # every whole day from the oldest one's to the last that ended by `cutoff`
+            sweep.delete_before(self.engine, table, "time", first + days * DAY, stop=self.closing)
+            sweep.release_pages(self.engine, stop=self.closing)
+        return days
 
     # -- queries ---------------------------------------------------------------------------
 
