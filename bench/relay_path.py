@@ -114,12 +114,16 @@ def _cycle(transport: Transport) -> Any:
     )
 
 
-async def _open(kind: str, gateway: bool, first: bytes, pool: Any, silence: Any) -> Any:
+async def _open(
+    kind: str, gateway: bool, first: bytes, pool: Any, silence: Any, args: argparse.Namespace
+) -> Any:
     """One stream set up as dispatch leaves it (headers in, the first block read), then handed
-    to the relay: its upstream connection and the task serving the client."""
+    to the relay: its upstream connection and the task serving the client. With `--direct` (as
+    the gateway's server offers it) body blocks are written by the edge's `body_writer`."""
+    from gateway.edge.connection import body_writer
     from gateway.ledger.record import Record
     from gateway.serving.call import Call
-    from gateway.serving.outlet import Outlet
+    from gateway.serving.outlet import DIRECT, Outlet
     from gateway.serving.reply import Reply
     from gateway.serving.stream_relay import StreamRelay
     from gateway.serving.tap import StreamTap
@@ -131,13 +135,15 @@ async def _open(kind: str, gateway: bool, first: bytes, pool: Any, silence: Any)
     reply = conn.reply = Reply(conn)
     conn.data_received(HEAD + chunked(first))
     block = await reply.read_some()
-    cycle = _cycle(Transport())
+    transport = Transport()
+    cycle = _cycle(transport)
+    direct = body_writer(cycle, transport, cycle.flow) if args.direct else None
     if not gateway:
 
         async def floor() -> None:
             done = asyncio.get_running_loop().create_future()
             await cycle.send({"type": "http.response.start", "status": 200, "headers": []})
-            outlet = Outlet(cycle.send, reply.pause, reply.resume)
+            outlet = Outlet(cycle.send, reply.pause, reply.resume, direct)
             outlet.write(block, True)
 
             def end() -> None:
@@ -153,6 +159,7 @@ async def _open(kind: str, gateway: bool, first: bytes, pool: Any, silence: Any)
     record = Record(request_id="r", door=kind, model=MODEL, stream=True)
     tap = StreamTap(record, client_wants_usage=True, split_think=False, chat=chat, model=MODEL)
     call = Call(kind, path, MODEL, {"model": MODEL}, True, record, client_wants_usage=True)
+    scope = {} if direct is None else {DIRECT: (cycle.send, direct)}
     upstream = next(iter(pool.config.upstreams))
     opened = Opened(upstream=upstream, response=reply, first=block)
     pool.pool.begin(upstream.name)
@@ -165,7 +172,7 @@ async def _open(kind: str, gateway: bool, first: bytes, pool: Any, silence: Any)
         done=lambda: None,
     )
     relay.bind(opened)
-    return conn, asyncio.get_running_loop().create_task(relay({}, _never, cycle.send))
+    return conn, asyncio.get_running_loop().create_task(relay(scope, _never, cycle.send))
 
 
 class _Pool:
@@ -194,7 +201,7 @@ async def run(kind: str, gateway: bool, args: argparse.Namespace) -> float:
     ]
     best = float("inf")
     for _ in range(args.rounds):
-        opened = [await _open(kind, gateway, s[0], pool, silence) for s in streams]
+        opened = [await _open(kind, gateway, s[0], pool, silence, args) for s in streams]
         await asyncio.sleep(0)  # each relay writes its head and pipes the reply
         feeds: list[tuple[Callable[[bytes], None], list[bytes]]] = [
             (conn.data_received, [chunked(e) for e in s[1:]])
@@ -223,13 +230,20 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument(
+        "--direct",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="body blocks written by the edge's writer (as served), not through `send`",
+    )
     args = ap.parse_args()
     kinds = ("chat", "completions") if args.kind == "both" else (args.kind,)
     for kind in kinds:
         floor = asyncio.run(run(kind, False, args))
         gw = asyncio.run(run(kind, True, args))
         print(
-            f"{kind:11} text={args.text} logprobs={args.logprobs} C{args.streams}: "
+            f"{kind:11} text={args.text} logprobs={args.logprobs} direct={args.direct} "
+            f"C{args.streams}: "
             f"floor {floor:.2f} µs/chunk, gateway {gw:.2f} µs/chunk (+{gw - floor:.2f})"
         )
 

@@ -10,7 +10,7 @@ timeout: `send` waits on the client's socket for as long as the client leaves it
 (Its h11 protocol has `h11_max_incomplete_event_size`, but is several times slower a chunk.)
 
 `BoundedHttp` is uvicorn's httptools protocol with the rest added where they happen, on the
-connection's events, so the per-chunk path of an answer (`send`) is unchanged:
+connection's events, so the per-chunk path of an answer is unchanged:
 - a new connection past `max_connections` is answered 503 (past its ceiling, closed at once),
   with a log line, before file descriptors run out (`limits_for` fits the limit to them);
 - a connection with no request is closed after `keepalive_timeout_s`;
@@ -21,6 +21,10 @@ connection's events, so the per-chunk path of an answer (`send`) is unchanged:
   (`http.disconnect`), so a relayed stream stops its upstream request and records a 499
   with error_class "SendTimeout".
 Each of these is logged (at most one line per kind every `LOG_EVERY_S`, with the count since).
+
+Each request's scope also offers the relay a writer for its answer's body blocks (`body_writer`,
+`gateway/serving/outlet.py`): a streamed block written to the socket as uvicorn's `send` writes
+it, without an ASGI message and a `send` coroutine each, wherever that `send` would only write.
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.config.server import ServerConfig
 from gateway.edge.request_id import ECHO, OWN, ids_of, new_id
 from gateway.errors import GatewayError, HeadersTooLarge
+from gateway.serving.outlet import DIRECT, BodyWriter
 from gateway.serving.stream_relay import DROPPED
 
 log = logging.getLogger("plumbline")
@@ -181,6 +187,28 @@ def limits_of(app: Any) -> Limits:
     return _DEFAULT
 
 
+def body_writer(
+    cycle: RequestResponseCycle, transport: asyncio.Transport, flow: FlowControl
+) -> BodyWriter:
+    """Writes a block of `cycle`'s chunked body (not its last) to `transport` at once, framed as
+    its `send` frames it; declines (False) wherever that `send` would do more than write it:
+    the client's socket is full (it would wait), the client is gone (it would drop the block),
+    the head is not out, the body is not chunked, or the response is complete. What `send`
+    keeps of the answer (started, complete, keep-alive) is left as `send` would leave it: a
+    block that is not the last changes none of it."""
+
+    def write(data: bytes) -> bool:
+        if flow.write_paused or cycle.disconnected or cycle.response_complete:
+            return False
+        if not cycle.chunked_encoding:  # (None: the head has not gone; False: a length)
+            return False
+        if data:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return True
+
+    return write
+
+
 class BoundedHttp(HttpToolsProtocol):
     """uvicorn's httptools protocol with a proxy's limits (see the module)."""
 
@@ -251,6 +279,11 @@ class BoundedHttp(HttpToolsProtocol):
         self._stop_reading_timer()
         self._body_at = self.loop.time()
         super().on_headers_complete()
+        cycle = self.cycle
+        # (An upgrade makes no cycle; an answer to HEAD writes no body.)
+        if cycle is not None and cycle.scope is self.scope and self.scope["method"] != "HEAD":
+            scope: Any = self.scope  # (a TypedDict to mypy; the app reads DIRECT from it)
+            scope[DIRECT] = (cycle.send, body_writer(cycle, self.transport, self.flow))
 
     def on_body(self, body: bytes) -> None:
         self._body_at = self.loop.time()

@@ -20,6 +20,7 @@ from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
 from gateway.ledger.columns import count_of, flag_of
 from gateway.ledger.record import Record
 from gateway.serving.call import Call
+from gateway.serving.outlet import direct_writer
 from gateway.serving.profile import apply_profile, params_hash
 from gateway.trust.gate import pinned_upstream
 from gateway.trust.watchdog import asked_not_to_think
@@ -173,6 +174,7 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
     # The cap as a count; a value that is not one is named on the record, never stored raw.
     record.max_tokens, odd_cap = count_of(body, "max_completion_tokens", "max_tokens")
     record.coerced = ",".join(n for n in (odd_stream, odd_cap) if n) or None
+    send = request.scope.get(SEND) if stream else None
     call = Call(
         door=door,
         path=path,
@@ -184,7 +186,8 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         session=heads.get(gw.config.server.session_header.lower()),
         pin=pinned_upstream(heads, record.lane, gw.config.models[model].upstreams),
         prompt=request.scope.get(BODY),  # store_content: the prompt, as received
-        send=request.scope.get(SEND) if stream else None,
+        send=send,
+        direct=direct_writer(request.scope, send),
         client_request_id=client_id(request.scope),
     )
 

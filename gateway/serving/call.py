@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from starlette.types import Send
 
     from gateway.config import Upstream
+    from gateway.serving.outlet import BodyWriter
     from gateway.serving.upstream import Opened
 
 log = logging.getLogger("plumbline")
@@ -81,6 +82,9 @@ class Call:
     later: list[Callable[[], None]] = field(default_factory=list)
     # Streams served by the edge: the server's `send` (the relay makes the call's `head` of it).
     send: Send | None = None
+    # Where the server offers it, its writer of the answer's body blocks for that `send`
+    # (`gateway/serving/outlet.py`).
+    direct: BodyWriter | None = None
     head: Head | None = None
     # The id the client sent in `x-request-id`, echoed on its answer (the record's id otherwise).
     client_request_id: str | None = None

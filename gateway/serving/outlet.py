@@ -11,16 +11,41 @@ The sends are awaited by one coroutine for the whole stream (`_pump`), stepped b
 message, rather than each started and run to its end by hand: a coroutine run by hand ends by
 raising StopIteration; awaited, the server's `send` returns without one (`bench/relay_path.py`
 measures a write through uvicorn's `send`).
+
+Where the server offers it (`DIRECT`: `gateway/edge/connection.py`), a body block goes straight to
+the client's transport instead, framed as the server frames it, with no message and no send at
+all: the writer declines (and the block takes the awaited way) whenever the server's own `send`
+would do more than write it — the client's socket is full, the client is gone, the head is not
+out or the body is not chunked — and while an awaited send is under way, so order is kept. The
+last block always takes the awaited way: the server ends the response there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import types
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+# Writes a body block (not the last) straight to the client, as the server's `send` would have;
+# False when it did not (the block is to be sent the awaited way).
+BodyWriter = Callable[[bytes], bool]
+
+# The scope's key for what the server offers to write the request's answer with: (its own
+# `send`, a `BodyWriter`), gateway/edge/connection.py.
+DIRECT = "plumbline.direct"
+
+
+def direct_writer(scope: Mapping[str, Any], send: Send | None) -> BodyWriter | None:
+    """The server's `BodyWriter` for `scope`'s answer, if it offers one and `send` is its own
+    (not wrapped by anything that might look at what passes)."""
+    offered = scope.get(DIRECT)
+    if offered is None or send is None or offered[0] != send:
+        return None
+    writer: BodyWriter = offered[1]
+    return writer
+
 
 # What the pump yields when it has finished a message and waits for the next.
 _READY: Any = object()
@@ -56,6 +81,7 @@ class Outlet:
     __slots__ = (
         "_pump",
         "_send",
+        "_direct",
         "_pause",
         "_resume_reading",
         "_backlog",
@@ -64,8 +90,15 @@ class Outlet:
         "closed",
     )
 
-    def __init__(self, send: Send, pause: Callable[[], None], resume: Callable[[], None]):
+    def __init__(
+        self,
+        send: Send,
+        pause: Callable[[], None],
+        resume: Callable[[], None],
+        direct: BodyWriter | None = None,
+    ):
         self._send = send
+        self._direct = direct
         self._pump = self._primed()
         self._pause = pause
         self._resume_reading = resume
@@ -87,6 +120,9 @@ class Outlet:
 
     def write(self, data: bytes, more: bool = True) -> None:
         if self.error is not None or self.closed:
+            return
+        direct = self._direct
+        if more and direct is not None and self._task is None and direct(data):
             return
         self._put({"type": "http.response.body", "body": data, "more_body": more}, more)
 

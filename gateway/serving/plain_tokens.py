@@ -18,6 +18,7 @@ stream (`_missed`): every event then pays only for the event path, not for faile
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from itertools import repeat
 from typing import Any
 
@@ -127,6 +128,7 @@ class PlainTokens:
         # of `_one` (see `_arm_lone`): set only where `_one` would take it alone.
         self._lone: tuple[bytes, bytes, bytes | None, bytes, int, int, re.Pattern[bytes]] | None
         self._lone = None
+        self._lone_valued: Callable[[bytes, float], bytes | None] | None = None  # the same, valued
 
     def _learn(self, event: bytes, obj: dict[str, Any], rendered: bytes, encoded: bool) -> None:
         """Remember the bytes around the text of a plain token event (one choice, a delta of
@@ -377,7 +379,7 @@ class PlainTokens:
         self._misses += 1
         if self._misses > _MOST_MISSES and self._misses > self._hits:
             self.fast = False
-            self._shape = self._valued = self._lone = None
+            self._shape = self._valued = self._lone = self._lone_valued = None
             self._run = self._text = None
 
     def _captured(self, text: bytes) -> None:

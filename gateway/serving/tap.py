@@ -37,15 +37,15 @@ from gateway.serving.accounting import (
     swap_model,
 )
 from gateway.serving.hooks import AnswerSink
-from gateway.serving.plain_tokens import _ESCAPED_OR_NOT_TEXT, PlainTokens, _utf8
+from gateway.serving.plain_tokens import PlainTokens, _utf8
 from gateway.serving.reasoning import ThinkSplitter
 from gateway.serving.sse import cut_events, data_of
 from gateway.serving.token_clocks import TokenClocks
+from gateway.serving.valued_tokens import _NOT_LONE_TEXT, lone_valued
 
 DONE = b"[DONE]"
-# Bytes a text `feed` takes at once holds none of: those no plain text holds unescaped, and `>`
-# (a text without one holds no think tag, which `in` finds at twice the cost of `translate`).
-_NOT_LONE_TEXT = _ESCAPED_OR_NOT_TEXT + b">"
+# A text `feed` takes at once holds none of these bytes (`in` would find a think tag at twice the
+# cost of `translate`): see `gateway/serving/valued_tokens.py`.
 
 
 class StreamTap(PlainTokens, TokenClocks):
@@ -126,6 +126,11 @@ class StreamTap(PlainTokens, TokenClocks):
                         self._gaps.append(now - last)
                     self._last_token_at = now
                     return block if out_prefix is None else out_prefix + text + out_suffix
+        valued = self._lone_valued  # the same for an event with logprobs (`lone_valued`)
+        if valued is not None and not self._buffer:
+            relayed = valued(block, now)
+            if relayed is not None:
+                return relayed
         if self.unlearnt is not None:  # the relay did not ask for it after the last block
             self.learn()
         if self._shape is not None and len(block) < self._room_for_two and not self._buffer:
@@ -267,6 +272,7 @@ class StreamTap(PlainTokens, TokenClocks):
         unlearnt, self.unlearnt = self.unlearnt, None
         if unlearnt is not None and self._shape is None and not self._splitters:
             self._learn(*unlearnt)
+            self._lone_valued = lone_valued(self)
 
     def _read(self, payload: bytes) -> tuple[dict[str, Any], bool | None]:
         """An event's JSON object, counted as a chunk (its provider, usage and the stream's
@@ -355,7 +361,8 @@ class StreamTap(PlainTokens, TokenClocks):
             if not (self._split or "<think>" in content or "</think>" in content):
                 return False, content
             splitter = self._splitters[index] = ThinkSplitter(self._opened)
-            self._lone = None  # shaped events are the event path's while text is split
+            # Shaped events are the event path's while text is split.
+            self._lone = self._lone_valued = None
         reasoning_piece, content = splitter.feed(content)
         delta["content"] = content
         if reasoning_piece:

@@ -263,3 +263,113 @@ def test_a_client_that_stops_reading_is_dropped(caplog: pytest.LogCaptureFixture
     (record,) = sink.records
     assert record.status == 499 and record.error_class == "SendTimeout"
     assert "unread for 0.5s: dropped" in caplog.text
+
+
+# -- a streamed answer's blocks written straight to the socket ---------------------------------
+class Socket(asyncio.Transport):
+    """A client's transport that keeps what is written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data = b""
+
+    def write(self, data: Any) -> None:
+        self.data += bytes(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def _cycle(method: str = "POST") -> tuple[Any, Socket]:
+    from uvicorn.protocols.http.flow_control import FlowControl
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    transport = Socket()
+    scope: Any = {"type": "http", "method": method, "http_version": "1.1"}
+    log = logging.getLogger("test")
+    cycle = RequestResponseCycle(
+        scope, transport, FlowControl(transport), log, log, False, [], asyncio.Event(), False,
+        True, lambda: None,
+    )  # fmt: skip
+    return cycle, transport
+
+
+async def test_the_body_writer_writes_only_where_send_would_only_write() -> None:
+    cycle, transport = _cycle()
+    write = connection.body_writer(cycle, transport, cycle.flow)
+    assert not write(b"early")  # the head has not gone
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": []})
+    head = transport.data
+    assert write(b"data: a\n\n") and write(b"")
+    assert transport.data == head + b"9\r\ndata: a\n\n\r\n"  # framed as `send` frames it
+    cycle.flow.pause_writing()
+    assert not write(b"b")  # the socket is full: `send` would wait
+    cycle.flow.resume_writing()
+    await cycle.send({"type": "http.response.body", "body": b"b", "more_body": True})
+    assert transport.data.endswith(b"9\r\ndata: a\n\n\r\n1\r\nb\r\n")
+    await cycle.send({"type": "http.response.body", "body": b"", "more_body": False})
+    assert not write(b"late") and transport.data.endswith(b"0\r\n\r\n")
+    cycle.disconnected = True
+    assert not write(b"gone")
+
+    sized, transport = _cycle()
+    write = connection.body_writer(sized, transport, sized.flow)
+    await sized.send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
+    assert not write(b"ab")  # not chunked: `send` counts the length
+
+
+def test_streams_on_one_connection_are_written_straight_and_kept_alive(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two streams, one after the other on one client connection: each one's blocks written by
+    the body writer, each answer chunked and ended as uvicorn ends it, the connection kept."""
+    written: list[bytes] = []
+    made = connection.body_writer
+
+    def counted(*args: Any) -> Any:
+        write = made(*args)
+
+        def counting(data: bytes) -> bool:
+            took = write(data)
+            if took:
+                written.append(data)
+            return took
+
+        return counting
+
+    monkeypatch.setattr(connection, "body_writer", counted)
+    fake.set_default(tokens=6, pace_tps=100)  # a token a read, as a paced stream sends them
+    limits = Limits(**{**SHORT.__dict__, "keepalive_timeout_s": 30})
+    with gateway(limits, fake.base_url) as root:
+        s = dial(root)
+        body = orjson.dumps({"model": "smol", "stream": True, "messages": [{"role": "user"}]})
+        request = (
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        answers = []
+        for _ in range(2):
+            s.sendall(request)
+            got = b""
+            while not got.endswith(b"\r\n0\r\n\r\n"):
+                chunk = s.recv(65536)
+                assert chunk, "the connection was closed"
+                got += chunk
+            answers.append(got)
+        s.close()
+    for answer in answers:
+        head, rest = answer.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in head
+        events = b""
+        while rest != b"0\r\n\r\n":
+            size, rest = rest.split(b"\r\n", 1)
+            events, rest = events + rest[: int(size, 16)], rest[int(size, 16) + 2 :]
+        assert events.endswith(b"data: [DONE]\n\n")
+        tokens = [orjson.loads(e[6:]) for e in events.split(b"\n\n") if e[6:7] == b"{"]
+        assert sum(bool(t["choices"] and t["choices"][0]["delta"].get("content")) for t in tokens)
+    assert len(written) >= 2 * 4  # every token but those dispatch sent with the head

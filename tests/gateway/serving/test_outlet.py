@@ -105,3 +105,63 @@ async def test_writes_go_on_after_a_waiting_send_was_cancelled() -> None:
     outlet.write(b"b")
     outlet.write(b"", more=False)
     assert sender.sent == [(b"b", True), (b"", False)] and outlet.closed
+
+
+class Writer:
+    """A server's direct writer of body blocks (`BodyWriter`): takes blocks while `takes`."""
+
+    def __init__(self) -> None:
+        self.takes = True
+        self.written: list[bytes] = []
+
+    def __call__(self, data: bytes) -> bool:
+        if not self.takes:
+            return False
+        self.written.append(data)
+        return True
+
+
+async def test_blocks_go_to_the_direct_writer_and_the_last_one_to_send() -> None:
+    sender, writer = Sender(), Writer()
+    outlet = Outlet(sender, lambda: None, lambda: None, writer)
+    outlet.write(b"a")
+    outlet.write(b"b")
+    assert writer.written == [b"a", b"b"] and sender.sent == []
+    writer.takes = False  # the client's socket is full, say: the awaited way
+    outlet.write(b"c")
+    writer.takes = True
+    outlet.write(b"", more=False)  # the server ends the response in its `send`
+    assert writer.written == [b"a", b"b"] and sender.sent == [(b"c", True), (b"", False)]
+    assert outlet.closed
+
+
+async def test_the_direct_writer_waits_behind_a_waiting_send() -> None:
+    """While a send waits, later blocks queue behind it even where the writer would take them,
+    so the client gets them in order; once it is done they go straight again."""
+    sender, writer = Sender(), Writer()
+    reading: list[str] = []
+    outlet = Outlet(
+        sender, lambda: reading.append("paused"), lambda: reading.append("resumed"), writer
+    )
+    writer.takes = False
+    sender.open.clear()
+    outlet.write(b"a")  # declined, then the send waits
+    writer.takes = True
+    outlet.write(b"b")
+    assert writer.written == [] and reading == ["paused"]
+    sender.open.set()
+    await outlet.drained()
+    assert sender.sent == [(b"a", True), (b"b", True)] and reading == ["paused", "resumed"]
+    outlet.write(b"c")
+    assert writer.written == [b"c"]
+
+
+async def test_nothing_is_written_after_the_send_failed() -> None:
+    sender, writer = Sender(), Writer()
+    outlet = Outlet(sender, lambda: None, lambda: None, writer)
+    writer.takes, sender.fail = False, True
+    outlet.write(b"a")
+    assert isinstance(outlet.error, RuntimeError)
+    writer.takes = True
+    outlet.write(b"b")
+    assert writer.written == []

@@ -328,6 +328,48 @@ def test_one_event_blocks_leave_what_the_event_path_leaves(
     assert (fast[1] is None) == (last in (b"f", b"\\u003cthink>"))
 
 
+LOGPROBS = b'{"content":[{"token":"t","logprob":-1.5e-07,"bytes":[116],"top_logprobs":[]}]}'
+
+
+@pytest.mark.parametrize("chat", [True, False])
+@pytest.mark.parametrize("model", [None, "pub"])
+@pytest.mark.parametrize(
+    ("last", "value"),
+    [
+        (b"f", LOGPROBS),
+        (b"\xff", LOGPROBS),  # not UTF-8
+        (b"\\x", LOGPROBS),  # a bad escape
+        (b"\\u003cthink>", LOGPROBS),  # an escaped think tag
+        (b"f", b'{"content":[{"token":"t","logprob":-1.5,}]}'),  # not JSON
+        (b"f", b'{"content":[{"token":"t","logprob":1e999}]}'),  # a number orjson refuses
+        (b"f", b"[" * 300 + b"]" * 300),  # too deep to take alone
+        (b"f", b'{"model":"up","content":[]}'),  # the model id inside
+    ],
+)
+def test_one_event_blocks_with_logprobs_leave_what_the_event_path_leaves(
+    chat: bool, model: str | None, last: bytes, value: bytes
+) -> None:
+    """A paced stream's blocks with logprobs, one event each, which `feed` takes in one call
+    (`gateway/serving/valued_tokens.py`): texts as the test above has them, then a last one
+    with its text or its logprobs amiss."""
+    key = b'"delta":{"content":"%s"}' if chat else b'"text":"%s"'
+    shaped = (
+        b'data: {"id":"x","created":1,"model":"up","choices":[{"index":0,'
+        + key
+        + b',"logprobs":%s,"finish_reason":null}]}\n\n'
+    )
+    # (A think tag in a chat's text sends the rest of the stream to the event path.)
+    texts = [t for t in ONE_EVENT_TEXTS if not (chat and b"think>" in t)]
+    blocks = [shaped % (t, LOGPROBS) for t in texts] + [shaped % (last, value)]
+    blocks.append(b"data: [DONE]\n\n")
+    fast = _run(blocks, chat, True, True, model=model)
+    assert fast == _run(blocks, chat, True, False, model=model)
+    if value == LOGPROBS:  # the stream fails as the event path fails it, for its text alone
+        assert (fast[1] is None) == (last in (b"f", b"\\u003cthink>"))
+    elif b",}" in value or b"1e999" in value:
+        assert fast[1] is not None
+
+
 def test_a_block_that_only_ends_like_a_shaped_event_is_not_taken() -> None:
     """A block as long as a shaped event with the learnt end but not the learnt start, whose
     bytes the text check would let through (as many quotes as the start is long), is no
