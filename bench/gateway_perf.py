@@ -27,10 +27,10 @@ and what the proxy adds over ``direct`` in the same round), errors, the proxy's 
 request and per streamed chunk (utime + stime of its process tree from /proc, before and after),
 the proxy's peak RSS after each seed scenario, and for a recording Plumbline the rows the round
 added to its store once they stop arriving (`records`: equal to the requests when none was lost;
-counted before the CPU is read, so writing them is in it). Each cell of the summary is the median of the
-rounds and their range (min–max). Rounds are appended to ``bench/results/gateway_perf_runs.tsv``,
-the summary to ``bench/results/gateway_perf_summary.md``, both to
-``bench/results/gateway_perf-<time>.json``. See bench/README.md.
+counted before the CPU is read, so writing them is in it). Each cell of the summary is the
+median of the rounds and their range (min–max). Rounds are appended to
+``bench/results/gateway_perf_runs.tsv``, the summary to ``bench/results/gateway_perf_summary.md``,
+both to ``bench/results/gateway_perf-<time>.json``. See bench/README.md.
 
     python bench/gateway_perf.py --setup                  # LiteLLM and vllm-router virtualenvs
     python bench/gateway_perf.py                          # every target, every scenario
