@@ -273,13 +273,13 @@ class Dispatcher:
         call: Call, upstream: Upstream, adapted: Adapted | None, native: bool, headed: bool
     ) -> None:
         """The request is written: what it did not wait for, done now (the upstream prefills).
-        The attempt's params hash is worked out (kept for `mark`); where it is made of what the
-        client's own hash is made of (`Adapted.as_asked`), it is the client's too, which the
-        record then need not work out again (`call_of`'s `hash_params`)."""
+        The attempt's params hash is worked out (kept for `mark`), and the client's from the
+        same meaning (`Adapted.asked_hash`), which the record then need not read from the body
+        again (`call_of`'s `hash_params`)."""
         if adapted is not None:
-            digest = adapted.params_hash
-            if call.record.params_hash is None and adapted.as_asked(call.body):
-                call.record.params_hash = digest
+            adapted.params_hash  # noqa: B018 - worked out and kept for `mark`
+            if call.record.params_hash is None:
+                call.record.params_hash = adapted.asked_hash(call.body)
         call.flush()
         if headed and call.head is not None:
             call.head.prepare(upstream, native)
