@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import operator
 import time as _time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -46,7 +45,7 @@ from gateway.ledger.content import Content as Content
 from gateway.ledger.content import capped as capped
 from gateway.ledger.cost import Usage
 from gateway.ledger.database import create_engine, migrate, resolve_url, writing
-from gateway.ledger.fast_row import row_of
+from gateway.ledger.fast_row import row_of, values_of
 from gateway.ledger.partitions import DAY, PARTITIONS, day_start, partition_day, partition_ddl
 from gateway.ledger.queries import intervals_query
 from gateway.ledger.record import Record
@@ -70,18 +69,6 @@ def record_row(record: Record) -> dict[str, Any]:
     """A record as a `requests` row: JSON-serialisable, attempts as JSON text, every value of
     its column's type (`gateway.ledger.fast_row.row_of`)."""
     return row_of(record)
-
-
-def _values(batch: Sequence[dict[str, Any]], columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
-    """Each row's values in `columns`' order, a missing one as None (a row spooled by an older
-    gateway). One `itemgetter` call a row: the record queue's thread holds the GIL for this
-    loop, and the event loop waits on it meanwhile (a tuple built from `dict.get` a column
-    took five times as long)."""
-    get = operator.itemgetter(*columns)
-    try:
-        return [get(r) for r in batch]
-    except KeyError:
-        return [tuple(r.get(c) for c in columns) for r in batch]
 
 
 class Store:
@@ -125,7 +112,7 @@ class Store:
             for table, batch in ((REQUESTS, rows), (CONTENTS, contents)):
                 if batch:
                     sql, columns = self._insert_sql(table)
-                    conn.exec_driver_sql(sql, _values(batch, columns))
+                    conn.exec_driver_sql(sql, values_of(batch, columns))
 
     def _insert_sql(self, table: sa.Table) -> tuple[str, tuple[str, ...]]:
         """A plain `INSERT … ON CONFLICT DO NOTHING` for the driver's executemany. Every column

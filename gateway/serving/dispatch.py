@@ -273,12 +273,10 @@ class Dispatcher:
         call: Call, upstream: Upstream, adapted: Adapted | None, native: bool, headed: bool
     ) -> None:
         """The request is written: what it did not wait for, done now (the upstream prefills).
-        The attempt's params hash is worked out (kept for `mark`), and the client's from the
-        same meaning (`Adapted.asked_hash`), which the record then need not read from the body
-        again (`call_of`'s `hash_params`)."""
+        The attempt's params hash (kept for `mark`), and the client's from the same meaning."""
         if adapted is not None:
             adapted.params_hash  # noqa: B018 - worked out and kept for `mark`
-            if call.record.params_hash is None:
+            if call.record.params_hash is None:  # not read from the body again (`call_of`)
                 call.record.params_hash = adapted.asked_hash(call.body)
         call.flush()
         if headed and call.head is not None:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.ledger.columns import COLUMNS, typed_row
-from gateway.ledger.fast_row import _fast, row_of
+from gateway.ledger.fast_row import _fast, row_of, values_of
 from gateway.ledger.record import Attempt, Record
 
 ODD = st.one_of(
@@ -80,3 +80,11 @@ def test_odd_attempts_give_typed_rows_own_answer(status: int | None, elapsed: fl
     r = ordinary()
     r.attempts.append(Attempt("u2", "ok", status, elapsed))
     assert row_of(r) == typed_row(r)
+
+
+def test_the_stores_values_are_the_rows_in_column_order_a_missing_one_none() -> None:
+    columns = tuple(c.name for c in COLUMNS)
+    row = row_of(ordinary())
+    assert values_of([row], columns) == [tuple(row[c] for c in columns)]
+    old = {k: v for k, v in row.items() if k != "trace_id"}  # spooled before the column was
+    assert values_of([row, old], columns)[1] == tuple(old.get(c) for c in columns)
