@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from pydantic import TypeAdapter, ValidationError
 
@@ -141,7 +142,10 @@ def _attempts(attempts: list[dict[str, Any]]) -> str:
         {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in a.items()}
         for a in attempts
     ]
-    return json.dumps(clean, separators=(",", ":"), default=str)
+    try:  # as `gateway.ledger.fast_row` writes them
+        return orjson.dumps(clean, default=str).decode()
+    except TypeError:  # an int past 64 bits
+        return json.dumps(clean, separators=(",", ":"), default=str)
 
 
 def count_of(body: dict[str, Any], *fields: str) -> tuple[int | None, str | None]:

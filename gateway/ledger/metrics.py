@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from gateway.config.routes import SHAPES
 from gateway.ledger.cost import ModelEconomics, drifted
 from gateway.ledger.labels import OTHER, Bounded, configured_providers, outcome
 from gateway.ledger.multiproc import check_multiprocess
+from gateway.ledger.quick_series import incrementer, observer
 from gateway.ledger.record import LANES, Record
 from gateway.ledger.rejection import Rejection
 from gateway.ledger.series import Series
@@ -60,8 +61,10 @@ class Metrics(Series):
     ) -> None:
         self.config = config
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._counts: dict[tuple[int, tuple[str, ...]], Callable[[float], None]] = {}
         # Per (model, upstream) labels: the token counters' and the latency histograms'
-        # children in `_SLOTS` order, each made on first use (a series appears once observed).
+        # children in `_SLOTS` order, each made on first use (a series appears once observed),
+        # as their quick `inc` and `observe` (`gateway/ledger/quick_series.py`).
         self._slots: dict[tuple[str, str, str], list[Any]] = {}
         self.multiproc_dir = None if multiproc_dir is None else Path(multiproc_dir)
         if self.multiproc_dir is not None:
@@ -97,16 +100,26 @@ class Metrics(Series):
             child = self._children[key] = metric.labels(*labels)
         return child
 
+    def _count(self, metric: Any, *labels: str) -> Callable[[float], None]:
+        """A counter child's quick `inc` (`quick_series.incrementer`): for amounts known to be
+        above zero."""
+        key = (id(metric), labels)
+        inc = self._counts.get(key)
+        if inc is None:
+            inc = self._counts[key] = incrementer(self._child(metric, *labels))
+        return inc
+
     def _slot(self, slots: list[Any], i: int, mu: tuple[str, str, str]) -> Any:
-        """The child in `slots[i]` (`_SLOTS`), made now if this is its first observation."""
-        child = slots[i]
-        if child is None:
+        """The quick `inc` or `observe` in `slots[i]` (`_SLOTS`), made now if this is its first
+        observation."""
+        quick = slots[i]
+        if quick is None:
             if i < len(TOKEN_KINDS):
-                child = self._child(self.tokens, *mu, TOKEN_KINDS[i])
+                quick = incrementer(self._child(self.tokens, *mu, TOKEN_KINDS[i]))
             else:
-                child = self._child(getattr(self, _SLOTS[i]), *mu)
-            slots[i] = child
-        return child
+                quick = observer(self._child(getattr(self, _SLOTS[i]), *mu))
+            slots[i] = quick
+        return quick
 
     def reject(self, rejection: Rejection) -> None:
         """Count a refused request; door, reason and route are from bounded sets."""
@@ -120,8 +133,8 @@ class Metrics(Series):
         if slots is None:  # bounded: model and upstream are bounded labels
             slots = self._slots[mu] = [None] * len(_SLOTS)
         ended = outcome(record)
-        self._child(self.requests, *mu, self.provider(record.provider), ended).inc()
-        self._child(self.shaped, *mu, self.shape(record.shape)).inc()
+        self._count(self.requests, *mu, self.provider(record.provider), ended)(1)
+        self._count(self.shaped, *mu, self.shape(record.shape))(1)
         counts = (
             record.prompt_tokens,
             record.cached_tokens,
@@ -130,8 +143,8 @@ class Metrics(Series):
         )
         for i, n in enumerate(counts):
             if n > 0:
-                child = slots[i]
-                (self._slot(slots, i, mu) if child is None else child).inc(n)
+                quick = slots[i]
+                (self._slot(slots, i, mu) if quick is None else quick)(n)
         self._observe_money(record, mu)
         cut = truncation_cause(record)
         if cut is not None:
@@ -181,15 +194,15 @@ class Metrics(Series):
             len(TOKEN_KINDS),
         ):
             if value is not None and value >= 0:
-                child = slots[i]
-                (self._slot(slots, i, mu) if child is None else child).observe(value)
+                quick = slots[i]
+                (self._slot(slots, i, mu) if quick is None else quick)(value)
 
     def _observe_attempts(self, record: Record, model: str, lane: str) -> None:
         previous: str | None = None
         for attempt in record.attempts:
             upstream = self.upstream(attempt.upstream)
             ended = self.attempt_outcome(attempt.outcome)
-            self._child(self.attempts, model, upstream, lane, ended).inc()
+            self._count(self.attempts, model, upstream, lane, ended)(1)
             if previous is not None:
                 counter = self.retries if attempt.upstream == previous else self.fallbacks
                 self._child(counter, model, upstream, lane).inc()

@@ -44,11 +44,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from gateway.config import Config
 from gateway.ledger import lease as lease  # its table is the store's too
 from gateway.ledger import responses_store, rollups, sweep
-from gateway.ledger.columns import typed_row
 from gateway.ledger.content import Content as Content
 from gateway.ledger.content import capped as capped
 from gateway.ledger.cost import Usage
 from gateway.ledger.database import create_engine, migrate, resolve_url, writing
+from gateway.ledger.fast_row import row_of, values_of
 from gateway.ledger.partitions import DAY, PARTITIONS, day_start, partition_day, partition_ddl
 from gateway.ledger.queries import intervals_query
 from gateway.ledger.record import Record
@@ -70,8 +70,8 @@ ROUND_LOCK = 0x706C756D
 
 def record_row(record: Record) -> dict[str, Any]:
     """A record as a `requests` row: JSON-serialisable, attempts as JSON text, every value of
-    its column's type (`gateway.ledger.columns.typed_row`)."""
-    return typed_row(record)
+    its column's type (`gateway.ledger.fast_row.row_of`)."""
+    return row_of(record)
 
 
 class Store:
@@ -117,7 +117,7 @@ class Store:
             for table, batch in ((REQUESTS, rows), (CONTENTS, contents)):
                 if batch:
                     sql, columns = self._insert_sql(table)
-                    conn.exec_driver_sql(sql, [tuple(r.get(c) for c in columns) for r in batch])
+                    conn.exec_driver_sql(sql, values_of(batch, columns))
 
     def _insert_sql(self, table: sa.Table) -> tuple[str, tuple[str, ...]]:
         """A plain `INSERT … ON CONFLICT DO NOTHING` for the driver's executemany. Every column

@@ -95,6 +95,20 @@ class Adapted:
             self._digest = self.meaning.digest(self.defaults, unsent, self.accepted)
         return self._digest
 
+    def asked_hash(self, asked: dict[str, Any]) -> str | None:
+        """`profile.params_hash` of `asked`, the body this was adapted from, from the meaning
+        read here (not read again); None where `asked` said `repeat_penalty` (the one field
+        adapting renames before the meaning is read). Where the attempt's hash has nothing of
+        the upstream in it (no gap, no key accepted as unequal, no engine defaults), it is
+        that hash."""
+        if "repeat_penalty" in asked:
+            return None
+        if not (
+            self.gaps or self.accepted or (self.meaning.defaults and self.defaults is not None)
+        ):
+            return self.params_hash
+        return self.meaning.digest()
+
     def unsent(self) -> tuple[list[Gap], list[Gap]]:
         """(gaps not accepted, gaps the route accepts)."""
         accepted = [g for g in self.gaps if g.key in self.accepted]

@@ -272,10 +272,13 @@ class Dispatcher:
     def _sent(
         call: Call, upstream: Upstream, adapted: Adapted | None, native: bool, headed: bool
     ) -> None:
-        """The request is written: what it did not wait for, done now (the upstream prefills)."""
-        call.flush()
+        """The request is written: what it did not wait for, done now (the upstream prefills).
+        The attempt's params hash (kept for `mark`), and the client's from the same meaning."""
         if adapted is not None:
             adapted.params_hash  # noqa: B018 - worked out and kept for `mark`
+            if call.record.params_hash is None:  # not read from the body again (`call_of`)
+                call.record.params_hash = adapted.asked_hash(call.body)
+        call.flush()
         if headed and call.head is not None:
             call.head.prepare(upstream, native)
 

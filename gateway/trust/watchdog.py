@@ -246,6 +246,7 @@ class CheckState:
     tripped: bool = False
     last_max_tokens: list[int | None] = field(default_factory=list)
     rate: Any = None  # the (upstream, check) child of the rate gauge
+    shown: float | None = None  # what that child was last set to
 
 
 class Watchdog:
@@ -305,13 +306,16 @@ class Watchdog:
             return
         try:
             annotate(record, self.config)  # idempotent; the app also calls it before the sinks
+            turned = False
             for check, flag in observations(record, self.config).items():
-                self._observe(record, check, flag)
-            self._demotion(record.upstream or "")
+                turned = self._observe(record, check, flag) or turned
+            if turned:  # only a check's trip or recovery changes what is demoted
+                self._demotion(record.upstream or "")
         except Exception:
             log.exception("watchdog failed on record %s", record.request_id)
 
-    def _observe(self, record: Record, check: str, flag: bool) -> None:
+    def _observe(self, record: Record, check: str, flag: bool) -> bool:
+        """Count the flag; True when the check tripped or recovered with it."""
         upstream = record.upstream or ""
         key = (upstream, check)
         state = self.states.get(key)
@@ -325,7 +329,10 @@ class Watchdog:
                 state.last_max_tokens = [*state.last_max_tokens[-9:], record.max_tokens]
         th = self.cfg.threshold(check)
         w = state.window
-        state.rate.set(w.rate)
+        rate = w.rate
+        if rate != state.shown:  # most records leave it as it was (0 while nothing is flagged)
+            state.rate.set(rate)
+            state.shown = rate
         if not state.tripped and w.n >= th.min_samples and w.rate >= th.rate:
             state.tripped = True
             self.trips.labels(upstream, check).inc()
@@ -333,10 +340,13 @@ class Watchdog:
             log.warning(
                 "watchdog: %s tripped on %s (%d of the last %d)", check, upstream, w.hits, w.n
             )
-        elif state.tripped and w.rate < th.rate * self.cfg.recover_factor:
+            return True
+        if state.tripped and w.rate < th.rate * self.cfg.recover_factor:
             state.tripped = False
             self.tripped_gauge.labels(upstream, check).set(0)
             log.info("watchdog: %s recovered on %s", check, upstream)
+            return True
+        return False
 
     def tripped(self, upstream: str) -> list[str]:
         live = [c for (u, c), s in self.states.items() if u == upstream and s.tripped]

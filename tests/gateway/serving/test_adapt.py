@@ -107,6 +107,33 @@ def test_the_hash_is_of_what_was_sent() -> None:
     assert vllm != llama
 
 
+@pytest.mark.parametrize("kind", ["vllm", "llamacpp", "openai"])
+@pytest.mark.parametrize("complete", [True, False])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"temperature": 0.2, "top_p": 0.9, "top_k": -1, "seed": 7, "stop": "x"},
+        {"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1},
+        {"repeat_penalty": 1.3},
+        {"repeat_penalty": 1.3, "repetition_penalty": "odd"},
+        {"chat_template_kwargs": {"enable_thinking": False}, "max_tokens": 9},
+        {"reasoning_effort": "low", "n": 1, "logit_bias": {"1": 2}},
+    ],
+)
+def test_the_clients_hash_from_an_attempts_meaning_is_the_clients(
+    kind: str, complete: bool, extra: dict[str, Any]
+) -> None:
+    """Dispatch takes the client's hash from an attempt's meaning (the record need not read
+    the body again): it is `params_hash` of the body, wherever it is given."""
+    body = {"model": "x", "messages": HI, **extra}
+    out = adapt(body, upstream(kind), None, complete)
+    asked = out.asked_hash(body)
+    assert asked == (None if "repeat_penalty" in body else params_hash(body, complete))
+    if complete and not extra:  # a profiled route's plain request: one hash for both
+        assert asked == out.params_hash
+
+
 def test_the_hash_is_of_the_meaning_in_any_order_and_either_name() -> None:
     """What the hash is made of: the request's meaning (every set field, a cap under either
     name, a lone stop string as a list), whatever the order; the dialect only while a sampler is

@@ -115,7 +115,7 @@ KNOWN_BLOCKS = frozenset(
 
 def _tag(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in KNOWN_BLOCKS else "other"
+    return kind if isinstance(kind, str) and kind in KNOWN_BLOCKS else "other"
 
 
 # Any other block is open: dropped and marked by the translation, never refused.
