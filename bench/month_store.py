@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sqlalchemy as sa  # noqa: E402
-from month_gen import config, generate_day  # noqa: E402
+from month_gen import config, generate_day, generate_span  # noqa: E402
 
 from gateway.edge.console import panels  # noqa: E402
 from gateway.ledger.partitions import DAY  # noqa: E402
@@ -164,12 +164,27 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=3)
     ap.add_argument("--rate", type=float, default=10.0)
     ap.add_argument("--sizes", default="", help="days after which to measure (default: --days)")
+    ap.add_argument(
+        "--hours",
+        type=int,
+        default=0,
+        help="instead of days: this many hours before the end (the seed density's window edges)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS / "2026-12-04-month-store.md")
     args = ap.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",") if s} | {args.days})
     first = END - args.days * DAY
     results, rows = [], 0
     with opened(args.db) as store:
+        if args.hours:
+            gen = timed(
+                lambda: generate_span(store, END - args.hours * 3600, args.hours * 3600, args.rate)
+            )
+            rows = int(args.rate * args.hours * 3600)
+            print(f"{args.hours} h: {rows:,} rows, generated in {gen:.1f} s", flush=True)
+            results.append(measure(store, END - 1.0, rows))
+            print(results[-1], flush=True)
+            args.days = 0
         for d in range(args.days):
             gen = timed(lambda d=d: generate_day(store, first + d * DAY, args.rate))
             rows += int(args.rate * DAY)
@@ -177,14 +192,15 @@ def main() -> None:
             if d + 1 in sizes:
                 results.append(measure(store, first + (d + 1) * DAY - 1.0, rows))
                 print(results[-1], flush=True)
-        kept = retention(store, first, END - 1.0)
+        kept = retention(store, first, END - 1.0) if args.days else None
         print(kept, flush=True)
     text = table(args.db, args.rate, results)
-    text += (
-        f"\n\nRetention of the oldest day ({rows:,} rows, {args.db}): {kept['drop_s']:.3f} s; "
-        f"a writer's worst 30-row batch {kept['writer_during_worst_s'] * 1000:.1f} ms during it, "
-        f"{kept['writer_idle_worst_s'] * 1000:.1f} ms before it.\n"
-    )
+    if kept is not None:
+        text += (
+            f"\n\nRetention of the oldest day ({rows:,} rows, {args.db}): {kept['drop_s']:.3f} s; "
+            f"a writer's worst 30-row batch {kept['writer_during_worst_s'] * 1000:.1f} ms during "
+            f"it, {kept['writer_idle_worst_s'] * 1000:.1f} ms before it.\n"
+        )
     print(text)
     with args.out.open("a") as f:
         f.write(f"\n### `{' '.join(sys.argv[1:])}`\n\n{text}\n")
