@@ -194,7 +194,7 @@ def forget_before(engine: Engine, cutoff: float) -> None:
             conn.execute(table.delete().where(table.c.bucket < day))
 
 
-def _whole(conn: Connection, since: float, until: float) -> tuple[int, int] | None:
+def whole_buckets(conn: Connection, since: float, until: float) -> tuple[int, int] | None:
     """The rolled-up whole buckets [a, b) inside [since, until), or None."""
     upto = mark(conn)
     if upto is None:
@@ -205,7 +205,7 @@ def _whole(conn: Connection, since: float, until: float) -> tuple[int, int] | No
 
 def usage(conn: Connection, since: float, until: float) -> list[Usage]:
     """`usage_query`'s answer: rolled-up buckets plus raw scans of the partial ends."""
-    whole = _whole(conn, since, until)
+    whole = whole_buckets(conn, since, until)
     if whole is None:
         return [usage_of(r) for r in conn.execute(usage_query(since, until))]
     a, b = whole
@@ -240,7 +240,7 @@ def busy_seconds(
     """The node's busy seconds in the window: the raw lead (requests started in its first
     partial bucket and `BUSY_EDGE` after), the rolled-up buckets after it, and the raw tail
     (requests started from `BUSY_EDGE` before the mark, clipped to [mark, until))."""
-    whole = _whole(conn, since, until)
+    whole = whole_buckets(conn, since, until)
     if whole is None or whole[1] - whole[0] < BUSY_EDGE + BUCKET:
         return busy_in(conn, ups, (since, until), (since, until))
     a, b = whole
@@ -266,7 +266,7 @@ def health_counts(
     whole buckets plus raw scans of the partial ends. `last` gets each upstream's newest failed
     call (outcome, time): from the raw ends, and inside the rolled-up buckets from the newest
     rows that may hold one (`_last_failures`)."""
-    hours = _whole(conn, since, until)
+    hours = whole_buckets(conn, since, until)
     spans = [(since, until)] if hours is None else [(since, hours[0]), (hours[1], until)]
     flags: dict[str, list[int]] = {}
     failed: Counter[str] = Counter()
