@@ -18,6 +18,7 @@ so rolling a bucket again (a late record, two gateways at once) replaces its row
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -103,11 +104,32 @@ def _upsert(table: sa.Table, select: sa.Select[Any], postgres: bool) -> Any:
     return ins.on_conflict_do_update(index_elements=keys, set_=update)
 
 
-def _in(lo: float, hi: float) -> list[Any]:
-    return [REQUESTS.c.time >= float(lo), REQUESTS.c.time < float(hi)]
+# A rollup range's bounds, bound at execution (`range_params`): each statement is built and
+# compiled once (`statements`), so a tick's Python work is a few cached executions.
+LO = sa.bindparam("lo", type_=sa.Float)
+HI = sa.bindparam("hi", type_=sa.Float)
+FIRST = sa.bindparam("first", type_=sa.BigInteger)  # LO as the first bucket
 
 
-def usage_insert(lo: int, hi: int, postgres: bool) -> Any:
+def range_params(lo: int, hi: int) -> dict[str, Any]:
+    return {"lo": float(lo), "hi": float(hi), "first": int(lo)}
+
+
+@functools.cache
+def statements(postgres: bool, nodes: tuple[tuple[str, tuple[str, ...]], ...], n: int) -> list[Any]:
+    """The upserts that roll up `n` buckets from `range_params`' bounds: usage, health, and
+    busy seconds where the nodes have upstreams."""
+    out = [usage_insert(postgres), health_insert(postgres)]
+    if any(ups for _, ups in nodes):
+        out.append(busy_insert(dict(nodes), postgres, n))
+    return out
+
+
+def _in(lo: Any, hi: Any) -> list[Any]:
+    return [REQUESTS.c.time >= lo, REQUESTS.c.time < hi]
+
+
+def usage_insert(postgres: bool, lo: Any = LO, hi: Any = HI) -> Any:
     """Usage sums per (bucket, model, upstream, lane) of the requests started in [lo, hi)."""
     t = REQUESTS
     bucket = bucket_of(t.c.time, postgres)
@@ -174,7 +196,7 @@ def _attempt_fields(postgres: bool) -> tuple[Any, dict[str, Any]]:
     return t.join(a, sa.true()), fields
 
 
-def failed_calls_select(lo: float, hi: float, postgres: bool, bucketed: bool = True) -> Any:
+def failed_calls_select(lo: Any, hi: Any, postgres: bool, bucketed: bool = True) -> Any:
     """(bucket, upstream, failed calls) of the requests started in [lo, hi) (without the
     bucket unless `bucketed`): the rule of
     `failed_attempts` in SQL. An attempt fails unless its outcome is ok or cancelled; the last
@@ -214,7 +236,7 @@ def failed_calls_select(lo: float, hi: float, postgres: bool, bucketed: bool = T
     )
 
 
-def health_insert(lo: int, hi: int, postgres: bool) -> Any:
+def health_insert(postgres: bool, lo: Any = LO, hi: Any = HI) -> Any:
     """`report health`'s counts and failed calls per (bucket, upstream): both parts unioned
     (an upstream may only have failed) and summed."""
     t = REQUESTS
@@ -238,15 +260,17 @@ def health_insert(lo: int, hi: int, postgres: bool) -> Any:
     return _upsert(HEALTH, select, postgres)
 
 
-def busy_insert(lo: int, hi: int, nodes: Mapping[str, Sequence[str]], postgres: bool) -> Any:
-    """Each node's busy seconds per bucket of [lo, hi): the union of the intervals of the
-    requests to its upstreams that started in [lo - BUSY_LOOKBACK, hi), ends clipped to `hi`,
-    merged into islands (gaps and islands, partitioned by node) and cut at the bucket edges."""
+def busy_insert(nodes: Mapping[str, Sequence[str]], postgres: bool, n: int) -> Any:
+    """Each node's busy seconds per bucket of the `n` buckets [lo, hi): the union of the
+    intervals of the requests to its upstreams that started in [lo - BUSY_LOOKBACK, hi), ends
+    clipped to `hi`, merged into islands (gaps and islands, partitioned by node) and cut at
+    the bucket edges."""
     t = REQUESTS
     owner = {u: n for n, ups in nodes.items() for u in ups}
     node = sa.case(*((t.c.upstream == u, sa.literal(n)) for u, n in owner.items()))
     end = t.c.time + sa.func.coalesce(t.c.e2e_s, 0.0)
-    end = sa.case((end > hi, sa.literal(float(hi))), (end < t.c.time, t.c.time), else_=end)
+    lo, hi = LO, HI
+    end = sa.case((end > hi, hi), (end < t.c.time, t.c.time), else_=end)
     iv = (
         sa.select(node.label("node"), t.c.time.label("s"), end.label("e"))
         .where(t.c.upstream.in_(list(owner)), *_in(lo - BUSY_LOOKBACK, hi))
@@ -269,9 +293,9 @@ def busy_insert(lo: int, hi: int, nodes: Mapping[str, Sequence[str]], postgres: 
         .group_by(grouped.c.node, grouped.c.island)
         .subquery("islands")
     )
-    edges = sa.union_all(
-        *(sa.select(sa.literal(k, sa.BigInteger).label("k")) for k in range(lo, hi, BUCKET))
-    ).subquery("edges")
+    edges = sa.union_all(*(sa.select((FIRST + i * BUCKET).label("k")) for i in range(n))).subquery(
+        "edges"
+    )
     k, s, e = edges.c.k, islands.c.s, islands.c.e
     top = sa.case((e < k + BUCKET, e), else_=k + BUCKET)
     bottom = sa.case((s > k, s), else_=k)

@@ -48,13 +48,14 @@ from gateway.ledger.rollup_sql import (
     DIRTY,
     FLAGS,
     HEALTH,
+    HI,
+    LO,
     MARKS,
     SUMS,
     TABLES,
     USAGE,
-    busy_insert,
-    health_insert,
-    usage_insert,
+    range_params,
+    statements,
 )
 from gateway.ledger.rows import REQUESTS
 
@@ -67,6 +68,9 @@ BUSY_EDGE = 600  # raw seconds busy readers scan past each end's partial bucket
 MARK = "buckets"
 # Rows read for the newest failed calls inside rolled-up buckets (`_last_failures`).
 LAST_FAILURE_ROWS = 500
+
+
+_CLEAR = {t.name: t.delete().where(t.c.bucket >= LO, t.c.bucket < HI) for t in (DIRTY, *TABLES)}
 
 
 def floor_bucket(t: float) -> int:
@@ -98,13 +102,12 @@ def _roll(conn: Connection, lo: int, hi: int, nodes: dict[str, list[str]]) -> No
     """Roll up the buckets [lo, hi): their dirty marks cleared first (a record written
     meanwhile marks its bucket again), then one INSERT … SELECT per table."""
     postgres = conn.dialect.name == "postgresql"
-    conn.execute(DIRTY.delete().where(DIRTY.c.bucket >= lo, DIRTY.c.bucket < hi))
-    for table in TABLES:
-        conn.execute(table.delete().where(table.c.bucket >= lo, table.c.bucket < hi))
-    conn.execute(usage_insert(lo, hi, postgres))
-    conn.execute(health_insert(lo, hi, postgres))
-    if any(nodes.values()):
-        conn.execute(busy_insert(lo, hi, nodes, postgres))
+    params = range_params(lo, hi)
+    for table in (DIRTY, *TABLES):
+        conn.execute(_CLEAR[table.name], params)
+    owners = tuple((n, tuple(ups)) for n, ups in sorted(nodes.items()))
+    for statement in statements(postgres, owners, (hi - lo) // BUCKET):
+        conn.execute(statement, params)
 
 
 def _runs(buckets: Iterable[int]) -> list[tuple[int, int]]:
