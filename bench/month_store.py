@@ -6,14 +6,16 @@ partitions as the store makes them), and after each size in `--sizes` (days) tim
 at the end of the data:
 
 - `report cost --since 24h` and `--since 7d`, `report health` (24h), the console's upstreams,
-  cost and traffic panels (24h and 7d): by raw scan, then again after the hourly rollups are
-  brought up to date (`Store.roll_up`, timed: the backfill a first housekeeping tick does);
+  cost and traffic panels (24h and 7d; cost, health and traffic also 1h): by raw scan, then
+  again after the 5-minute rollups are brought up to date (`Store.roll_up`, timed: the
+  backfill a first housekeeping tick does);
 - the store's bytes per record;
 - at the largest size, retention dropping the oldest day (a partition DROP on PostgreSQL, a
   DELETE on SQLite) while a writer inserts a batch every 50 ms: the writer's worst batch time.
 
     python bench/month_store.py --db postgres --days 7 --rate 30 --sizes 1,3,7
     python bench/month_store.py --db sqlite --days 3 --rate 10 --sizes 1,3
+    python bench/month_store.py --db postgres --rate 300 --hours 3   # the seed's density
 
 PostgreSQL is a throwaway cluster (tests/gateway/pg.py). Results are appended to `--out`.
 """
@@ -95,6 +97,10 @@ def probes(store: Store, now: float) -> dict[str, Callable[[], Any]]:
         "panel cost 7d": lambda: panels.cost(cfg, store, "7d", now),
         "panel traffic 24h": lambda: panels.traffic(cfg, store, "24h", now),
         "panel traffic 7d": lambda: panels.traffic(cfg, store, "7d", now),
+        # Windows that start inside the data: raw rows at both ends (the --hours runs).
+        "report cost 1h": lambda: report_cost(cfg, "1h", "json", store=store, now=now),
+        "report health 1h": lambda: report_health(cfg, "1h", "json", store=store, now=now),
+        "panel traffic 1h": lambda: panels.traffic(cfg, store, "1h", now),
     }
 
 
