@@ -60,11 +60,11 @@ from gateway.ledger.rollup_sql import (
 from gateway.ledger.rows import REQUESTS
 
 HOUR = 3600
-SETTLE_S = 300.0
+SETTLE_S = 120.0  # late records are rolled up again (`rollup_dirty`)
 MAX_HOURS = 6
 MAX_BUCKETS = MAX_HOURS * HOUR // BUCKET  # a tick at the seed rate reads about 12 M rows
 CHUNK = HOUR // BUCKET  # buckets a transaction rolls up
-BUSY_EDGE = 600  # raw seconds busy readers scan past each end's partial bucket
+BUSY_EDGE = 300  # raw seconds busy readers scan past each end's partial bucket
 MARK = "buckets"
 # Rows read for the newest failed calls inside rolled-up buckets (`_last_failures`).
 LAST_FAILURE_ROWS = 500
