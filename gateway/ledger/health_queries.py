@@ -1,6 +1,6 @@
 """What `report health` counts per upstream, as queries on `requests`: the watchdog checks'
 flags of the records each upstream answered, and the failed calls in the records' `attempts`
-(`gateway.reports.health` renders them; `gateway.ledger.rollups` keeps them per hour).
+(`gateway.reports.health` renders them; `gateway.ledger.rollup_sql` keeps them per 5 minutes).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def count_if(cond: Any) -> Any:
 
 def usage_sums() -> list[Any]:
     """`usage_query`'s aggregates after (model, upstream): count, token sums, costs, flagged
-    requests (the hourly and 5-minute rollups sum the same, `gateway.ledger.rollup_sql`)."""
+    requests (the rollups sum the same, `gateway.ledger.rollup_sql`)."""
     t = REQUESTS
     error = sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)
     return [

@@ -170,7 +170,7 @@ def late_buckets(rows: Iterable[dict[str, Any]], now: float) -> list[int]:
     out: set[int] = set()
     for r in rows:
         t = float(r["time"])
-        if t + BUCKET > limit + BUCKET:  # its bucket cannot have ended before the limit
+        if t >= limit:  # its bucket cannot have ended before the limit
             continue
         reach = min(float(r.get("e2e_s") or 0.0), BUSY_LOOKBACK + BUCKET)
         for k in range(floor_bucket(t), floor_bucket(t + max(reach, 0.0)) + 1, BUCKET):
