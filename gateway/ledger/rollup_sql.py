@@ -30,6 +30,7 @@ from gateway.ledger.queries import count_if, usage_sums
 from gateway.ledger.rows import REQUESTS, metadata
 
 BUCKET = 300  # seconds
+CHUNK = 12  # the most buckets one statement rolls up (an hour)
 # A bucket's busy seconds count the requests that started up to this long before it: a request
 # longer than that adds only its first `BUSY_LOOKBACK` (plus the bucket) to the node's busy time.
 BUSY_LOOKBACK = 1800
@@ -116,12 +117,12 @@ def range_params(lo: int, hi: int) -> dict[str, Any]:
 
 
 @functools.cache
-def statements(postgres: bool, nodes: tuple[tuple[str, tuple[str, ...]], ...], n: int) -> list[Any]:
-    """The upserts that roll up `n` buckets from `range_params`' bounds: usage, health, and
-    busy seconds where the nodes have upstreams."""
+def statements(postgres: bool, nodes: tuple[tuple[str, tuple[str, ...]], ...]) -> list[Any]:
+    """The upserts that roll up the buckets of `range_params`' bounds (at most `CHUNK`):
+    usage, health, and busy seconds where the nodes have upstreams."""
     out = [usage_insert(postgres), health_insert(postgres)]
     if any(ups for _, ups in nodes):
-        out.append(busy_insert(dict(nodes), postgres, n))
+        out.append(busy_insert(dict(nodes), postgres))
     return out
 
 
@@ -260,8 +261,8 @@ def health_insert(postgres: bool, lo: Any = LO, hi: Any = HI) -> Any:
     return _upsert(HEALTH, select, postgres)
 
 
-def busy_insert(nodes: Mapping[str, Sequence[str]], postgres: bool, n: int) -> Any:
-    """Each node's busy seconds per bucket of the `n` buckets [lo, hi): the union of the
+def busy_insert(nodes: Mapping[str, Sequence[str]], postgres: bool) -> Any:
+    """Each node's busy seconds per bucket of [lo, hi) (at most `CHUNK` buckets): the union of the
     intervals of the requests to its upstreams that started in [lo - BUSY_LOOKBACK, hi), ends
     clipped to `hi`, merged into islands (gaps and islands, partitioned by node) and cut at
     the bucket edges."""
@@ -293,15 +294,15 @@ def busy_insert(nodes: Mapping[str, Sequence[str]], postgres: bool, n: int) -> A
         .group_by(grouped.c.node, grouped.c.island)
         .subquery("islands")
     )
-    edges = sa.union_all(*(sa.select((FIRST + i * BUCKET).label("k")) for i in range(n))).subquery(
-        "edges"
-    )
+    edges = sa.union_all(
+        *(sa.select((FIRST + i * BUCKET).label("k")) for i in range(CHUNK))
+    ).subquery("edges")
     k, s, e = edges.c.k, islands.c.s, islands.c.e
     top = sa.case((e < k + BUCKET, e), else_=k + BUCKET)
     bottom = sa.case((s > k, s), else_=k)
     select = (
         sa.select(k, islands.c.node, sa.func.sum(top - bottom))
-        .select_from(islands.join(edges, sa.and_(e > k, s < k + BUCKET)))
+        .select_from(islands.join(edges, sa.and_(k < hi, e > k, s < k + BUCKET)))
         .group_by(k, islands.c.node)
     )
     return _upsert(BUSY, select, postgres)

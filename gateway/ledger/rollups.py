@@ -45,6 +45,7 @@ from gateway.ledger.rollup_sql import (
     BUCKET,
     BUSY,
     BUSY_LOOKBACK,
+    CHUNK,
     DIRTY,
     FLAGS,
     HEALTH,
@@ -63,7 +64,6 @@ HOUR = 3600
 SETTLE_S = 120.0  # late records are rolled up again (`rollup_dirty`)
 MAX_HOURS = 6
 MAX_BUCKETS = MAX_HOURS * HOUR // BUCKET  # a tick at the seed rate reads about 12 M rows
-CHUNK = HOUR // BUCKET  # buckets a transaction rolls up
 BUSY_EDGE = 300  # raw seconds busy readers scan past each end's partial bucket
 MARK = "buckets"
 # Rows read for the newest failed calls inside rolled-up buckets (`_last_failures`).
@@ -106,7 +106,7 @@ def _roll(conn: Connection, lo: int, hi: int, nodes: dict[str, list[str]]) -> No
     for table in (DIRTY, *TABLES):
         conn.execute(_CLEAR[table.name], params)
     owners = tuple((n, tuple(ups)) for n, ups in sorted(nodes.items()))
-    for statement in statements(postgres, owners, (hi - lo) // BUCKET):
+    for statement in statements(postgres, owners):
         conn.execute(statement, params)
 
 
