@@ -70,6 +70,10 @@ MARK = "buckets"
 LAST_FAILURE_ROWS = 500
 
 
+_DIRTY_INSERT = {
+    pg: (postgresql if pg else sqlite).insert(DIRTY).on_conflict_do_nothing()
+    for pg in (True, False)
+}
 _CLEAR = {t.name: t.delete().where(t.c.bucket >= LO, t.c.bucket < HI) for t in (DIRTY, *TABLES)}
 
 
@@ -183,9 +187,9 @@ def mark_late(conn: Connection, rows: Iterable[dict[str, Any]], now: float) -> N
     """Mark dirty, in the writer's transaction, the buckets of `late_buckets`."""
     late = late_buckets(rows, now)
     if late:
-        postgres = conn.dialect.name == "postgresql"
-        insert = (postgresql if postgres else sqlite).insert(DIRTY).on_conflict_do_nothing()
-        conn.execute(insert, [{"bucket": k} for k in late])
+        conn.execute(
+            _DIRTY_INSERT[conn.dialect.name == "postgresql"], [{"bucket": k} for k in late]
+        )
 
 
 def forget_before(engine: Engine, cutoff: float) -> None:
