@@ -66,8 +66,6 @@ MAX_HOURS = 6
 MAX_BUCKETS = MAX_HOURS * HOUR // BUCKET  # a tick at the seed rate reads about 12 M rows
 BUSY_EDGE = 300  # raw seconds busy readers scan past each end's partial bucket
 MARK = "buckets"
-# Rows read for the newest failed calls inside rolled-up buckets (`_last_failures`).
-LAST_FAILURE_ROWS = 500
 
 
 _DIRTY_INSERT = {
@@ -272,7 +270,7 @@ def health_counts(
     """`report health`'s (flags rows, failed calls per upstream) over the window: rolled-up
     whole buckets plus raw scans of the partial ends. `last` gets each upstream's newest failed
     call (outcome, time): from the raw ends, and inside the rolled-up buckets from the newest
-    rows that may hold one (`_last_failures`)."""
+    bucket holding one (`_last_failures`)."""
     hours = whole_buckets(conn, since, until)
     spans = [(since, until)] if hours is None else [(since, hours[0]), (hours[1], until)]
     flags: dict[str, list[int]] = {}
@@ -301,18 +299,28 @@ def health_counts(
 
 
 def _last_failures(
-    conn: Connection, hours: tuple[float, float], last: dict[str, tuple[str, float]]
+    conn: Connection, whole: tuple[int, int], last: dict[str, tuple[str, float]]
 ) -> None:
-    """The newest failed calls inside the rolled-up buckets, for `last`: the newest rows that
-    may hold one, not the buckets' every row (an upstream whose last failure is older than
-    these keeps the one the raw ends found, if any)."""
-    newest = attempts_query(*hours).order_by(REQUESTS.c.time.desc()).limit(LAST_FAILURE_ROWS)
-    found: dict[str, tuple[str, float]] = {}
-    failed_attempts(conn.execute(newest), found)
-    for upstream, (outcome, when) in found.items():
-        seen = last.get(upstream)
-        if seen is None or when > seen[1]:
-            last[upstream] = (outcome, when)
+    """The newest failed call of each upstream inside the rolled-up buckets, for `last`: the
+    newest bucket with a failed call per upstream (`health_rollup`), and the raw rows of just
+    those buckets."""
+    t = HEALTH
+    newest = (
+        sa.select(t.c.upstream, sa.func.max(t.c.bucket))
+        .where(t.c.bucket >= whole[0], t.c.bucket < whole[1], t.c.failed_calls > 0)
+        .group_by(t.c.upstream)
+    )
+    wanted: dict[int, set[str]] = {}
+    for upstream, bucket in conn.execute(newest):
+        wanted.setdefault(int(bucket), set()).add(upstream)
+    for bucket, upstreams in wanted.items():
+        found: dict[str, tuple[str, float]] = {}
+        failed_attempts(conn.execute(attempts_query(bucket, bucket + BUCKET)), found)
+        for upstream in upstreams & found.keys():
+            outcome, when = found[upstream]
+            seen = last.get(upstream)
+            if seen is None or when > seen[1]:
+                last[upstream] = (outcome, when)
 
 
 def node_upstreams(config: Config) -> dict[str, list[str]]:

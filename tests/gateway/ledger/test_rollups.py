@@ -107,7 +107,7 @@ def answers(store: Store, cfg: Config) -> list[Any]:
         last: dict[str, tuple[str, float]] = {}
         with store.engine.connect() as conn:
             health = health_counts(conn, s, u, last)
-        out.append((store.usage(s, u), store.node_hours(cfg, s, u), health))
+        out.append((store.usage(s, u), store.node_hours(cfg, s, u), (*health, last)))
     return out
 
 
@@ -126,8 +126,8 @@ def test_rolled_up_reports_answer_what_the_raw_scan_answers(store: Store) -> Non
     raw = answers(store, cfg)
     assert store.roll_up(cfg, T0 + 30 * HOUR + SETTLE_S, max_hours=100) == 30 * HOUR // BUCKET
     same_answers(answers(store, cfg), raw)
-    usage, hours, (flags, failed) = raw[0]
-    assert usage and hours["box"] > 1.0 and flags and sum(failed.values()) > 100
+    usage, hours, (flags, failed, last) = raw[0]
+    assert usage and hours["box"] > 1.0 and flags and sum(failed.values()) > 100 and last
 
 
 def test_failed_calls_in_sql_are_the_python_rule(store: Store) -> None:
@@ -203,7 +203,7 @@ def test_rolled_up_health_report_is_the_raw_one(store: Store) -> None:
 
     cfg = config()
     fill(store, 30, 2000, seed=5)
-    store.write([record_row(full_record("failed-only", T0 + 20 * HOUR, upstream=None, status=502))])
+    store.write([record_row(full_record("failed-only", T0 + 7 * HOUR, upstream=None, status=502))])
     now = T0 + 27 * HOUR + 61.0
     raw = [report_health(cfg, w, "json", store=store, now=now) for w in ("24h", "1h")]
     assert store.roll_up(cfg, T0 + 30 * HOUR + SETTLE_S, max_hours=100) == 30 * HOUR // BUCKET
