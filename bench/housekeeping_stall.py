@@ -4,8 +4,8 @@ The gateway's housekeeping computes each node's busy hours over the last day onc
 thread. Walking a day of request intervals in Python holds the GIL for the whole walk, so every
 request that arrives meanwhile waits on it; the database's gaps-and-islands query
 (`gateway.ledger.queries.busy_seconds_query`) returns one number and leaves the GIL free while
-the database works; with the hourly rollups (`gateway.ledger.rollups`) a steady tick reads whole
-hours from `busy_hourly` and scans only the partial hours at the ends. This fills a store with
+the database works; with the 5-minute rollups (`gateway.ledger.rollups`) a steady tick reads whole
+buckets from `busy_rollup` and scans only a few minutes of rows at the ends. This fills a store with
 `--records` requests at `--rate` per second over two upstreams of one node, then, for each
 method, runs it in a thread while the event loop ticks every millisecond and notes how late each
 tick is (a request's wait on the loop):
@@ -118,12 +118,12 @@ async def measure(store: Store, cfg: Config, since: float, until: float) -> list
         return store.node_hours(cfg, since, until)["box"]
 
     def backfill() -> float:
-        """A first tick with hourly rollups: every hour of the store rolled up, then read."""
+        """A first tick with the rollups: every bucket of the store rolled up, then read."""
         store.roll_up(cfg, until, max_hours=10_000)
         return store.node_hours(cfg, since, until)["box"]
 
     def rolled_tick() -> float:
-        """A steady tick: nothing (or one hour) new to roll up; whole hours read from rollups."""
+        """A steady tick: a bucket or two new to roll up; whole buckets read from rollups."""
         store.roll_up(cfg, until)
         return store.node_hours(cfg, since, until)["box"]
 

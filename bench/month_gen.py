@@ -155,12 +155,23 @@ def day_sql(postgres: bool) -> str:
 
 def generate_day(store: Store, day: int, rate: float) -> int:
     """Insert one UTC day of requests at `rate` a second; returns the rows inserted."""
+    return generate_span(store, day, DAY, rate)
+
+
+def generate_span(store: Store, t0: float, seconds: float, rate: float) -> int:
+    """Insert `seconds` of requests from `t0` at `rate` a second (inside one UTC day), an hour a
+    statement; returns the rows inserted."""
     import sqlalchemy as sa
 
-    n = int(rate * DAY)
-    with store.engine.begin() as conn:
-        if store.postgres:
-            conn.execute(partition_ddl("requests", day))
-            conn.execute(partition_ddl("contents", day))
-        conn.execute(sa.text(day_sql(store.postgres)), {"t0": float(day), "step": 1 / rate, "n": n})
-    return n
+    done = 0
+    for start in range(int(t0), int(t0 + seconds), 3600):
+        n = int(rate * min(3600, t0 + seconds - start))
+        with store.engine.begin() as conn:
+            if store.postgres:
+                day = int(start // DAY) * DAY
+                conn.execute(partition_ddl("requests", day))
+                conn.execute(partition_ddl("contents", day))
+            params = {"t0": float(start), "step": 1 / rate, "n": n}
+            conn.execute(sa.text(day_sql(store.postgres)), params)
+        done += n
+    return done

@@ -6,14 +6,16 @@ partitions as the store makes them), and after each size in `--sizes` (days) tim
 at the end of the data:
 
 - `report cost --since 24h` and `--since 7d`, `report health` (24h), the console's upstreams,
-  cost and traffic panels (24h and 7d): by raw scan, then again after the hourly rollups are
-  brought up to date (`Store.roll_up`, timed: the backfill a first housekeeping tick does);
+  cost and traffic panels (24h and 7d; cost, health and traffic also 1h): by raw scan, then
+  again after the 5-minute rollups are brought up to date (`Store.roll_up`, timed: the
+  backfill a first housekeeping tick does);
 - the store's bytes per record;
 - at the largest size, retention dropping the oldest day (a partition DROP on PostgreSQL, a
   DELETE on SQLite) while a writer inserts a batch every 50 ms: the writer's worst batch time.
 
     python bench/month_store.py --db postgres --days 7 --rate 30 --sizes 1,3,7
     python bench/month_store.py --db sqlite --days 3 --rate 10 --sizes 1,3
+    python bench/month_store.py --db postgres --rate 300 --hours 3   # the seed's density
 
 PostgreSQL is a throwaway cluster (tests/gateway/pg.py). Results are appended to `--out`.
 """
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sqlalchemy as sa  # noqa: E402
-from month_gen import config, generate_day  # noqa: E402
+from month_gen import config, generate_day, generate_span  # noqa: E402
 
 from gateway.edge.console import panels  # noqa: E402
 from gateway.ledger.partitions import DAY  # noqa: E402
@@ -95,6 +97,10 @@ def probes(store: Store, now: float) -> dict[str, Callable[[], Any]]:
         "panel cost 7d": lambda: panels.cost(cfg, store, "7d", now),
         "panel traffic 24h": lambda: panels.traffic(cfg, store, "24h", now),
         "panel traffic 7d": lambda: panels.traffic(cfg, store, "7d", now),
+        # Windows that start inside the data: raw rows at both ends (the --hours runs).
+        "report cost 1h": lambda: report_cost(cfg, "1h", "json", store=store, now=now),
+        "report health 1h": lambda: report_health(cfg, "1h", "json", store=store, now=now),
+        "panel traffic 1h": lambda: panels.traffic(cfg, store, "1h", now),
     }
 
 
@@ -164,12 +170,27 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=3)
     ap.add_argument("--rate", type=float, default=10.0)
     ap.add_argument("--sizes", default="", help="days after which to measure (default: --days)")
+    ap.add_argument(
+        "--hours",
+        type=int,
+        default=0,
+        help="instead of days: this many hours before the end (the seed density's window edges)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS / "2026-12-04-month-store.md")
     args = ap.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",") if s} | {args.days})
     first = END - args.days * DAY
     results, rows = [], 0
     with opened(args.db) as store:
+        if args.hours:
+            gen = timed(
+                lambda: generate_span(store, END - args.hours * 3600, args.hours * 3600, args.rate)
+            )
+            rows = int(args.rate * args.hours * 3600)
+            print(f"{args.hours} h: {rows:,} rows, generated in {gen:.1f} s", flush=True)
+            results.append(measure(store, END - 1.0, rows))
+            print(results[-1], flush=True)
+            args.days = 0
         for d in range(args.days):
             gen = timed(lambda d=d: generate_day(store, first + d * DAY, args.rate))
             rows += int(args.rate * DAY)
@@ -177,14 +198,15 @@ def main() -> None:
             if d + 1 in sizes:
                 results.append(measure(store, first + (d + 1) * DAY - 1.0, rows))
                 print(results[-1], flush=True)
-        kept = retention(store, first, END - 1.0)
+        kept = retention(store, first, END - 1.0) if args.days else None
         print(kept, flush=True)
     text = table(args.db, args.rate, results)
-    text += (
-        f"\n\nRetention of the oldest day ({rows:,} rows, {args.db}): {kept['drop_s']:.3f} s; "
-        f"a writer's worst 30-row batch {kept['writer_during_worst_s'] * 1000:.1f} ms during it, "
-        f"{kept['writer_idle_worst_s'] * 1000:.1f} ms before it.\n"
-    )
+    if kept is not None:
+        text += (
+            f"\n\nRetention of the oldest day ({rows:,} rows, {args.db}): {kept['drop_s']:.3f} s; "
+            f"a writer's worst 30-row batch {kept['writer_during_worst_s'] * 1000:.1f} ms during "
+            f"it, {kept['writer_idle_worst_s'] * 1000:.1f} ms before it.\n"
+        )
     print(text)
     with args.out.open("a") as f:
         f.write(f"\n### `{' '.join(sys.argv[1:])}`\n\n{text}\n")

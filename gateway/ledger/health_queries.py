@@ -1,6 +1,6 @@
 """What `report health` counts per upstream, as queries on `requests`: the watchdog checks'
 flags of the records each upstream answered, and the failed calls in the records' `attempts`
-(`gateway.reports.health` renders them; `gateway.ledger.rollups` keeps them per hour).
+(`gateway.reports.health` renders them; `gateway.ledger.rollup_sql` keeps them per 5 minutes).
 """
 
 from __future__ import annotations
@@ -22,29 +22,34 @@ def _count_if(cond: Any) -> Any:
     return sa.func.sum(sa.case((cond, sa.literal(1)), else_=0))
 
 
-def flags_query(since: float, until: float) -> Any:
+def flag_counts() -> list[Any]:
+    """`flags_query`'s counts after the upstream (the rollups sum the same)."""
     t = REQUESTS
     ok = sa.and_(t.c.status == 200, t.c.error_class.is_(None), t.c.door != "embeddings")
     error = sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)
+    return [
+        sa.func.count(),
+        _count_if(ok),
+        _count_if(error),
+        _count_if(sa.and_(ok, upstream_cut_clause(t))),
+        _count_if(sa.and_(ok, capped_clause(t))),
+        _count_if(sa.and_(ok, t.c.reasoning_leak == sa.true())),
+        _count_if(t.c.sampled == sa.true()),
+        _count_if(t.c.degenerate == sa.true()),
+        _count_if(sa.or_(t.c.tool_calls > 0, t.c.tool_call_error.is_not(None))),
+        _count_if(t.c.tool_call_error.is_not(None)),
+        _count_if(t.c.provider.is_not(None)),
+        _count_if(t.c.provider_mismatch == sa.true()),
+        _count_if(t.c.charged_cost_usd.is_not(None)),
+        _count_if(t.c.cost_drift == sa.true()),
+        _count_if(sa.and_(ok, t.c.unasked_reasoning == sa.true())),
+    ]
+
+
+def flags_query(since: float, until: float) -> Any:
+    t = REQUESTS
     return (
-        sa.select(
-            t.c.upstream,
-            sa.func.count(),
-            _count_if(ok),
-            _count_if(error),
-            _count_if(sa.and_(ok, upstream_cut_clause(t))),
-            _count_if(sa.and_(ok, capped_clause(t))),
-            _count_if(sa.and_(ok, t.c.reasoning_leak == sa.true())),
-            _count_if(t.c.sampled == sa.true()),
-            _count_if(t.c.degenerate == sa.true()),
-            _count_if(sa.or_(t.c.tool_calls > 0, t.c.tool_call_error.is_not(None))),
-            _count_if(t.c.tool_call_error.is_not(None)),
-            _count_if(t.c.provider.is_not(None)),
-            _count_if(t.c.provider_mismatch == sa.true()),
-            _count_if(t.c.charged_cost_usd.is_not(None)),
-            _count_if(t.c.cost_drift == sa.true()),
-            _count_if(sa.and_(ok, t.c.unasked_reasoning == sa.true())),
-        )
+        sa.select(t.c.upstream, *flag_counts())
         .where(t.c.time >= since, t.c.time < until, t.c.upstream.is_not(None))
         .group_by(t.c.upstream)
         .order_by(t.c.upstream)

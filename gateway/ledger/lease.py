@@ -14,16 +14,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from gateway.ledger.database import writing
-from gateway.ledger.rows import metadata
+from gateway.ledger.rows import LEASES
 
 LEASE_LOCK = 0x706C6C73  # the PostgreSQL advisory lock that serialises lease changes
-LEASES = sa.Table(
-    "leases",
-    metadata,
-    sa.Column("name", sa.String(64), primary_key=True),
-    sa.Column("holder", sa.String(128), nullable=False),
-    sa.Column("until", sa.Float, nullable=False),
-)
 
 
 def hold(engine: Engine, name: str, holder: str, now: float, ttl_s: float) -> bool:

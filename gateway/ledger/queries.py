@@ -23,38 +23,42 @@ def window(since: float, until: float | None) -> list[Any]:
     return cond
 
 
+def count_if(cond: Any) -> Any:
+    """SQL: how many rows of the group `cond` holds for."""
+    return sa.func.sum(sa.case((cond, sa.literal(1)), else_=0))
+
+
+def usage_sums() -> list[Any]:
+    """`usage_query`'s aggregates after (model, upstream): count, token sums, costs, flagged
+    requests (the rollups sum the same, `gateway.ledger.rollup_sql`)."""
+    t = REQUESTS
+    error = sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)
+    return [
+        sa.func.count(),
+        sa.func.sum(t.c.prompt_tokens),
+        sa.func.sum(t.c.cached_tokens),
+        sa.func.sum(t.c.completion_tokens),
+        sa.func.sum(t.c.reasoning_tokens),
+        sa.func.sum(sa.func.coalesce(t.c.cost_usd, 0.0)),
+        sa.func.sum(sa.func.coalesce(t.c.charged_cost_usd, 0.0)),
+        sa.func.sum(
+            sa.case(
+                (t.c.charged_cost_usd.is_not(None), sa.func.coalesce(t.c.cost_usd, 0.0)),
+                else_=0.0,
+            )
+        ),
+        count_if(t.c.truncated == sa.true()),
+        count_if(error),
+        count_if(t.c.usage_estimated == sa.true()),
+        count_if(capped_clause(t)),
+    ]
+
+
 def usage_query(since: float, until: float | None) -> sa.Select[Any]:
     """One row per (model, upstream, lane): counts, token sums, costs and flagged requests."""
     t = REQUESTS
-    one = sa.literal(1)
-    error = sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)
-
-    def count_if(cond: Any) -> Any:
-        return sa.func.sum(sa.case((cond, one), else_=0))
-
     return (
-        sa.select(
-            t.c.model,
-            t.c.upstream,
-            sa.func.count(),
-            sa.func.sum(t.c.prompt_tokens),
-            sa.func.sum(t.c.cached_tokens),
-            sa.func.sum(t.c.completion_tokens),
-            sa.func.sum(t.c.reasoning_tokens),
-            sa.func.sum(sa.func.coalesce(t.c.cost_usd, 0.0)),
-            sa.func.sum(sa.func.coalesce(t.c.charged_cost_usd, 0.0)),
-            sa.func.sum(
-                sa.case(
-                    (t.c.charged_cost_usd.is_not(None), sa.func.coalesce(t.c.cost_usd, 0.0)),
-                    else_=0.0,
-                )
-            ),
-            count_if(t.c.truncated == sa.true()),
-            count_if(error),
-            count_if(t.c.usage_estimated == sa.true()),
-            count_if(capped_clause(t)),
-            t.c.lane,
-        )
+        sa.select(t.c.model, t.c.upstream, *usage_sums(), t.c.lane)
         .where(*window(since, until))
         .group_by(t.c.model, t.c.upstream, t.c.lane)
         .order_by(t.c.model, t.c.upstream, t.c.lane)

@@ -1,97 +1,91 @@
-"""Hourly rollups of `requests`, so reports over days read hours, not rows.
+"""Rollups of `requests` in 5-minute buckets, so reports over days read buckets, not rows.
 
-`usage_hourly` holds `usage_query`'s sums per (hour, model, upstream) and `busy_hourly` each
-node's busy seconds per hour. Housekeeping brings them up to date (`roll_up`): only the hours
-completed since the last run (`rollup_marks`), each computed once, at most `MAX_HOURS` a call,
-so it never re-walks a day. Readers (`usage`, `busy_seconds`) take whole rolled-up hours from
-the tables and scan the raw rows only for the partial hours at either end of the window.
+The data model (migration `0019`; tables in `gateway.ledger.rollup_sql`, which fills them):
 
-An hour is rolled up `SETTLE_S` after it ends; a record written later than that into a rolled-up
-hour (a spool replayed after a long outage) is not in the rollup. Busy seconds of an hour count
-requests that started up to an hour before it: a request longer than an hour that started before
-the window may add to it, where the raw query would not.
+- `usage_rollup`: per (bucket, model, upstream, lane) `usage_query`'s sums, and the reasoning
+  leaks (the console's traffic panel);
+- `busy_rollup`: per (bucket, node) the node's busy seconds inside the bucket: the union of its
+  upstreams' request intervals, counting requests that started up to `BUSY_LOOKBACK` before it;
+- `health_rollup`: per (bucket, upstream) `report health`'s counts and failed calls;
+- `rollup_marks`: buckets before `upto` are rolled up;
+- `rollup_dirty`: buckets below the mark that a record was written into later (a spool replayed
+  after an outage, a long request's record written when it ended): the store's writer marks
+  them in the insert's transaction (`late_buckets`) and the next `roll_up` rolls them again.
+
+A bucket is `BUCKET` seconds, epoch-aligned. Housekeeping (`roll_up`, each minute in a thread)
+rolls up the buckets completed at least `SETTLE_S` ago, then the dirty ones, each range with one
+`INSERT … SELECT … GROUP BY` per table that the database runs (no row through Python), at most
+`MAX_BUCKETS` a tick so a big store's backfill is spread over ticks. Readers (`usage`,
+`busy_seconds`, `health_counts`, and `gateway.ledger.rollup_traffic` for the traffic panel)
+take whole rolled-up buckets from the tables and scan the raw rows only at the window's ends:
+under one bucket at the start, and from the mark to the window's end (the last `SETTLE_S` and
+up to a bucket and a tick) -- a few minutes of rows. Busy seconds read `BUSY_EDGE` more at each
+end: a request longer than that which started before the window may add to its busy time where
+the raw query would not (and a request longer than `BUSY_LOOKBACK` adds only its first part).
+Retention drops rollup rows with the raw days (`forget_before`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from gateway.config import Config
 from gateway.ledger.cost import Usage
 from gateway.ledger.database import writing
 from gateway.ledger.health_queries import attempts_query, failed_attempts, flags_query
+from gateway.ledger.partitions import day_start
 from gateway.ledger.queries import busy_seconds_query, usage_of, usage_query
-from gateway.ledger.rows import REQUESTS, metadata
+from gateway.ledger.rollup_sql import (
+    BUCKET,
+    BUSY,
+    BUSY_LOOKBACK,
+    CHUNK,
+    DIRTY,
+    FLAGS,
+    HEALTH,
+    HI,
+    LO,
+    MARKS,
+    SUMS,
+    TABLES,
+    USAGE,
+    range_params,
+    statements,
+)
+from gateway.ledger.rows import REQUESTS
 
 HOUR = 3600
-SETTLE_S = 300.0
-MAX_HOURS = 6  # a tick at the seed rate reads about 2 M rows an hour rolled up
-SUMS = (
-    "requests",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-    "cost_usd",
-    "charged_cost_usd",
-    "charged_computed_usd",
-    "truncated",
-    "errors",
-    "usage_estimated",
-    "capped",
-)
-USAGE_HOURLY = sa.Table(
-    "usage_hourly",
-    metadata,
-    sa.Column("hour", sa.BigInteger, primary_key=True),
-    sa.Column("model", sa.String(128), primary_key=True),
-    sa.Column("upstream", sa.String(128), primary_key=True),  # "" for none
-    sa.Column("lane", sa.String(16), primary_key=True),  # client | eval | shadow
-    *(sa.Column(n, sa.Float if "usd" in n else sa.BigInteger, nullable=False) for n in SUMS),
-)
-BUSY_HOURLY = sa.Table(
-    "busy_hourly",
-    metadata,
-    sa.Column("hour", sa.BigInteger, primary_key=True),
-    sa.Column("node", sa.String(128), primary_key=True),
-    sa.Column("seconds", sa.Float, nullable=False),
-)
-# Rows read for the newest failed calls inside rolled-up hours (`_last_failures`).
-LAST_FAILURE_ROWS = 500
-FLAGS = 15  # the counts of `flags_query`, after the upstream
-HEALTH_HOURLY = sa.Table(
-    "health_hourly",
-    metadata,
-    sa.Column("hour", sa.BigInteger, primary_key=True),
-    sa.Column("upstream", sa.String(128), primary_key=True),
-    *(sa.Column(f"c{i}", sa.BigInteger, nullable=False) for i in range(FLAGS)),
-    sa.Column("failed_calls", sa.BigInteger, nullable=False),
-)
-ROLLUP_MARKS = sa.Table(
-    "rollup_marks",
-    metadata,
-    sa.Column("name", sa.String(32), primary_key=True),
-    sa.Column("upto", sa.BigInteger, nullable=False),  # hours before this are rolled up
-)
+SETTLE_S = 120.0  # late records are rolled up again (`rollup_dirty`)
+MAX_HOURS = 6
+MAX_BUCKETS = MAX_HOURS * HOUR // BUCKET  # a tick at the seed rate reads about 12 M rows
+BUSY_EDGE = 300  # raw seconds busy readers scan past each end's partial bucket
+MARK = "buckets"
 
 
-def hour_floor(t: float) -> int:
-    return int(t // HOUR) * HOUR
+_DIRTY_INSERT = {
+    pg: (postgresql if pg else sqlite).insert(DIRTY).on_conflict_do_nothing()
+    for pg in (True, False)
+}
+_CLEAR = {t.name: t.delete().where(t.c.bucket >= LO, t.c.bucket < HI) for t in (DIRTY, *TABLES)}
 
 
-def hour_ceil(t: float) -> int:
-    return -int(-t // HOUR) * HOUR
+def floor_bucket(t: float) -> int:
+    return int(t // BUCKET) * BUCKET
+
+
+def ceil_bucket(t: float) -> int:
+    return -int(-t // BUCKET) * BUCKET
 
 
 def mark(conn: Connection) -> int | None:
-    """The end of the rolled-up hours, or None before the first rollup."""
-    q = sa.select(ROLLUP_MARKS.c.upto).where(ROLLUP_MARKS.c.name == "hourly")
-    value = conn.execute(q).scalar()
+    """The end of the rolled-up buckets, or None before the first rollup."""
+    value = conn.execute(sa.select(MARKS.c.upto).where(MARKS.c.name == MARK)).scalar()
     return None if value is None else int(value)
 
 
@@ -106,92 +100,124 @@ def busy_in(
     return float(conn.execute(query).scalar() or 0.0)
 
 
-def _roll_hour(conn: Connection, hour: int, nodes: dict[str, list[str]]) -> None:
-    conn.execute(USAGE_HOURLY.delete().where(USAGE_HOURLY.c.hour == hour))
-    conn.execute(BUSY_HOURLY.delete().where(BUSY_HOURLY.c.hour == hour))
-    conn.execute(HEALTH_HOURLY.delete().where(HEALTH_HOURLY.c.hour == hour))
-    flags = {r[0]: list(r[1:]) for r in conn.execute(flags_query(hour, hour + HOUR))}
-    failed = failed_attempts(conn.execute(attempts_query(hour, hour + HOUR)))
-    health = [
-        {
-            "hour": hour,
-            "upstream": u,
-            **{f"c{i}": int(v or 0) for i, v in enumerate(flags.get(u, [0] * FLAGS))},
-            "failed_calls": failed.get(u, 0),
-        }
-        for u in sorted(set(flags) | set(failed))
-    ]
-    if health:
-        conn.execute(HEALTH_HOURLY.insert(), health)
-    rows = [
-        {
-            "hour": hour,
-            "model": r[0],
-            "upstream": r[1] or "",
-            "lane": r[-1],
-            **dict(zip(SUMS, r[2:-1], strict=True)),
-        }
-        for r in conn.execute(usage_query(hour, hour + HOUR))
-    ]
-    if rows:
-        conn.execute(USAGE_HOURLY.insert(), rows)
-    busy = [
-        {
-            "hour": hour,
-            "node": node,
-            "seconds": busy_in(conn, ups, (hour - HOUR, hour + HOUR), (hour, hour + HOUR)),
-        }
-        for node, ups in nodes.items()
-    ]
-    if busy:
-        conn.execute(BUSY_HOURLY.insert(), busy)
+def _roll(conn: Connection, lo: int, hi: int, nodes: dict[str, list[str]]) -> None:
+    """Roll up the buckets [lo, hi): their dirty marks cleared first (a record written
+    meanwhile marks its bucket again), then one INSERT … SELECT per table."""
+    postgres = conn.dialect.name == "postgresql"
+    params = range_params(lo, hi)
+    for table in (DIRTY, *TABLES):
+        conn.execute(_CLEAR[table.name], params)
+    owners = tuple((n, tuple(ups)) for n, ups in sorted(nodes.items()))
+    for statement in statements(postgres, owners):
+        conn.execute(statement, params)
+
+
+def _runs(buckets: Iterable[int]) -> list[tuple[int, int]]:
+    """Consecutive buckets as [lo, hi) ranges of at most `CHUNK` buckets."""
+    runs: list[tuple[int, int]] = []
+    for k in sorted(buckets):
+        if runs and runs[-1][1] == k and k - runs[-1][0] < CHUNK * BUCKET:
+            runs[-1] = (runs[-1][0], k + BUCKET)
+        else:
+            runs.append((k, k + BUCKET))
+    return runs
 
 
 def roll_up(
-    engine: Engine, nodes: dict[str, list[str]], now: float, max_hours: int = MAX_HOURS
+    engine: Engine, nodes: dict[str, list[str]], now: float, max_buckets: int = MAX_BUCKETS
 ) -> int:
-    """Roll up the hours completed (and settled) since the last call, oldest first, at most
-    `max_hours`, each in its own transaction; returns the hours rolled up."""
-    end = hour_floor(now - SETTLE_S)
+    """Roll up the buckets completed (and settled) since the last call, oldest first, then the
+    dirty ones below the mark, at most `max_buckets` in all, a range per transaction; returns
+    the buckets rolled up."""
+    end = floor_bucket(now - SETTLE_S)
     with engine.connect() as conn:
         upto = mark(conn)
+        dirty: list[int] = []
         if upto is None:
             oldest = conn.execute(sa.select(sa.func.min(REQUESTS.c.time))).scalar()
-            upto = end if oldest is None else hour_floor(oldest)
+            upto = end if oldest is None else floor_bucket(oldest)
+        else:
+            q = sa.select(DIRTY.c.bucket).where(DIRTY.c.bucket < upto).order_by(DIRTY.c.bucket)
+            dirty = [int(k) for k in conn.execute(q.limit(max_buckets)).scalars()]
     done = 0
-    while upto < end and done < max_hours:
+    while upto < end and done < max_buckets:
+        hi = min(end, upto + CHUNK * BUCKET, upto + (max_buckets - done) * BUCKET)
         with writing(engine) as conn:
-            _roll_hour(conn, upto, nodes)
-            upto += HOUR
-            conn.execute(ROLLUP_MARKS.delete().where(ROLLUP_MARKS.c.name == "hourly"))
-            conn.execute(ROLLUP_MARKS.insert().values(name="hourly", upto=upto))
-        done += 1
+            _roll(conn, upto, hi, nodes)
+            _set_mark(conn, hi)
+        done += (hi - upto) // BUCKET
+        upto = hi
+    for lo, hi in _runs(dirty[: max(0, max_buckets - done)]):
+        with writing(engine) as conn:
+            _roll(conn, lo, hi, nodes)
+        done += (hi - lo) // BUCKET
     if done == 0:
         with writing(engine) as conn:
             if mark(conn) is None:
-                conn.execute(ROLLUP_MARKS.insert().values(name="hourly", upto=upto))
+                _set_mark(conn, upto)
     return done
 
 
-def _whole_hours(conn: Connection, since: float, until: float) -> tuple[int, int] | None:
-    """The rolled-up whole hours [a, b) inside [since, until), or None."""
+def _set_mark(conn: Connection, upto: int) -> None:
+    conn.execute(MARKS.delete().where(MARKS.c.name == MARK))
+    conn.execute(MARKS.insert().values(name=MARK, upto=upto))
+
+
+def late_buckets(rows: Iterable[dict[str, Any]], now: float) -> list[int]:
+    """The buckets that `rows` may change and that may be rolled up already (ended more than
+    half of `SETTLE_S` ago, clocks of gateways apart by less): each row's start bucket and,
+    for busy seconds, the buckets its interval reaches (up to `BUSY_LOOKBACK`). The writer
+    marks them dirty in the insert's transaction."""
+    limit = now - SETTLE_S / 2
+    out: set[int] = set()
+    for r in rows:
+        t = float(r["time"])
+        if t >= limit:  # its bucket cannot have ended before the limit
+            continue
+        reach = min(float(r.get("e2e_s") or 0.0), BUSY_LOOKBACK + BUCKET)
+        for k in range(floor_bucket(t), floor_bucket(t + max(reach, 0.0)) + 1, BUCKET):
+            if k + BUCKET <= limit:
+                out.add(k)
+    return sorted(out)
+
+
+def mark_late(conn: Connection, rows: Iterable[dict[str, Any]], now: float) -> None:
+    """Mark dirty, in the writer's transaction, the buckets of `late_buckets`."""
+    late = late_buckets(rows, now)
+    if late:
+        conn.execute(
+            _DIRTY_INSERT[conn.dialect.name == "postgresql"], [{"bucket": k} for k in late]
+        )
+
+
+def forget_before(engine: Engine, cutoff: float) -> None:
+    """Drop the rollup rows (and dirty marks) of the days retention dropped: buckets before the
+    UTC day of `cutoff` (a day's raw rows go when the whole day ended before it)."""
+    day = day_start(cutoff)
+    with writing(engine) as conn:
+        for table in (*TABLES, DIRTY):
+            conn.execute(table.delete().where(table.c.bucket < day))
+
+
+def whole_buckets(conn: Connection, since: float, until: float) -> tuple[int, int] | None:
+    """The rolled-up whole buckets [a, b) inside [since, until), or None."""
     upto = mark(conn)
     if upto is None:
         return None
-    a, b = hour_ceil(since), min(hour_floor(until), upto)
+    a, b = ceil_bucket(since), min(floor_bucket(until), upto)
     return (a, b) if b > a else None
 
 
 def usage(conn: Connection, since: float, until: float) -> list[Usage]:
-    """`usage_query`'s answer: rolled-up hours plus raw scans of the partial ends."""
-    hours = _whole_hours(conn, since, until)
-    if hours is None:
+    """`usage_query`'s answer: rolled-up buckets plus raw scans of the partial ends."""
+    whole = whole_buckets(conn, since, until)
+    if whole is None:
         return [usage_of(r) for r in conn.execute(usage_query(since, until))]
-    a, b = hours
-    t = USAGE_HOURLY
+    a, b = whole
+    t = USAGE
     rolled = (
         sa.select(t.c.model, t.c.upstream, *(sa.func.sum(t.c[n]) for n in SUMS), t.c.lane)
-        .where(t.c.hour >= a, t.c.hour < b)
+        .where(t.c.bucket >= a, t.c.bucket < b)
         .group_by(t.c.model, t.c.upstream, t.c.lane)
     )
     totals: dict[tuple[str, str | None, str], list[Any]] = {}
@@ -216,20 +242,22 @@ def usage(conn: Connection, since: float, until: float) -> list[Usage]:
 def busy_seconds(
     conn: Connection, node: str, ups: Sequence[str], since: float, until: float
 ) -> float:
-    """The node's busy seconds in the window: the raw lead (requests started in its first hour
-    and a bit), the rolled-up hours after it, and the raw tail (clipped to `until`)."""
-    hours = _whole_hours(conn, since, until)
-    if hours is None or hours[1] - hours[0] < 2 * HOUR:
+    """The node's busy seconds in the window: the raw lead (requests started in its first
+    partial bucket and `BUSY_EDGE` after), the rolled-up buckets after it, and the raw tail
+    (requests started from `BUSY_EDGE` before the mark, clipped to [mark, until))."""
+    whole = whole_buckets(conn, since, until)
+    if whole is None or whole[1] - whole[0] < BUSY_EDGE + BUCKET:
         return busy_in(conn, ups, (since, until), (since, until))
-    a, b = hours
-    lead = busy_in(conn, ups, (since, a + HOUR), (since, a + HOUR))
-    t = BUSY_HOURLY
+    a, b = whole
+    head = a + BUSY_EDGE
+    lead = busy_in(conn, ups, (since, head), (since, head))
+    t = BUSY
     mid = conn.execute(
         sa.select(sa.func.sum(t.c.seconds)).where(
-            t.c.node == node, t.c.hour >= a + HOUR, t.c.hour < b
+            t.c.node == node, t.c.bucket >= head, t.c.bucket < b
         )
     ).scalar()
-    tail = busy_in(conn, ups, (b - HOUR, until), (b, until))
+    tail = busy_in(conn, ups, (b - BUSY_EDGE, until), (b, until))
     return lead + float(mid or 0.0) + tail
 
 
@@ -240,10 +268,10 @@ def health_counts(
     last: dict[str, tuple[str, float]] | None = None,
 ) -> tuple[list[tuple[Any, ...]], Counter[str]]:
     """`report health`'s (flags rows, failed calls per upstream) over the window: rolled-up
-    whole hours plus raw scans of the partial ends. `last` gets each upstream's newest failed
-    call (outcome, time): from the raw ends, and inside the rolled-up hours from the newest
-    rows that may hold one (`_last_failures`)."""
-    hours = _whole_hours(conn, since, until)
+    whole buckets plus raw scans of the partial ends. `last` gets each upstream's newest failed
+    call (outcome, time): from the raw ends, and inside the rolled-up buckets from the newest
+    bucket holding one (`_last_failures`)."""
+    hours = whole_buckets(conn, since, until)
     spans = [(since, until)] if hours is None else [(since, hours[0]), (hours[1], until)]
     flags: dict[str, list[int]] = {}
     failed: Counter[str] = Counter()
@@ -255,11 +283,11 @@ def health_counts(
     if hours is not None:
         if last is not None:
             _last_failures(conn, hours, last)
-        t = HEALTH_HOURLY
+        t = HEALTH
         sums = [sa.func.sum(t.c[f"c{i}"]) for i in range(FLAGS)]
         rolled = (
             sa.select(t.c.upstream, *sums, sa.func.sum(t.c.failed_calls))
-            .where(t.c.hour >= hours[0], t.c.hour < hours[1])
+            .where(t.c.bucket >= hours[0], t.c.bucket < hours[1])
             .group_by(t.c.upstream)
         )
         for r in conn.execute(rolled):
@@ -271,18 +299,28 @@ def health_counts(
 
 
 def _last_failures(
-    conn: Connection, hours: tuple[float, float], last: dict[str, tuple[str, float]]
+    conn: Connection, whole: tuple[int, int], last: dict[str, tuple[str, float]]
 ) -> None:
-    """The newest failed calls inside the rolled-up hours, for `last`: the newest rows that may
-    hold one, not the hours' every row (an upstream whose last failure is older than these keeps
-    the one the raw ends found, if any)."""
-    newest = attempts_query(*hours).order_by(REQUESTS.c.time.desc()).limit(LAST_FAILURE_ROWS)
-    found: dict[str, tuple[str, float]] = {}
-    failed_attempts(conn.execute(newest), found)
-    for upstream, (outcome, when) in found.items():
-        seen = last.get(upstream)
-        if seen is None or when > seen[1]:
-            last[upstream] = (outcome, when)
+    """The newest failed call of each upstream inside the rolled-up buckets, for `last`: the
+    newest bucket with a failed call per upstream (`health_rollup`), and the raw rows of just
+    those buckets."""
+    t = HEALTH
+    newest = (
+        sa.select(t.c.upstream, sa.func.max(t.c.bucket))
+        .where(t.c.bucket >= whole[0], t.c.bucket < whole[1], t.c.failed_calls > 0)
+        .group_by(t.c.upstream)
+    )
+    wanted: dict[int, set[str]] = {}
+    for upstream, bucket in conn.execute(newest):
+        wanted.setdefault(int(bucket), set()).add(upstream)
+    for bucket, upstreams in wanted.items():
+        found: dict[str, tuple[str, float]] = {}
+        failed_attempts(conn.execute(attempts_query(bucket, bucket + BUCKET)), found)
+        for upstream in upstreams & found.keys():
+            outcome, when = found[upstream]
+            seen = last.get(upstream)
+            if seen is None or when > seen[1]:
+                last[upstream] = (outcome, when)
 
 
 def node_upstreams(config: Config) -> dict[str, list[str]]:

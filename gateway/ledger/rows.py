@@ -271,3 +271,13 @@ STORED_ITEMS: sa.Table = StoredItemRow.__table__  # type: ignore[attr-defined]
 
 
 REJECTIONS: sa.Table = RejectionRow.__table__  # type: ignore[attr-defined]
+
+
+# Who does a piece of the store's shared work, and until when (`gateway.ledger.lease`).
+LEASES = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("holder", sa.String(128), nullable=False),
+    sa.Column("until", sa.Float, nullable=False),
+)

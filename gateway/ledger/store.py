@@ -42,7 +42,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gateway.config import Config
-from gateway.ledger import lease as lease  # its table is the store's too
 from gateway.ledger import responses_store, rollups, sweep
 from gateway.ledger.content import Content as Content
 from gateway.ledger.content import capped as capped
@@ -107,7 +106,8 @@ class Store:
     def write(
         self, rows: Sequence[dict[str, Any]], contents: Sequence[dict[str, Any]] = ()
     ) -> None:
-        """Insert a batch in one transaction; rows already present are left alone."""
+        """Insert a batch in one transaction; rows already present are left alone. Late rows
+        mark their buckets dirty for the rollups (`gateway.ledger.rollups.late_buckets`)."""
         if not rows and not contents:
             return
         if self.postgres:
@@ -118,6 +118,7 @@ class Store:
                 if batch:
                     sql, columns = self._insert_sql(table)
                     conn.exec_driver_sql(sql, values_of(batch, columns))
+            rollups.mark_late(conn, rows, _time.time())
 
     def _insert_sql(self, table: sa.Table) -> tuple[str, tuple[str, ...]]:
         """A plain `INSERT … ON CONFLICT DO NOTHING` for the driver's executemany. Every column
@@ -311,6 +312,7 @@ class Store:
             "requests": self.drop_before("requests", now - retention_days * DAY),
             "contents": self.drop_before("contents", now - content_retention_days * DAY),
         }
+        rollups.forget_before(self.engine, now - retention_days * DAY)
         if responses_retention_days is not None:
             cutoff = now - responses_retention_days * DAY
             dropped["stored_responses"] = responses_store.purge(self.engine, cutoff)
@@ -360,19 +362,18 @@ class Store:
         return out
 
     def usage(self, since: float, until: float | None = None) -> list[Usage]:
-        """Per (model, upstream) totals of requests that started in [since, until): the hourly
-        rollups' whole hours and raw rows at the ends (`gateway.ledger.rollups`)."""
+        """Per (model, upstream) totals of requests that started in [since, until): the
+        rollups' whole buckets and raw rows at the ends (`gateway.ledger.rollups`)."""
         until = _time.time() if until is None else until
         with self.engine.connect() as conn:
             return rollups.usage(conn, since, until)
 
-    def roll_up(
-        self, config: Config, now: float | None = None, max_hours: int = rollups.MAX_HOURS
-    ) -> int:
-        """Bring the hourly rollups up to date, at most `max_hours` (housekeeping, in a
-        thread); returns the hours rolled up."""
+    def roll_up(self, config: Config, now: float | None = None, max_hours: int = 6) -> int:
+        """Bring the 5-minute rollups up to date, at most `max_hours` of buckets (housekeeping,
+        in a thread); returns the buckets rolled up."""
         now = _time.time() if now is None else now
-        return rollups.roll_up(self.engine, rollups.node_upstreams(config), now, max_hours)
+        most = max_hours * rollups.CHUNK
+        return rollups.roll_up(self.engine, rollups.node_upstreams(config), now, most)
 
     def intervals(
         self, upstreams: Sequence[str], since: float, until: float | None = None
@@ -390,7 +391,7 @@ class Store:
         self, config: Config, since: float, until: float | None = None
     ) -> dict[str, float]:
         """Busy hours of each configured node: the union of its upstreams' request intervals,
-        computed in the database (`busy_seconds_query`, rolled up per hour)."""
+        computed in the database (`busy_seconds_query`, rolled up per 5 minutes)."""
         end_cap = _time.time() if until is None else until
         with self.engine.connect() as conn:
             return {

@@ -5,8 +5,9 @@ upstream health is ``/health`` plus `plumbline report health`, shadow agreement 
 `plumbline report shadow`, the gate's evidence is the gate book's latest decision, and the eval
 rounds are the scheduler's rows in the store (`eval_results`) summarised by `evals.stats` and
 priced by `evals.cost` (the frontier the eval report draws). Only the traffic panel reads rows
-of its own: request rate and TTFT/TPOT percentiles, which no report has, and the truncation
-split by cause with `gateway.ledger.truncation`'s clause.
+of its own: per model counts and the request-rate series from the 5-minute rollups
+(`gateway.ledger.rollup_traffic`: whole buckets, raw rows at the window's ends) and TTFT/TPOT
+percentiles from the newest streamed rows, which no report has.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from gateway.errors import BadRequest
 from gateway.ledger.percentile import percentile
 from gateway.ledger.record import CLIENT, LANES
 from gateway.ledger.rejection import rejection_counts
+from gateway.ledger.rollup_traffic import bucket_counts, model_counts
 from gateway.ledger.rounds import latest_rounds, latest_tripwires
 from gateway.ledger.rows import EVAL_RESULTS, REQUESTS
-from gateway.ledger.truncation import capped_clause
 from gateway.reports.cost import report_cost
 from gateway.reports.health import report_health
 from gateway.reports.shadow import report_shadow
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 WINDOWS = {"1h": 3600.0, "24h": 86_400.0, "7d": 604_800.0}
 PERCENTILES = (50, 90, 99)
 ROUNDS = 6  # eval runs shown, newest first
-BUCKETS = 30  # points of the request-rate series
+# The request-rate series' slice per window: whole 5-minute rollup buckets (12, 48, 28 points).
+SERIES_WIDTH = {"1h": 300, "24h": 1800, "7d": 21_600}
 # Latency percentiles read at most this many of the window's newest client rows (counts and
 # rates read every row).
 LATENCY_ROWS = 50_000
@@ -122,38 +124,11 @@ def _tpot(e2e: float | None, ttft: float | None, tokens: int) -> float | None:
     return max(0.0, e2e - ttft) / (tokens - 1)
 
 
-def _count_if(cond: Any) -> Any:
-    return sa.func.sum(sa.case((cond, sa.literal(1)), else_=0))
-
-
 def _client_rows(start: float, now: float, lane: str = CLIENT) -> Any:
     t = REQUESTS
     if lane == "all":
         return sa.and_(t.c.time >= start, t.c.time < now)
     return sa.and_(t.c.time >= start, t.c.time < now, t.c.lane == lane)
-
-
-def _counts(
-    conn: Any, start: float, now: float, lane: str
-) -> dict[str, tuple[int, int, int, int, int]]:
-    """Per model: (requests, truncated, stopped at the client's cap, leaked, errors)."""
-    t = REQUESTS
-    query = (
-        sa.select(
-            t.c.model,
-            sa.func.count(),
-            _count_if(t.c.truncated == sa.true()),
-            _count_if(capped_clause(t)),
-            _count_if(t.c.reasoning_leak == sa.true()),
-            _count_if(sa.or_(t.c.error_class.is_not(None), t.c.status >= 400)),
-        )
-        .where(_client_rows(start, now, lane))
-        .group_by(t.c.model)
-    )
-    return {
-        m: (int(n), int(cut or 0), int(cap or 0), int(leak or 0), int(err or 0))
-        for m, n, cut, cap, leak, err in conn.execute(query)
-    }
 
 
 def _latencies(conn: Any, start: float, now: float, lane: str) -> dict[str, list[Any]]:
@@ -172,21 +147,18 @@ def _latencies(conn: Any, start: float, now: float, lane: str) -> dict[str, list
     return out
 
 
-def _series(conn: Any, start: float, now: float, lane: str) -> list[dict[str, float]]:
-    """Client requests per minute in `BUCKETS` equal slices of the window (one pass)."""
-    t = REQUESTS
-    width = (now - start) / BUCKETS
-    edges = [start + i * width for i in range(BUCKETS + 1)]
-    query = sa.select(
-        *(
-            _count_if(sa.and_(t.c.time >= a, t.c.time < b))
-            for a, b in zip(edges, edges[1:], strict=False)
-        )
-    ).where(_client_rows(start, now, lane))
-    counts = conn.execute(query).one()
-    return [
-        {"t": edges[i + 1], "per_minute": int(c or 0) / (width / 60)} for i, c in enumerate(counts)
-    ]
+def _series(conn: Any, start: float, now: float, lane: str, width: int) -> list[dict[str, float]]:
+    """Requests per minute in slices `width` seconds wide, aligned to multiples of it (so to
+    whole 5-minute rollup buckets), over the part of each slice inside the window."""
+    counts = bucket_counts(conn, start, now, lane)
+    out = []
+    edge = int(start // width) * width
+    while edge < now:
+        lo, hi = max(float(edge), start), min(float(edge + width), now)
+        n = sum(v for k, v in counts.items() if edge <= k < edge + width)
+        out.append({"t": hi, "per_minute": n / ((hi - lo) / 60)})
+        edge += width
+    return out
 
 
 def traffic(
@@ -201,9 +173,9 @@ def traffic(
     if store is None:
         return {"window": window, "store": False, "models": [], "series": [], "shadow": []}
     with store.engine.connect() as conn:
-        counts = _counts(conn, start, now, lane)
+        counts = model_counts(conn, start, now, lane)
         latencies = _latencies(conn, start, now, lane)
-        series = _series(conn, start, now, lane)
+        series = _series(conn, start, now, lane, SERIES_WIDTH[window])
     models = []
     for model, (n, truncated, capped, leaked, errors) in sorted(counts.items()):
         rows = latencies.get(model, [])
