@@ -15,6 +15,11 @@ One run on this machine, everything on loopback: the fake upstream
     seed-2wave-quarter  the two waves with 512 workers: one worker's share of `--workers 4`'s
                     load, and a size the 2-core machine can drive
 
+Targets: ``direct``, ``plumbline`` (``-wN``: N uvicorn workers; ``-norecord``: the store off),
+``plumbline-base`` (the gateway run from another checkout, ``PERF_BASE_TREE``: a before beside
+the after, in the same rounds), ``litellm``, ``vllm-router``, ``floor``/``floor-wire`` (the bare
+relays of bench/floor_proxy.py).
+
 Every target is started once and kept up; each scenario then runs `--repeat` rounds (3 by
 default) that visit the targets in turn — A B C, A B C, A B C — so a drift in the machine's load
 touches every target alike. Every guarded proxy checks the same client key on every request
@@ -111,6 +116,7 @@ TARGETS = (
     "plumbline-w4",
     "plumbline-norecord",
     "plumbline-w4-norecord",
+    "plumbline-base",
     "floor",
     "floor-wire",
 )
@@ -293,6 +299,11 @@ def summary_markdown(cells: list[dict]) -> str:
 def starter(target: str, fake: Proc, scratch: Path, venvs: Path) -> Callable[[], Proc]:
     if target == "direct":
         return lambda: fake
+    if target == "plumbline-base":  # the same, run from the checkout PERF_BASE_TREE names
+        tree = Path(os.environ.get("PERF_BASE_TREE", "")).resolve()
+        if not (tree / "gateway").is_dir():
+            raise RuntimeError("plumbline-base needs PERF_BASE_TREE: a checkout to run from")
+        return lambda: plumbline(fake, scratch, tree=tree)
     if target.startswith("plumbline"):
         base, cut, _ = target.partition("-norecord")
         workers = int(base.partition("-w")[2] or 1)
@@ -311,8 +322,9 @@ WARMUP = 32  # short requests before each round (recorded, not counted)
 
 def recorded_in(target: str, scratch: Path) -> Path | None:
     """The SQLite store a recording gateway target writes (`perf_procs.plumbline`), else None."""
+    stem = "plumbline-base" if target == "plumbline-base" else "plumbline"
     return (
-        scratch / "plumbline.db"
+        scratch / f"{stem}.db"
         if target.startswith("plumbline") and "-norecord" not in target
         else None
     )

@@ -116,6 +116,7 @@ def launch(
     headers: dict[str, str] | None = None,
     health: str = "/v1/models",
     timeout: float = 120.0,
+    cwd: Path = ROOT,
 ) -> Proc:
     """Start `argv`, wait until `base_url`'s root answers `health`, return it."""
     log = scratch / f"{name}.log"
@@ -126,7 +127,7 @@ def launch(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})},
-            cwd=ROOT,
+            cwd=cwd,
             start_new_session=True,
         )
     proc = Proc(name, process, base_url, log, headers or {})
@@ -175,18 +176,23 @@ def set_fake_default(fake: Proc, behaviour: dict) -> None:
         resp.read()
 
 
-def plumbline(fake: Proc, scratch: Path, workers: int = 1, record: bool = True) -> Proc:
+def plumbline(
+    fake: Proc, scratch: Path, workers: int = 1, record: bool = True, tree: Path | None = None
+) -> Proc:
     """Our gateway: ``plumbline serve`` (or uvicorn with `workers`) on a generated config.
     `record=False` turns the record store off (metrics stay on) to price recording. A client
-    key (`BENCH_KEY`) guards the API, as LiteLLM's master key guards its."""
+    key (`BENCH_KEY`) guards the API, as LiteLLM's master key guards its. `tree`: another
+    checkout of the repository to run the gateway from (a before, beside this after), with a
+    store of its own (`plumbline-base.db`)."""
     port = free_port()
-    config = scratch / ("plumbline.toml" if record else "plumbline-norecord.toml")
+    stem = "plumbline" if tree is None else "plumbline-base"
+    config = scratch / (f"{stem}.toml" if record else f"{stem}-norecord.toml")
     digest = hashlib.sha256(BENCH_KEY.encode()).hexdigest()
     config.write_text(
         f'[server]\nhost = "127.0.0.1"\nport = {port}\nhealth_interval_s = 5\n'
         f"ttft_timeout_s = 120\n\n"
         f'[[access.keys]]\nid = "bench"\nsha256 = "{digest}"\nrole = "client"\n\n'
-        f'[store]\nurl = "sqlite:///{scratch}/plumbline.db"\n'
+        f'[store]\nurl = "sqlite:///{scratch}/{stem}.db"\n'
         f"enabled = {'true' if record else 'false'}\n\n"
         f'[[upstreams]]\nname = "fake"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
         f'model = "{MODEL}"\n\n[models.{MODEL}]\nupstreams = ["fake"]\n'
@@ -205,10 +211,16 @@ def plumbline(fake: Proc, scratch: Path, workers: int = 1, record: bool = True) 
             str(config),
         ]
         env = {}
-    name = "plumbline" if workers == 1 else f"plumbline-w{workers}"
+    name = stem if workers == 1 else f"{stem}-w{workers}"
     name = name if record else f"{name}-norecord"
     return launch(
-        name, argv, f"http://127.0.0.1:{port}/v1", scratch, env=env, headers=BENCH_HEADERS
+        name,
+        argv,
+        f"http://127.0.0.1:{port}/v1",
+        scratch,
+        env=env,
+        headers=BENCH_HEADERS,
+        cwd=ROOT if tree is None else tree,
     )
 
 
