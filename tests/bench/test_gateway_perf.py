@@ -30,6 +30,7 @@ def test_each_cell_is_the_median_and_range_of_its_rounds() -> None:
     def run(target: str, rps: float, rss: float = math.nan) -> dict:
         row = {c: math.nan for c in ("chunks_per_s", "added_p50_ms", "added_p99_ms")}
         row |= {c: math.nan for c in ("first_p99_ms", "added_first_p99_ms", "cpu_per_chunk_us")}
+        row["records"] = math.nan if target == "floor" else 1000.0  # only a recording gateway
         cpu = 1e6 / rps
         return row | {
             "scenario": "nonstream-c1",
@@ -47,6 +48,8 @@ def test_each_cell_is_the_median_and_range_of_its_rounds() -> None:
     assert cells["plumbline"]["req_per_s"] == {"median": 1100, "min": 1000, "max": 1400}
     assert cells["floor"]["req_per_s"]["median"] == 2000
     assert math.isnan(cells["floor"]["peak_rss_mb"]["median"])  # not measured: no number
+    assert cells["plumbline"]["records"]["median"] == 1000
+    assert math.isnan(cells["floor"]["records"]["median"])
     table = summary_markdown(list(cells.values()))
     assert "1,100.0 (1,000.0–1,400.0)" in table and "| 0 |" in table
 
