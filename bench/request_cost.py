@@ -1,5 +1,5 @@
 """What one streamed request costs the gateway before its first byte and after its last, in the
-issue-20 shape: `/v1/completions` with a long prompt (`--words`, 1024 by default: one token a
+long-prompt shape: `/v1/completions` with a long prompt (`--words`, 1024 by default: one token a
 word for the fake), `--tokens` out, streamed with `include_usage`.
 
     python bench/request_cost.py --target plumbline --concurrency 1 --seconds 6

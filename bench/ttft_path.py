@@ -7,7 +7,7 @@
 Each target is served in a process of its own with clock marks patched onto the request path
 (the gateway as `plumbline serve` serves it, on the same uvicorn options; the bare relays of
 `bench/floor_proxy.py --wire`, with and without the late head), and sent `--requests` streamed
-`/v1/completions` one after another (the issue-20 shape: a prompt of `--words` one-token words,
+`/v1/completions` one after another (the long-prompt shape: a prompt of `--words` one-token words,
 `--tokens` out, `include_usage`). Without `--upstream` the fake upstream serves them, its head at
 once and its first token `--prefill-ms` later, as an engine's. Printed per target, as medians over
 the requests (the first `--warmup` left out): when each step began, counted from uvicorn reading
