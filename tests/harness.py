@@ -103,13 +103,14 @@ def running_gateway(
         yield url
 
 
-def wait_for(predicate: Any, timeout: float = 10.0) -> None:
-    """Poll until predicate() is true (for state that settles asynchronously)."""
+def wait_for(predicate: Any, timeout: float = 10.0, every: float = 0.02) -> None:
+    """Poll until predicate() is true (for state that settles asynchronously), every `every`
+    seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
-        time.sleep(0.02)
+        time.sleep(every)
 
 
 def get(url: str) -> httpx.Response:

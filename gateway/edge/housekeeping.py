@@ -276,7 +276,7 @@ class Housekeeper:
                 self.upkeep_ticks += 1
                 await self._timed(took, "rollups", self.store.roll_up, self.config)
             economics = await self._timed(
-                took, "economics", window_economics, self.config, self.store, 86400.0
+                took, "economics", window_economics, self.config, self.store, 86400.0, None, True
             )
             self.metrics.set_economics(economics[2])
             if upkeep and self._retention_due(hourly):

@@ -65,6 +65,7 @@ SETTLE_S = 120.0  # late records are rolled up again (`rollup_dirty`)
 MAX_HOURS = 6
 MAX_BUCKETS = MAX_HOURS * HOUR // BUCKET  # a tick at the seed rate reads about 12 M rows
 BUSY_EDGE = 300  # raw seconds busy readers scan past each end's partial bucket
+STALE_S = 1800.0  # a mark further behind than this: nobody rolls up, gauges read raw rows
 MARK = "buckets"
 
 
@@ -239,13 +240,41 @@ def usage(conn: Connection, since: float, until: float) -> list[Usage]:
     return [usage_of((m, u, *v, lane)) for (m, u, lane), v in ordered]
 
 
+def settled_span(
+    conn: Connection, window_s: float, now: float, stale_s: float = STALE_S
+) -> tuple[float, float] | None:
+    """The last `window_s` of rolled-up buckets, [mark - window_s, mark), for a periodic gauge
+    that reads buckets only (`usage` and `busy_seconds(edges=False)` then scan no raw row); None
+    before the first rollup or when the mark is more than `stale_s` behind `now` (nobody rolls
+    up: the caller reads the exact window instead)."""
+    upto = mark(conn)
+    if upto is None or upto < now - stale_s:
+        return None
+    return floor_bucket(upto - window_s), float(upto)
+
+
 def busy_seconds(
-    conn: Connection, node: str, ups: Sequence[str], since: float, until: float
+    conn: Connection,
+    node: str,
+    ups: Sequence[str],
+    since: float,
+    until: float,
+    edges: bool = True,
 ) -> float:
     """The node's busy seconds in the window: the raw lead (requests started in its first
     partial bucket and `BUSY_EDGE` after), the rolled-up buckets after it, and the raw tail
-    (requests started from `BUSY_EDGE` before the mark, clipped to [mark, until))."""
+    (requests started from `BUSY_EDGE` before the mark, clipped to [mark, until)).
+
+    `edges=False` (a `settled_span` window): the rolled-up buckets only, which count the busy
+    time inside the window of requests that started up to `BUSY_LOOKBACK` before it."""
     whole = whole_buckets(conn, since, until)
+    if not edges and whole is not None:
+        a, b = whole
+        t = BUSY
+        rolled = sa.select(sa.func.sum(t.c.seconds)).where(
+            t.c.node == node, t.c.bucket >= a, t.c.bucket < b
+        )
+        return float(conn.execute(rolled).scalar() or 0.0)
     if whole is None or whole[1] - whole[0] < BUSY_EDGE + BUCKET:
         return busy_in(conn, ups, (since, until), (since, until))
     a, b = whole

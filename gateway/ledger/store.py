@@ -388,13 +388,20 @@ class Store:
                 yield start, min(start + e2e, end_cap)
 
     def node_hours(
-        self, config: Config, since: float, until: float | None = None
+        self, config: Config, since: float, until: float | None = None, edges: bool = True
     ) -> dict[str, float]:
         """Busy hours of each configured node: the union of its upstreams' request intervals,
-        computed in the database (`busy_seconds_query`, rolled up per 5 minutes)."""
+        computed in the database (`busy_seconds_query`, rolled up per 5 minutes); `edges=False`
+        reads the rolled-up buckets only (`rollups.busy_seconds`)."""
         end_cap = _time.time() if until is None else until
         with self.engine.connect() as conn:
             return {
-                node: rollups.busy_seconds(conn, node, ups, since, end_cap) / 3600.0
+                node: rollups.busy_seconds(conn, node, ups, since, end_cap, edges) / 3600.0
                 for node, ups in rollups.node_upstreams(config).items()
             }
+
+    def settled_span(self, window_s: float, now: float | None = None) -> tuple[float, float] | None:
+        """The last `window_s` of rolled-up 5-minute buckets, or None (`rollups.settled_span`)."""
+        now = _time.time() if now is None else now
+        with self.engine.connect() as conn:
+            return rollups.settled_span(conn, window_s, now)

@@ -33,15 +33,24 @@ def parse_since(text: str) -> float:
 
 
 def window_economics(
-    config: Config, store: Store, window_s: float, now: float | None = None
+    config: Config, store: Store, window_s: float, now: float | None = None, settled: bool = False
 ) -> tuple[list[Usage], dict[str, float], dict[str, ModelEconomics]]:
     """Usage, node busy hours and per-model economics over the last `window_s` seconds.
 
+    `settled`: over the last `window_s` of rolled-up 5-minute buckets instead (up to SETTLE_S,
+    a bucket and a housekeeping tick behind the clock; the exact window when nothing rolls up),
+    which the database answers from the rollups alone: what a gauge recomputed every minute on
+    every process reads (`gateway.ledger.rollups.settled_span`).
     The gateway can publish the result as gauges: `metrics.set_economics(econ)`.
     """
     now = time.time() if now is None else now
-    usage = store.usage(now - window_s, now)
-    hours = store.node_hours(config, now - window_s, now)
+    rolled = store.settled_span(window_s, now) if settled else None
+    if rolled is not None:
+        usage = store.usage(*rolled)
+        hours = store.node_hours(config, *rolled, edges=False)
+    else:
+        usage = store.usage(now - window_s, now)
+        hours = store.node_hours(config, now - window_s, now)
     return usage, hours, economics(config, usage, hours)
 
 

@@ -2,7 +2,8 @@
 each given a small task through the gateway routed to SmolLM2-135M on the vLLM CPU replica
 (8,192-token window). Protocol facts only, never the tiny model's wording nor whether the file
 appears: every request the harness sent was answered 2xx or refused with a 400 whose message the
-harness shows naming the window; the harness exits 0 or shows that error; each request is in
+harness shows naming the window; the harness exits 0, or shows that error, or (when the model
+wrote until the window cut its answer) shows the cut as its own docs say; each request is in
 the record store. Each run is bounded (turns and `TIMEOUT_S`), so a model that loops on junk
 tool calls ends the run instead of CI.
 """
@@ -29,6 +30,11 @@ WINDOW = 8192  # the route's served window: config.toml launches the replicas wi
 # four times slower with the rest of the suite's model servers running beside it.
 TIMEOUT_S = 240
 TASK = "Create a file named note.txt containing the word hello."
+
+# How a harness shows an answer the upstream cut (finish_reason length, no cap asked), where it
+# ends the run with an error: Codex exits 1 on `response.incomplete` (docs/harnesses/codex.md).
+# SmolLM2 at times repeats itself until its 8,192-token window is full.
+CUT_SHOWN = {"codex": "Incomplete response returned, reason: max_output_tokens"}
 
 Run = Callable[[str, Path, Path], subprocess.CompletedProcess[str]]
 # Each harness, bounded: its door, and how it runs the task (url, home, workdir).
@@ -115,7 +121,11 @@ def test_harness_against_smollm2(
     assert all(r.status == 400 for r in refused), describe(records)
     if refused:  # the harness shows the gateway's refusal, and it names the window
         assert str(WINDOW) in shown(done), agents.explain(done)
-    assert done.returncode == 0 or str(WINDOW) in shown(done), agents.explain(done)
+    cut = [r for r in records if r.finish_reason == "length" and r.max_tokens is None]
+    if done.returncode != 0 and cut and harness in CUT_SHOWN:
+        assert CUT_SHOWN[harness] in shown(done), agents.explain(done)
+    else:
+        assert done.returncode == 0 or str(WINDOW) in shown(done), agents.explain(done)
     wait_for(lambda: all(store.get(r.request_id) is not None for r in records), timeout=30)
     stored = [store.get(r.request_id) for r in records]
     assert [row["status"] for row in stored if row] == statuses

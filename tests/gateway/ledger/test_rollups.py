@@ -16,9 +16,19 @@ from gateway.ledger.cost import Usage
 from gateway.ledger.health_queries import attempts_query, failed_attempts
 from gateway.ledger.partitions import DAY
 from gateway.ledger.record import Attempt
-from gateway.ledger.rollup_sql import BUCKET, DIRTY, TABLES, failed_calls_select
-from gateway.ledger.rollups import BUSY_EDGE, HOUR, MAX_BUCKETS, SETTLE_S, health_counts
+from gateway.ledger.rollup_sql import BUCKET, BUSY_LOOKBACK, DIRTY, TABLES, failed_calls_select
+from gateway.ledger.rollups import (
+    BUSY_EDGE,
+    HOUR,
+    MAX_BUCKETS,
+    SETTLE_S,
+    STALE_S,
+    busy_in,
+    health_counts,
+    node_upstreams,
+)
 from gateway.ledger.store import Store, record_row
+from gateway.ledger.window import window_economics
 from tests.gateway.ledger.test_store import full_record
 
 T0 = 1_796_169_600.0  # a UTC midnight
@@ -174,6 +184,42 @@ def test_late_records_are_rolled_up_again(store: Store) -> None:
     for (usage, hours), (raw_usage, raw_hours) in zip(got, raw, strict=True):
         same_usage(usage, raw_usage)
         assert hours == pytest.approx(raw_hours, rel=1e-9)
+
+
+def test_the_minute_gauges_read_the_last_day_of_rolled_up_buckets(store: Store) -> None:
+    """The economics every process recomputes each minute: over the last 24 h of rolled-up
+    buckets, the usage of requests that started in them and the nodes' busy time inside them
+    (requests that started up to BUSY_LOOKBACK before count their part inside); the exact
+    window when the rollups are missing or stale."""
+    cfg = config()
+    fill(store, 30, 3000)
+    assert store.roll_up(cfg, T0 + 30 * HOUR + SETTLE_S, max_hours=100) == 30 * HOUR // BUCKET
+    now = T0 + 30 * HOUR + SETTLE_S + 45
+    assert store.settled_span(DAY, now) == (T0 + 6 * HOUR, T0 + 30 * HOUR)
+    usage, hours, econ = window_economics(cfg, store, DAY, now, settled=True)
+    same_usage(usage, store.usage(T0 + 6 * HOUR, T0 + 30 * HOUR))
+    with store.engine.connect() as conn:
+        for node, ups in node_upstreams(cfg).items():
+            inside = busy_in(
+                conn,
+                ups,
+                (T0 + 6 * HOUR - BUSY_LOOKBACK, T0 + 30 * HOUR),
+                (T0 + 6 * HOUR, T0 + 30 * HOUR),
+            )
+            assert hours[node] == pytest.approx(inside / 3600, rel=1e-9, abs=1e-9), node
+    assert hours["box"] > 1.0 and econ
+    # What the database was asked: bucket rows only, no scan of `requests`.
+    asked: list[str] = []
+    sa.event.listen(store.engine, "before_cursor_execute", lambda *a: asked.append(a[2]))
+    window_economics(cfg, store, DAY, now, settled=True)
+    assert asked and not [q for q in asked if "FROM requests" in q], asked
+    # No rollup for longer than STALE_S (nobody holds the upkeep lease): the exact window.
+    later = T0 + 30 * HOUR + STALE_S + 1
+    assert store.settled_span(DAY, later) is None
+    stale = window_economics(cfg, store, DAY, later, settled=True)
+    exact = window_economics(cfg, store, DAY, later)
+    same_usage(stale[0], exact[0])
+    assert stale[1] == pytest.approx(exact[1], rel=1e-9)
 
 
 def test_a_first_rollup_of_a_long_history_is_spread_over_ticks(store: Store) -> None:
