@@ -1,12 +1,14 @@
 """Request latency through the gateway while its housekeeping runs, against while it does not.
 
 Starts the fake upstream and a real `plumbline serve` on a store filled beforehand inside the
-database (`bench/month_gen.py`'s rows): the last day at `--day-rate` requests a second, the last
-`--hot-s` seconds at `--rate` (what the economics' busy hours scan raw: the current partial
-hour), and one expired day (`--expired-rate`, older than `retention_days`) that the first
-housekeeping run's retention deletes. The gateway's configuration names the generated rows'
+database (`bench/month_gen.py`'s rows): the last day at `--day-rate` requests a second, the
+last `--hot-s` seconds at `--rate` (what a report's window ends scan raw), and one expired day
+(`--expired-rate`, older than `retention_days`) that the first housekeeping run's retention
+deletes. The gateway's configuration names the generated rows'
 nodes and upstreams, so the rollups and busy hours have them to work on, and routes the bench's
-model to the fake on one of those nodes.
+model to the fake on one of those nodes. The rollups are brought up to date before the
+gateway starts, as on a gateway that has run all day (`--cold`: left to its housekeeping, which
+backfills six hours of buckets a run).
 
 Housekeeping runs every `--interval` seconds (`store.housekeeping_interval_s`); each run logs
 what its parts took (`gateway/edge/housekeeping.py`), which gives the windows when it ran. The
@@ -53,6 +55,7 @@ from perf_procs import (  # noqa: E402
     set_fake_default,
 )
 
+from gateway.ledger import rollups  # noqa: E402
 from gateway.ledger.partitions import DAY, day_start, partition_ddl  # noqa: E402
 from gateway.ledger.percentile import percentile  # noqa: E402
 from gateway.ledger.store import Store  # noqa: E402
@@ -201,6 +204,11 @@ def prepare(url: str, args: argparse.Namespace, now: float) -> dict[str, int]:
             "last day": fill(store, now - DAY - args.hot_s, DAY, args.day_rate),
             "hot": fill(store, now - args.hot_s, args.hot_s, args.rate),
         }
+        if not args.cold:  # as on a gateway that has run all day: its rollups up to date
+            nodes: dict[str, list[str]] = {"box-a": ["fake"]}
+            for name, node in NODES.items():
+                nodes.setdefault(node, []).append(name)
+            rollups.roll_up(store.engine, nodes, now, max_buckets=10**6)
     finally:
         store.close()
     return rows
@@ -251,6 +259,11 @@ def options() -> argparse.Namespace:
     ap.add_argument("--skip-s", type=float, default=2.0, help="warm-up left out")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--nice", type=int, help="housekeeping thread's nice (default: shipped)")
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="leave the rollups' backfill (6 h of buckets a run) to the gateway's housekeeping",
+    )
     ap.add_argument("--samples", type=Path, help="write each request's due, done, ok here")
     ap.add_argument("--log", type=Path, help="keep the gateway's log here")
     return ap.parse_args()

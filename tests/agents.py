@@ -205,8 +205,10 @@ def run_qwen(
     prompt: str,
     max_turns: int = 8,
     timeout: float = 120,
+    output: int | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`qwen` one-shot (positional prompt) over chat completions, tools auto-approved."""
+    """`qwen` one-shot (positional prompt) over chat completions, tools auto-approved; `output`:
+    the `max_tokens` it asks (QWEN_CODE_MAX_OUTPUT_TOKENS), else its own default."""
     qwen = binary("qwen")
     (home / ".qwen").mkdir(parents=True, exist_ok=True)
     (home / ".qwen" / "settings.json").write_text(json.dumps(QWEN_SETTINGS, indent=2))
@@ -217,6 +219,7 @@ def run_qwen(
         OPENAI_API_KEY=KEY,
         OPENAI_MODEL=model,
         QWEN_CODE_SUPPRESS_YOLO_WARNING="1",
+        **({"QWEN_CODE_MAX_OUTPUT_TOKENS": str(output)} if output is not None else {}),
     )
     argv = [str(qwen), "--yolo", "--max-session-turns", str(max_turns), prompt]
     return run_bounded(argv, workdir, env, timeout)

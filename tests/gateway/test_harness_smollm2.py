@@ -72,7 +72,7 @@ HARNESSES: dict[str, tuple[str, Run]] = {
     "qwen": (
         "chat",
         lambda url, home, work: agents.run_qwen(
-            url, MODEL, home, work, TASK, max_turns=2, timeout=TIMEOUT_S
+            url, MODEL, home, work, TASK, max_turns=2, output=128, timeout=TIMEOUT_S
         ),
     ),
 }
