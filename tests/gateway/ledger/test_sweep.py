@@ -84,6 +84,34 @@ def test_retention_on_sqlite_keeps_the_day_granularity(lite: Store) -> None:
     assert left == ["new"]
 
 
+def test_retention_stopped_half_way_counts_only_the_days_wholly_gone(
+    lite: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store closing mid-sweep (its `closing` event) ends the delete between two chunks:
+    the days reported dropped are those with no row left, and the next run deletes the rest."""
+    old = day_start(NOW) - 40 * DAY
+    lite.write(rows([old + d * DAY + s for d in range(3) for s in range(0, 3000, 10)]))
+    chunked = sweep.chunked
+
+    def one_day_then_close(
+        engine: sa.Engine, step: Callable[[sa.Connection, int], int], **kw: object
+    ) -> int:
+        def stepping(conn: sa.Connection, n: int) -> int:
+            done = step(conn, 400)  # the first day's 300 rows and 100 of the second's
+            lite.closing.set()
+            return done
+
+        return chunked(engine, stepping, hold_s=1.0, pause_s=0.0, stop=lite.closing)
+
+    monkeypatch.setattr(sweep, "chunked", one_day_then_close)
+    assert lite.drop_before("requests", old + 3 * DAY) == 1
+    assert times_of(lite)[0] == old + DAY + 1000
+    lite.closing.clear()
+    monkeypatch.setattr(sweep, "chunked", chunked)
+    assert lite.drop_before("requests", old + 3 * DAY) == 2
+    assert times_of(lite) == []
+
+
 def test_a_writer_keeps_writing_while_a_big_day_is_deleted(tmp_path: Path) -> None:
     """150 k rows of an old day go while a second store on the same file (another gateway
     process's record queue) writes a batch after another with a busy timeout of 0.25 s: one
