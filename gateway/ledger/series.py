@@ -181,16 +181,16 @@ class Series:
         )
         self.cost_per_m = Gauge(
             "gateway_cost_per_million_tokens_usd",
-            "Cost per million "
-            "tokens served, on the node and at the API's price for the same "
-            "tokens.",
+            "Cost per million tokens served, on the node and at the API's price for the same "
+            "tokens, over the last 24 h of rolled-up 5-minute buckets (a few minutes behind the "
+            "clock).",
             ["model", "side"],
             multiprocess_mode="mostrecent",
             registry=r,
         )
         self.ratio = Gauge(
             "gateway_api_node_cost_ratio",
-            "API cost / node cost for the tokens the node served.",
+            "API cost / node cost for the tokens the node served, over the same 24 h.",
             ["model"],
             multiprocess_mode="mostrecent",
             registry=r,

@@ -332,27 +332,8 @@ class Store:
             dropped += 1
         return dropped
 
-    def _oldest(self, table: str) -> float | None:
-        with self.engine.connect() as conn:
-            oldest = conn.exec_driver_sql(f"SELECT min(time) FROM {table}").scalar()
-        return None if oldest is None else float(oldest)
-
     def _delete_days(self, table: str, cutoff: float) -> int:
-        """The SQLite side of `drop_before`: the days' rows deleted in short transactions;
-        the days wholly gone (fewer when the store closed half-way through)."""
-        oldest = self._oldest(table)
-        first = day_start(oldest) if oldest is not None else cutoff
-        days = max(0, int((cutoff - first) // DAY))
-        if not days:
-            return 0
-        # every whole day from the oldest one's to the last that ended by `cutoff`
-        end = first + days * DAY
-        sweep.delete_before(self.engine, table, "time", end, stop=self.closing)
-        left = self._oldest(table)
-        if left is not None and left < end:  # stopped half-way: the rest waits for next time
-            return int((day_start(left) - first) // DAY)
-        sweep.release_pages(self.engine, stop=self.closing)
-        return days
+        return sweep.delete_days(self.engine, table, cutoff, stop=self.closing)
 
     # -- queries ---------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from gateway.ledger.database import writing
+from gateway.ledger.partitions import DAY, day_start
 
 HOLD_S = 0.01  # what one chunk should hold the write lock
 PAUSE_S = 0.03  # the least sleep between two chunks (a waiting writer's retries are <= 25 ms)
@@ -105,6 +106,30 @@ def delete_before(
         return int(conn.execute(sql, {"end": end, "n": n}).rowcount or 0)
 
     return chunked(engine, step, hold_s=hold_s, pause_s=pause_s, stop=stop)
+
+
+def delete_days(engine: Engine, table: str, cutoff: float, stop: threading.Event | None) -> int:
+    """Every whole day of `table` that ended by `cutoff` deleted (`delete_before`), then its
+    pages released; the days wholly gone, fewer when `stop` ended the sweep half-way (the rest
+    goes at the next retention)."""
+    oldest = _oldest(engine, table)
+    first = day_start(oldest) if oldest is not None else cutoff
+    days = max(0, int((cutoff - first) // DAY))
+    if not days:
+        return 0
+    end = first + days * DAY  # every whole day from the oldest one's to the last by `cutoff`
+    delete_before(engine, table, "time", end, stop=stop)
+    left = _oldest(engine, table)
+    if left is not None and left < end:
+        return int((day_start(left) - first) // DAY)
+    release_pages(engine, stop=stop)
+    return days
+
+
+def _oldest(engine: Engine, table: str) -> float | None:
+    with engine.connect() as conn:
+        oldest = conn.exec_driver_sql(f"SELECT min(time) FROM {table}").scalar()
+    return None if oldest is None else float(oldest)
 
 
 def release_pages(

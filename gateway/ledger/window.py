@@ -39,8 +39,8 @@ def window_economics(
 
     `settled`: over the last `window_s` of rolled-up 5-minute buckets instead (up to SETTLE_S,
     a bucket and a housekeeping tick behind the clock; the exact window when nothing rolls up),
-    which the database answers from the rollups alone: what a gauge recomputed every minute on
-    every process reads (`gateway.ledger.rollups.settled_span`).
+    which the database answers from the rollups alone: what the economics gauges, recomputed
+    every minute on every process, read (`gateway.ledger.rollups.settled_span`).
     The gateway can publish the result as gauges: `metrics.set_economics(econ)`.
     """
     now = time.time() if now is None else now

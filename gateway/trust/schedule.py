@@ -330,7 +330,7 @@ class EvalScheduler:
         the store's last day of node economics when there is a store."""
         economics: dict[str, Any] = {}
         if self.store is not None:
-            economics = window_economics(self.config, self.store, 86400.0, settled=True)[2]
+            economics = window_economics(self.config, self.store, 86400.0)[2]
         return route_prices(self.config, model, economics)
 
     async def _keep(self, results: list[ItemResult]) -> None:
