@@ -19,9 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.ledger import lease
+from gateway.ledger.partitions import DAY
 from gateway.ledger.window import window_economics
 from gateway.serving.upstream import probe
 from gateway.trust.gate import GateBook, SharedGateBook
@@ -275,9 +277,9 @@ class Housekeeper:
             if upkeep:
                 self.upkeep_ticks += 1
                 await self._timed(took, "rollups", self.store.roll_up, self.config)
-            economics = await self._timed(
-                took, "economics", window_economics, self.config, self.store, 86400.0, None, True
-            )
+            # The last day of rolled-up buckets: no raw row (gateway/ledger/window.py).
+            settled = partial(window_economics, settled=True)
+            economics = await self._timed(took, "economics", settled, self.config, self.store, DAY)
             self.metrics.set_economics(economics[2])
             if upkeep and self._retention_due(hourly):
                 self._retained = time.monotonic()

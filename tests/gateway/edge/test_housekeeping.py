@@ -21,6 +21,7 @@ from gateway.ledger.record import Record
 from gateway.ledger.store import Store, record_row
 from gateway.serving.pool import Pool
 from gateway.trust.gate import SharedGateBook
+from tests.gateway.ledger.test_metrics import samples
 
 
 def config(tmp_path: Path, interval: float) -> Config:
@@ -71,6 +72,63 @@ def test_runs_at_its_interval_and_retains_at_the_first_run(
     assert len(logged) >= 3
     assert "retention" in logged[0] and "rollups" in logged[0] and "economics" in logged[0]
     assert all("retention" not in line for line in logged[1:])  # once an hour
+
+
+def test_publishes_the_economics_of_the_last_day_of_rolled_up_buckets(tmp_path: Path) -> None:
+    """A run rolls up and publishes each model's $/M on its node from the settled window: the
+    traffic of an hour ago is in it; the last minute's waits for its bucket to be rolled up."""
+    cfg = Config.model_validate(
+        {
+            "upstreams": [
+                {
+                    "name": "u",
+                    "kind": "vllm",
+                    "base_url": "http://127.0.0.1:1/v1",
+                    "model": "m",
+                    "node": "box",
+                }
+            ],
+            "models": {"m": {"upstreams": ["u"]}},
+            "nodes": {"box": {"cost_per_hour": 3.6}},
+            "store": {"url": f"sqlite:///{tmp_path}/records.db"},
+        }
+    )
+    store = Store.from_config(cfg)
+    now = time.time()
+
+    def served(request_id: str, t: float, e2e_s: float = 10.0) -> dict[str, object]:
+        record = Record(
+            request_id=request_id,
+            door="chat",
+            model="m",
+            stream=False,
+            time=t,
+            upstream="u",
+            status=200,
+            prompt_tokens=600,
+            completion_tokens=400,
+            e2e_s=e2e_s,
+        )
+        return record_row(record)
+
+    store.write([served(f"hour-{i}", now - 3600 + 20 * i) for i in range(10)])
+    metrics = Metrics(cfg)
+    keeper = Housekeeper(
+        cfg, store, SharedGateBook(store), Demotions("g", Pool(cfg), store), metrics
+    )
+    per_m = (
+        "gateway_cost_per_million_tokens_usd",
+        frozenset({"model": "m", "side": "node"}.items()),
+    )
+    try:
+        asyncio.run(keeper.tick(hourly=False))
+        # 10 requests of 10 s on a $3.60/h node: $0.10 for 10,000 tokens, $10 a million.
+        assert samples(metrics)[per_m] == pytest.approx(10.0)
+        store.write([served("just-now", now - 40, e2e_s=30.0)])  # $0.03 more: $11.82 a million
+        asyncio.run(keeper.tick(hourly=False))
+        assert samples(metrics)[per_m] == pytest.approx(10.0)  # not rolled up yet
+    finally:
+        store.close()
 
 
 def runs(caplog: pytest.LogCaptureFixture) -> list[str]:
