@@ -55,7 +55,7 @@ from perf_procs import (  # noqa: E402
     set_fake_default,
 )
 
-from gateway.ledger import rollups  # noqa: E402
+from gateway.config import load_config  # noqa: E402
 from gateway.ledger.partitions import DAY, day_start, partition_ddl  # noqa: E402
 from gateway.ledger.percentile import percentile  # noqa: E402
 from gateway.ledger.store import Store  # noqa: E402
@@ -204,11 +204,6 @@ def prepare(url: str, args: argparse.Namespace, now: float) -> dict[str, int]:
             "last day": fill(store, now - DAY - args.hot_s, DAY, args.day_rate),
             "hot": fill(store, now - args.hot_s, args.hot_s, args.rate),
         }
-        if not args.cold:  # as on a gateway that has run all day: its rollups up to date
-            nodes: dict[str, list[str]] = {"box-a": ["fake"]}
-            for name, node in NODES.items():
-                nodes.setdefault(node, []).append(name)
-            rollups.roll_up(store.engine, nodes, now, max_buckets=10**6)
     finally:
         store.close()
     return rows
@@ -279,6 +274,12 @@ def serve_and_drive(
         port = free_port()
         cfg = scratch / "plumbline.toml"
         cfg.write_text(config_toml(port, url, fake, args.interval))
+        if not args.cold:  # as on a gateway that has run all day: its rollups up to date
+            store = Store(url)
+            try:
+                store.roll_up(load_config(cfg), time.time(), max_hours=40 * 24)
+            finally:
+                store.close()
         # --nice: housekeeping's thread at another nice value than shipped (0: as the loop's).
         pre = (
             ""
