@@ -21,6 +21,11 @@
 #             router/), for the perf stage alone: no vLLM payload, no GGUF
 #   perf      bench/gateway_perf.py on this machine's cores: direct, plumbline, vllm-router,
 #             floor-wire against the fake upstream (the seed scenario and the looping ones)
+#   housekeeping  bench/housekeeping_latency.py on this machine's cores, for each store in HK_DBS
+#             (sqlite postgres) with HK_ARGS; PostgreSQL from the host's server binaries, else
+#             from a carried pgserver wheel (.pcarry/pg/pgserver-*.whl, a relocatable build),
+#             run as a `postgres` user (initdb refuses root); HK_SPLIT=1 runs the stores side
+#             by side, each pinned to its half of the cores; needs perfsetup first
 #   pair      `plumbline bench` router through the gateway over both replicas
 #   eval      `plumbline eval run --suite smoke` through the gateway on the GPU replicas
 #   ttft      bench/ttft_path.py against replica 0: where the time to first token goes inside the
@@ -44,7 +49,8 @@ T0=$(date +%s)
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 collect() {
   cp "$LOG" "$OUT/run.log" 2>/dev/null
-  for f in env.txt bench.tsv bench.txt compare.md pair.txt gateway_perf.md gateway_perf.tsv eval.txt diag.txt diag.tsv lscpu.txt spy-gateway-c32.txt \
+  for f in housekeeping.md housekeeping-sqlite.log housekeeping-postgres.log \
+    env.txt bench.tsv bench.txt compare.md pair.txt gateway_perf.md gateway_perf.tsv eval.txt diag.txt diag.tsv lscpu.txt spy-gateway-c32.txt \
     ttft_path.md ttft_path_pinned.md; do
     [[ -f $GPU_RUN/$f ]] && cp "$GPU_RUN/$f" "$OUT/"
   done
@@ -249,7 +255,7 @@ stage_perfsetup() {
   say "perfsetup: the gateway's wheels and vllm-router from .pcarry"
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
     .pcarry/wheels/*.whl > "$GPU_RUN/assemble.log" 2>&1 || { tail -20 "$GPU_RUN/assemble.log"; return 1; }
-  install_router .pcarry/router || return 1
+  if [[ -d .pcarry/router ]]; then install_router .pcarry/router || return 1; fi
   { echo "# versions"; date -u +%FT%TZ; uname -r; nproc; free -g | head -2; python3 --version
     lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Socket'; } > "$GPU_RUN/env.txt" 2>&1
   cat "$GPU_RUN/env.txt"
@@ -266,6 +272,50 @@ stage_perf() {
   cp bench/results/gateway_perf_summary.md "$GPU_RUN/gateway_perf.md" 2>/dev/null
   cp bench/results/gateway_perf_runs.tsv "$GPU_RUN/gateway_perf.tsv" 2>/dev/null
   tail -20 "$GPU_RUN/gateway_perf.log"
+  return $rc
+}
+
+pg_from_wheel() {  # PostgreSQL's server binaries from the carried pgserver wheel, on PATH
+  local whl; whl=$(ls .pcarry/pg/pgserver-*.whl 2>/dev/null | head -1)
+  [[ -n $whl ]] || { say "no PostgreSQL server binaries here and no carried pgserver wheel"; return 1; }
+  rm -rf /tmp/pg && mkdir -p /tmp/pg && python3 -m zipfile -e "$whl" /tmp/pg || return 1
+  chmod -R a+rX /tmp/pg && chmod a+x /tmp/pg/pgserver/pginstall/bin/*
+  export PATH=/tmp/pg/pgserver/pginstall/bin:$PATH
+  if [[ $(id -u) == 0 ]] && ! id postgres > /dev/null 2>&1; then useradd -r -M postgres || return 1; fi
+  postgres --version
+}
+
+stage_housekeeping() {
+  # HK_SPLIT=1: the stores' runs side by side, each pinned to its own half of the cores
+  local db i=0 n; n=$(nproc)
+  local args=${HK_ARGS:---seconds 240 --interval 30 --hot-s 600 --expired-rate 3 --skip-s 5}
+  local dbs=(${HK_DBS:-sqlite postgres}) pids=()
+  for db in "${dbs[@]}"; do
+    if [[ $db == postgres ]] && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null \
+      && ! command -v initdb > /dev/null; then
+      pg_from_wheel || return 1
+    fi
+  done
+  for db in "${dbs[@]}"; do
+    local pin=()
+    if [[ ${HK_SPLIT:-0} == 1 ]]; then
+      local per=$((n / ${#dbs[@]}))
+      pin=(taskset -c "$((i * per))-$((i * per + per - 1))")
+    fi
+    say "housekeeping: $db, $args ${pin[*]}"
+    # shellcheck disable=SC2086
+    "${pin[@]}" python3 bench/housekeeping_latency.py --db "$db" $args \
+      --out "$GPU_RUN/housekeeping-$db.md" > "$GPU_RUN/housekeeping-$db.log" 2>&1 &
+    pids+=($!)
+    [[ ${HK_SPLIT:-0} == 1 ]] || wait "${pids[-1]}"
+    i=$((i + 1))
+  done
+  local rc=0
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { rc=1; say "housekeeping ${dbs[$i]} failed"; }
+    tail -12 "$GPU_RUN/housekeeping-${dbs[$i]}.log"
+  done
+  cat "$GPU_RUN"/housekeeping-*.md > "$GPU_RUN/housekeeping.md" 2>/dev/null
   return $rc
 }
 
@@ -346,7 +396,7 @@ while [[ $# -gt 0 ]]; do
   stage=$1; shift
   case $stage in
     carry) stage_carry || rc=1 ;;
-    setup|perfsetup|up|gateway|bench|pair|perf|eval|diag|ttft) "stage_$stage" || { rc=1; say "stage $stage failed"; break; } ;;
+    setup|perfsetup|up|gateway|bench|pair|perf|housekeeping|eval|diag|ttft) "stage_$stage" || { rc=1; say "stage $stage failed"; break; } ;;
     *) echo "unknown stage $stage" >&2; rc=2; break ;;
   esac
 done

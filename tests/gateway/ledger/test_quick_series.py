@@ -69,3 +69,14 @@ def test_a_child_without_the_attributes_is_counted_by_its_own_methods() -> None:
     incrementer(odd)(2)
     observer(odd)(3)
     assert odd.seen == [2, -3]
+
+
+def test_the_installed_prometheus_client_is_counted_the_quick_way() -> None:
+    """The quick way reads prometheus-client's private value objects and falls back, silently,
+    to the public methods where they are missing: an upgrade that renamed them would leave the
+    metrics right but every request slower. This fails instead, so the upgrade is looked at."""
+    counter, _, _, _ = pair(Counter)
+    histogram, _, _, _ = pair(Histogram)
+    assert incrementer(counter) == counter._value.inc
+    assert incrementer(counter) != counter.inc
+    assert observer(histogram) != histogram.observe
