@@ -24,8 +24,9 @@
 #   housekeeping  bench/housekeeping_latency.py on this machine's cores, for each store in HK_DBS
 #             (sqlite postgres) with HK_ARGS; PostgreSQL from the host's server binaries, else
 #             from a carried pgserver wheel (.pcarry/pg/pgserver-*.whl, a relocatable build),
-#             run as a `postgres` user (initdb refuses root); HK_SPLIT=1 runs the stores side
-#             by side, each pinned to its half of the cores; needs perfsetup first
+#             run as a `postgres` user (initdb refuses root); HK_RUNS for other runs than one
+#             a store (e.g. "postgres;postgres --switch-ms 1"), HK_SPLIT=1 runs them side by
+#             side, each pinned to its share of the cores; needs perfsetup first
 #   pair      `plumbline bench` router through the gateway over both replicas
 #   eval      `plumbline eval run --suite smoke` through the gateway on the GPU replicas
 #   ttft      bench/ttft_path.py against replica 0: where the time to first token goes inside the
@@ -49,8 +50,7 @@ T0=$(date +%s)
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 collect() {
   cp "$LOG" "$OUT/run.log" 2>/dev/null
-  for f in housekeeping.md housekeeping-sqlite.log housekeeping-postgres.log \
-    env.txt bench.tsv bench.txt compare.md pair.txt gateway_perf.md gateway_perf.tsv eval.txt diag.txt diag.tsv lscpu.txt spy-gateway-c32.txt \
+  for f in housekeeping.md env.txt bench.tsv bench.txt compare.md pair.txt gateway_perf.md gateway_perf.tsv eval.txt diag.txt diag.tsv lscpu.txt spy-gateway-c32.txt \
     ttft_path.md ttft_path_pinned.md; do
     [[ -f $GPU_RUN/$f ]] && cp "$GPU_RUN/$f" "$OUT/"
   done
@@ -286,34 +286,35 @@ pg_from_wheel() {  # PostgreSQL's server binaries from the carried pgserver whee
 }
 
 stage_housekeeping() {
-  # HK_SPLIT=1: the stores' runs side by side, each pinned to its own half of the cores
-  local db i=0 n; n=$(nproc)
+  # HK_RUNS: runs separated by ';', each a store and the bench's further options (default: each
+  # store of HK_DBS as it is). HK_SPLIT=1: the runs side by side, each pinned to its share of
+  # the cores. Each run's samples and the gateway's log are kept (in logs.tgz).
+  local n i=0 run db extra; n=$(nproc)
   local args=${HK_ARGS:---seconds 240 --interval 30 --hot-s 600 --expired-rate 3 --skip-s 5}
-  local dbs=(${HK_DBS:-sqlite postgres}) pids=()
-  for db in "${dbs[@]}"; do
-    if [[ $db == postgres ]] && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null \
-      && ! command -v initdb > /dev/null; then
-      pg_from_wheel || return 1
-    fi
-  done
-  for db in "${dbs[@]}"; do
-    local pin=()
-    if [[ ${HK_SPLIT:-0} == 1 ]]; then
-      local per=$((n / ${#dbs[@]}))
-      pin=(taskset -c "$((i * per))-$((i * per + per - 1))")
-    fi
-    say "housekeeping: $db, $args ${pin[*]}"
+  local runs=() pids=() names=()
+  IFS=';' read -r -a runs <<< "${HK_RUNS:-$(echo ${HK_DBS:-sqlite postgres} | tr ' ' ';')}"
+  if [[ ${HK_RUNS:-${HK_DBS:-postgres}} == *postgres* ]] \
+    && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null && ! command -v initdb > /dev/null; then
+    pg_from_wheel || return 1
+  fi
+  local per=$((n / ${#runs[@]}))
+  for run in "${runs[@]}"; do
+    read -r db extra <<< "$run"
+    local name="housekeeping-$i-$db" pin=()
+    [[ ${HK_SPLIT:-0} == 1 ]] && pin=(taskset -c "$((i * per))-$((i * per + per - 1))")
+    say "housekeeping $i: $db $args $extra ${pin[*]}"
     # shellcheck disable=SC2086
-    "${pin[@]}" python3 bench/housekeeping_latency.py --db "$db" $args \
-      --out "$GPU_RUN/housekeeping-$db.md" > "$GPU_RUN/housekeeping-$db.log" 2>&1 &
-    pids+=($!)
+    "${pin[@]}" python3 bench/housekeeping_latency.py --db "$db" $args $extra \
+      --out "$GPU_RUN/$name.md" --samples "$GPU_RUN/$name.samples.tsv" --log "$GPU_RUN/$name.gateway.log" \
+      > "$GPU_RUN/$name.log" 2>&1 &
+    pids+=($!) names+=("$name")
     [[ ${HK_SPLIT:-0} == 1 ]] || wait "${pids[-1]}"
     i=$((i + 1))
   done
   local rc=0
   for i in "${!pids[@]}"; do
-    wait "${pids[$i]}" || { rc=1; say "housekeeping ${dbs[$i]} failed"; }
-    tail -12 "$GPU_RUN/housekeeping-${dbs[$i]}.log"
+    wait "${pids[$i]}" || { rc=1; say "${names[$i]} failed"; }
+    tail -12 "$GPU_RUN/${names[$i]}.log"
   done
   cat "$GPU_RUN"/housekeeping-*.md > "$GPU_RUN/housekeeping.md" 2>/dev/null
   return $rc

@@ -34,9 +34,14 @@ from gateway.ledger.record import RecordSink
 from gateway.ledger.store import Store
 from gateway.serving.processes import EngineProcesses
 
-__all__ = ["Gateway", "app_from_env", "create_app", "settle_heap"]
+__all__ = ["Gateway", "app_from_env", "create_app", "settle_heap", "hand_over_sooner"]
 
 log = logging.getLogger("plumbline")
+# How long a thread may keep the GIL from another that waits for it (CPython's default: 5 ms).
+# The event loop waits for it whenever the record writer's or housekeeping's thread holds it; at
+# 5 ms a request that needs the loop a few times while they work waited 10-15 ms more.
+# `bench/housekeeping_latency.py --switch-ms` measures another value.
+GIL_SWITCH_S = 0.001
 
 
 def settle_heap() -> None:
@@ -52,6 +57,12 @@ def settle_heap() -> None:
     gc.set_threshold(50_000, 20, 20)
 
 
+def hand_over_sooner() -> None:
+    """The GIL handed to a waiting thread after `GIL_SWITCH_S` rather than CPython's 5 ms, for a
+    serving process: its event loop waits less behind the record writer and housekeeping."""
+    sys.setswitchinterval(GIL_SWITCH_S)
+
+
 def create_app(
     config: Config,
     sinks: list[RecordSink] | None = None,
@@ -64,7 +75,8 @@ def create_app(
 ) -> FastAPI:
     """The gateway app. `record=False` runs without the store (tests, benchmarks of the relay).
     `config_path` is what `POST /admin/reload` re-reads. `tune_gc`: the process serves only
-    this app (`plumbline serve`, the uvicorn factory), so it may tune the collector for it.
+    this app (`plumbline serve`, the uvicorn factory), so it may tune the collector and the GIL's
+    hand-over for it.
     `processes`: the supervisor of the engines it launched (`plumbline up`), read by routing
     and ``/health``."""
     logs.install()  # every log line names the request it was written for
@@ -81,6 +93,7 @@ def create_app(
         app.state.gateway = gateway
         if tune_gc:
             settle_heap()
+            hand_over_sooner()
         try:
             yield
         finally:
