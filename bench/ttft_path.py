@@ -193,7 +193,7 @@ def serve(args: argparse.Namespace) -> None:
         from gateway.edge.app import create_app
 
         instrument_gateway()
-        app = create_app(load_config(args.config), config_path=args.config, tune_gc=True)
+        app = create_app(load_config(args.config), config_path=args.config, tune_process=True)
         options = SERVE_OPTIONS
     try:
         # uvicorn's own `run` raises the SIGTERM it caught again once stopped, ending the process

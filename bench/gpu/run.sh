@@ -21,12 +21,12 @@
 #             router/), for the perf stage alone: no vLLM payload, no GGUF
 #   perf      bench/gateway_perf.py on this machine's cores: direct, plumbline, vllm-router,
 #             floor-wire against the fake upstream (the seed scenario and the looping ones)
-#   housekeeping  bench/housekeeping_latency.py on this machine's cores, for each store in HK_DBS
-#             (sqlite postgres) with HK_ARGS; PostgreSQL from the host's server binaries, else
-#             from a carried pgserver wheel (.pcarry/pg/pgserver-*.whl, a relocatable build),
-#             run as a `postgres` user (initdb refuses root); HK_RUNS for other runs than one
-#             a store (e.g. "postgres;postgres --switch-ms 1"), HK_SPLIT=1 runs them side by
-#             side, each pinned to its share of the cores; needs perfsetup first
+#   housekeeping  bench/housekeeping_latency.py on this machine's cores with HK_ARGS, one run a
+#             store of HK_RUNS (default "sqlite;postgres"; e.g. "postgres;postgres --switch-ms 1");
+#             PostgreSQL from the host's server binaries, else from a carried pgserver wheel
+#             (.pcarry/pg/pgserver-*.whl, a relocatable build), run as a `postgres` user (initdb
+#             refuses root); HK_SPLIT=1 runs them side by side, each pinned to its share of the
+#             cores; needs perfsetup first
 #   pair      `plumbline bench` router through the gateway over both replicas
 #   eval      `plumbline eval run --suite smoke` through the gateway on the GPU replicas
 #   ttft      bench/ttft_path.py against replica 0: where the time to first token goes inside the
@@ -286,14 +286,14 @@ pg_from_wheel() {  # PostgreSQL's server binaries from the carried pgserver whee
 }
 
 stage_housekeeping() {
-  # HK_RUNS: runs separated by ';', each a store and the bench's further options (default: each
-  # store of HK_DBS as it is). HK_SPLIT=1: the runs side by side, each pinned to its share of
-  # the cores. Each run's samples and the gateway's log are kept (in logs.tgz).
+  # HK_RUNS: runs separated by ';', each a store and the bench's further options. HK_SPLIT=1: the
+  # runs side by side, each pinned to its share of the cores. Each run's samples and the
+  # gateway's log are kept (in logs.tgz).
   local n i=0 run db extra; n=$(nproc)
   local args=${HK_ARGS:---seconds 240 --interval 30 --hot-s 600 --expired-rate 3 --skip-s 5}
   local runs=() pids=() names=()
-  IFS=';' read -r -a runs <<< "${HK_RUNS:-$(echo ${HK_DBS:-sqlite postgres} | tr ' ' ';')}"
-  if [[ ${HK_RUNS:-${HK_DBS:-postgres}} == *postgres* ]] \
+  IFS=';' read -r -a runs <<< "${HK_RUNS:-sqlite;postgres}"
+  if [[ "${runs[*]}" == *postgres* ]] \
     && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" > /dev/null && ! command -v initdb > /dev/null; then
     pg_from_wheel || return 1
   fi

@@ -28,7 +28,7 @@ def _serve(
 
     config = listening(config, host, port)
     serve(
-        create_app(config, config_path=path, tune_gc=True, processes=processes),
+        create_app(config, config_path=path, tune_process=True, processes=processes),
         config.server.host,
         config.server.port,
         config.server,

@@ -70,13 +70,13 @@ def create_app(
     record: bool = True,
     config_path: Path | None = None,
     access: Access | None = None,
-    tune_gc: bool = False,
+    tune_process: bool = False,
     processes: EngineProcesses | None = None,
 ) -> FastAPI:
     """The gateway app. `record=False` runs without the store (tests, benchmarks of the relay).
-    `config_path` is what `POST /admin/reload` re-reads. `tune_gc`: the process serves only
-    this app (`plumbline serve`, the uvicorn factory), so it may tune the collector and the GIL's
-    hand-over for it.
+    `config_path` is what `POST /admin/reload` re-reads. `tune_process`: the process serves
+    only this app (`plumbline serve`, the uvicorn factory), so it may tune the collector and the
+    GIL's hand-over for it.
     `processes`: the supervisor of the engines it launched (`plumbline up`), read by routing
     and ``/health``."""
     logs.install()  # every log line names the request it was written for
@@ -91,7 +91,7 @@ def create_app(
         gateway = Gateway(config, sinks, store, access, processes)
         await gateway.start()
         app.state.gateway = gateway
-        if tune_gc:
+        if tune_process:
             settle_heap()
             hand_over_sooner()
         try:
@@ -144,7 +144,7 @@ def app_from_env() -> FastAPI:
         end_with_supervisor(int(supervisor))
     path = default_config_path()
     config = listening_from_env(load_config(path))
-    app = create_app(config, config_path=path, tune_gc=True)
+    app = create_app(config, config_path=path, tune_process=True)
     # This process serves only this app: its connection limits (docs/limits.md), with the
     # open-files limit raised to the hard limit.
     limits, line = start_limits(config.server)

@@ -1,5 +1,5 @@
 """The app factory's tuning of a serving process (`gateway.edge.app`): a process that serves the
-gateway alone (`tune_gc`: `plumbline serve`, the uvicorn factory) hands the GIL over after
+gateway alone (`tune_process`: `plumbline serve`, the uvicorn factory) hands the GIL over after
 `GIL_SWITCH_S` and tunes its collector; an app built anywhere else leaves both as they were."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def test_a_serving_process_hands_the_gil_over_sooner_and_an_embedding_one_is_lef
         with TestClient(create_app(config)):
             assert sys.getswitchinterval() == pytest.approx(0.005)
             assert gc.get_threshold() == (700, 10, 10)
-        with TestClient(create_app(config, tune_gc=True)):
+        with TestClient(create_app(config, tune_process=True)):
             assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_S)
             assert gc.get_threshold() == (50_000, 20, 20)
     finally:
