@@ -30,6 +30,7 @@ from gateway.edge.request import BODY, SEND
 from gateway.edge.request_id import has_id, id_headers, stamped
 from gateway.edge.route import Handler, Route
 from gateway.errors import GatewayError
+from gateway.serving.outlet import DIRECT
 from gateway.serving.relay import Answered
 from gateway.serving.stream_relay import StreamRelay
 
@@ -119,7 +120,13 @@ class GatewayApp(FastAPI):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.guard is not None and scope["type"] == "http":
             scope["app"] = self
-            await self.guard(scope, receive, send)
+            try:
+                await self.guard(scope, receive, send)
+            finally:
+                # The server's `send` and writer (its request cycle's methods) in the scope the
+                # cycle holds: a reference cycle per request, left to the collector otherwise.
+                scope.pop(SEND, None)
+                scope.pop(DIRECT, None)
             return
         await super().__call__(scope, receive, send)
 

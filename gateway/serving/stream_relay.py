@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -341,3 +341,11 @@ class StreamRelay(Response):
         self.opened.response.release()
         self.pool.end(self.opened.upstream.name)
         self.done()
+        # The call's head, and the closures the relay was made with, reach back to the relay:
+        # a reference cycle a stream, left to the cyclic collector, otherwise.
+        self.call.head = None
+        self.taps = self.headers_of = self.done = _spent
+
+
+def _spent(*_: object) -> NoReturn:
+    raise RuntimeError("the stream has ended")

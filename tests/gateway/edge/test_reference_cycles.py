@@ -1,0 +1,77 @@
+"""A served request leaves no reference cycle behind: whatever it made is freed by reference
+counting when it ends. Each cycle is garbage only the cyclic collector frees, and at 300
+requests a second a serving process's young collections came every 7 s and took 20-85 ms each,
+nearly all of it freeing such cycles (`bench/housekeeping_latency.py` prints the collector's
+pauses): every request in flight waited that long."""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from gateway.edge.app import create_app
+from plumbline_kit.fakes.upstream import FakeHandle
+from tests.harness import ListSink, config_from, serving_server
+
+
+@pytest.fixture
+def root(fake: FakeHandle) -> Iterator[str]:
+    cfg = config_from(
+        {
+            "server": {"health_interval_s": 0},
+            "upstreams": [{"name": "a", "kind": "vllm", "base_url": fake.base_url, "model": "m"}],
+            "models": {"m": {"upstreams": ["a"]}},
+        }
+    )
+    app = create_app(cfg, sinks=[ListSink()])
+    uv = {"http": "gateway.edge.connection:BoundedHttp", "loop": "uvloop"}
+    with serving_server(app, **uv) as (url, _server):
+        yield url
+
+
+def traffic(root: str) -> None:
+    """Each door, whole and streamed, and a refused request."""
+    client = openai.OpenAI(base_url=root + "/v1", api_key="k", max_retries=0)
+    messages = [{"role": "user", "content": "hi"}]
+    client.chat.completions.create(model="m", messages=messages, max_tokens=8)  # type: ignore[arg-type]
+    chunks = client.chat.completions.create(
+        model="m",
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    assert list(chunks)[-1].usage is not None
+    client.completions.create(model="m", prompt="hi", max_tokens=8)
+    client.responses.create(model="m", input="hi", max_output_tokens=8)
+    assert list(client.responses.create(model="m", input="hi", max_output_tokens=8, stream=True))
+    body = {"model": "m", "max_tokens": 8, "messages": messages}
+    assert httpx.post(root + "/v1/messages", json=body, timeout=30).status_code == 200
+    streamed = {**body, "stream": True}
+    assert httpx.post(root + "/v1/messages", json=streamed, timeout=30).status_code == 200
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=messages)  # type: ignore[arg-type]
+
+
+def test_requests_of_every_door_leave_no_reference_cycle(root: str) -> None:
+    traffic(root)  # the first requests build what lives on (pools, caches, compiled code)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds unreachable is kept, to be named
+    try:
+        for _ in range(3):
+            traffic(root)
+        gc.collect()
+        ours = Counter(
+            f"{type(o).__module__}.{type(o).__qualname__}"
+            for o in gc.garbage
+            if type(o).__module__.startswith(("gateway.", "uvicorn."))
+        )
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not ours, f"left to the cyclic collector: {dict(ours)}"
