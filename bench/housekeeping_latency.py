@@ -30,11 +30,12 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import io
 import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -63,6 +64,18 @@ from gateway.ledger.store import Store  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "2026-12-04-housekeeping-request-latency.md"
+BUCKET_RUN_S = 0.1  # a rollups part this long rolled up a bucket (an idle one takes ~10 ms)
+SPAWN = re.compile(r"^(\S+ \S+) INFO \S+ \[-\] the store's upkeep runs in a child", re.MULTILINE)
+# A collector's pause of 2 ms or more, printed with when it ended: `GC_WATCH.format(out=...)` is
+# code that installs it (in the gateway's process and in the load generator).
+GC_WATCH = (
+    "import gc, sys, time; _gc_t = [0.0]; "
+    "gc.callbacks.append(lambda phase, info: _gc_t.__setitem__(0, time.perf_counter()) "
+    "if phase == 'start' else (time.perf_counter() - _gc_t[0] >= 0.002 and print("
+    'f\'gc pause gen {{info["generation"]}} {{1e3 * (time.perf_counter() - _gc_t[0]):.1f}} ms '
+    'at {{time.time():.3f}} collected {{info["collected"]}}\', file={out}, flush=True))); '
+)
+PAUSE = re.compile(r"^gc pause gen (\d) ([\d.]+) ms at ([\d.]+) collected \d+$", re.MULTILINE)
 LINE = re.compile(r"^(\S+ \S+) INFO \S+ \[-\] housekeeping took ([\d.]+) s \((.*)\)$", re.MULTILINE)
 
 
@@ -78,7 +91,9 @@ def fill(store: Store, t0: float, seconds: float, rate: float) -> int:
     return n
 
 
-def config_toml(port: int, store_url: str, fake: Proc, interval: float) -> str:
+def config_toml(
+    port: int, store_url: str, fake: Proc, interval: float, upkeep_process: bool = True
+) -> str:
     """The gateway's configuration: the generated rows' upstreams (unreachable, as in
     month_gen) and nodes, and the bench's model on the fake, which runs on node box-a."""
     import hashlib
@@ -87,7 +102,8 @@ def config_toml(port: int, store_url: str, fake: Proc, interval: float) -> str:
     out = [
         f'[server]\nhost = "127.0.0.1"\nport = {port}\nhealth_interval_s = 30\n',
         f'[[access.keys]]\nid = "bench"\nsha256 = "{digest}"\nrole = "client"\n',
-        f'[store]\nurl = "{store_url}"\nhousekeeping_interval_s = {interval}\n',
+        f'[store]\nurl = "{store_url}"\nhousekeeping_interval_s = {interval}\n'
+        f"upkeep_process = {str(upkeep_process).lower()}\n",
         "[nodes.box-a]\ncost_per_hour = 2.0\n\n[nodes.box-b]\ncost_per_hour = 4.0\n",
         f'[[upstreams]]\nname = "fake"\nkind = "vllm"\nbase_url = "{fake.base_url}"\n'
         f'model = "{MODEL}"\nnode = "box-a"\n',
@@ -116,23 +132,35 @@ class Run:
     start: float
     end: float
     parts: dict[str, float]
+    spawned: bool = False  # the run that started the upkeep's child process
 
 
 def runs(log: str) -> list[Run]:
     out = []
+    spawn = SPAWN.search(log)
+    spawned_at = stamp_time(spawn.group(1)) if spawn else None
     for stamp, total, parts in LINE.findall(log):
-        end = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        end = stamp_time(stamp)
         named = {p.rsplit(" ", 2)[0]: float(p.rsplit(" ", 2)[1]) for p in parts.split(", ") if p}
-        out.append(Run(end - float(total), end, named))
+        first_after = spawned_at is not None and end >= spawned_at
+        out.append(Run(end - float(total), end, named, first_after))
+        if first_after:
+            spawned_at = None
     return out
 
 
-async def drive(url: str, rate: float, seconds: float) -> list[tuple[float, float, bool]]:
+def stamp_time(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+async def drive(
+    url: str, rate: float, seconds: float, gc_out: io.StringIO
+) -> list[tuple[float, float, bool]]:
     """`rate` requests a second for `seconds`, open loop: (due, done, ok) of each. The load
     generator keeps only the requests in flight and each one's three numbers: when it kept
     every request's task, its collector's full collections over them grew to 90-160 ms, and
     every request due meanwhile read as that much slower (the slowest "quiet" requests of the
-    earlier results were these)."""
+    earlier results were these). Its collector's pauses go to `gc_out` (`GC_WATCH`)."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
     out: list[tuple[float, float, bool]] = []
     connector = aiohttp.TCPConnector(limit=512)
@@ -154,6 +182,8 @@ async def drive(url: str, rate: float, seconds: float) -> list[tuple[float, floa
         t0 = time.time() + 0.5
         flying: set[asyncio.Task[None]] = set()
         gc.freeze()  # what exists before the load is not walked again
+        watching = len(gc.callbacks)
+        exec(GC_WATCH.format(out="gc_out"), {"gc_out": gc_out})
         for i in range(int(rate * seconds)):
             due = t0 + i / rate
             await asyncio.sleep(max(0.0, due - time.time()))
@@ -162,18 +192,33 @@ async def drive(url: str, rate: float, seconds: float) -> list[tuple[float, floa
             task.add_done_callback(flying.discard)
         while flying:
             await asyncio.wait(set(flying))
+        del gc.callbacks[watching:]
     return out
 
 
+def pauses(text: str) -> list[tuple[float, float]]:
+    """(start, end) of each collector pause `GC_WATCH` printed in `text`."""
+    return [(float(t) - float(ms) / 1e3, float(t)) for _, ms, t in PAUSE.findall(text)]
+
+
 def phases(
-    samples: list[tuple[float, float, bool]], ran: list[Run], skip_s: float
+    samples: list[tuple[float, float, bool]],
+    ran: list[Run],
+    skip_s: float,
+    collecting: Sequence[tuple[float, float]] = (),
 ) -> dict[str, list[float]]:
-    """Latencies (ms) by phase: quiet, during a steady run, during the first run's rollups
-    and economics, during its retention."""
+    """Latencies (ms) by phase: quiet, during a steady run, during a later run that rolled up
+    a bucket (its rollups `BUCKET_RUN_S` or more: once in five minutes, the bucket the load
+    filled), during the run that started the upkeep's process, during the first run's rollups
+    and economics, during its retention; and the quiet requests during none of the
+    `collecting` pauses (the gateway's and the load generator's collectors)."""
     first = ran[0] if ran else None
     out: dict[str, list[float]] = {
         "quiet": [],
+        "quiet, no collector pause": [],
         "housekeeping": [],
+        "rolling up a bucket": [],
+        "starting the upkeep process": [],
         "first run": [],
         "retention": [],
     }
@@ -185,8 +230,14 @@ def phases(
         hit = [r for r in ran if due < r.end and done > r.start]
         if not hit:
             out["quiet"].append(ms)
+            if not any(due < b and done > a for a, b in collecting):
+                out["quiet, no collector pause"].append(ms)
         elif hit[0] is not first:
             out["housekeeping"].append(ms)
+            if hit[0].spawned:
+                out["starting the upkeep process"].append(ms)
+            elif hit[0].parts.get("rollups", 0.0) >= BUCKET_RUN_S:
+                out["rolling up a bucket"].append(ms)
         elif first is not None and done > first.end - first.parts.get("retention", 0.0):
             out["retention"].append(ms)
         else:
@@ -216,6 +267,16 @@ def prepare(url: str, args: argparse.Namespace, now: float) -> dict[str, int]:
     finally:
         store.close()
     return rows
+
+
+def collector_line(whose: str, spans: list[tuple[float, float]]) -> str:
+    if not spans:
+        return f"\n{whose} collector: no pause of 2 ms or more.\n"
+    ms = sorted(1e3 * (b - a) for a, b in spans)
+    return (
+        f"\n{whose} collector: {len(ms)} pauses of 2 ms or more, "
+        f"median {ms[len(ms) // 2]:.1f} ms, longest {ms[-1]:.1f} ms.\n"
+    )
 
 
 def report(
@@ -273,13 +334,19 @@ def options() -> argparse.Namespace:
         action="store_true",
         help="leave the rollups' backfill (6 h of buckets a run) to the gateway's housekeeping",
     )
+    ap.add_argument(
+        "--upkeep",
+        choices=("process", "thread"),
+        default="process",
+        help="where the store's upkeep runs (store.upkeep_process; shipped: process)",
+    )
     ap.add_argument("--samples", type=Path, help="write each request's due, done, ok here")
     ap.add_argument("--log", type=Path, help="keep the gateway's log here")
     return ap.parse_args()
 
 
 def serve_and_drive(
-    args: argparse.Namespace, url: str, scratch: Path
+    args: argparse.Namespace, url: str, scratch: Path, driver_gc: io.StringIO
 ) -> tuple[list[tuple[float, float, bool]], str]:
     """The fake and the gateway on `url`, the load through it: the samples, the gateway's log."""
     fake = fake_upstream(scratch)
@@ -287,7 +354,7 @@ def serve_and_drive(
         set_fake_default(fake, {"tokens": 16, "realistic": True})
         port = free_port()
         cfg = scratch / "plumbline.toml"
-        cfg.write_text(config_toml(port, url, fake, args.interval))
+        cfg.write_text(config_toml(port, url, fake, args.interval, args.upkeep == "process"))
         if not args.cold:  # as on a gateway that has run all day: its rollups up to date
             store = Store(url)
             try:
@@ -303,6 +370,7 @@ def serve_and_drive(
         )
         if args.switch_ms is not None:
             pre += f"import gateway.edge.app as a; a.GIL_SWITCH_S = {args.switch_ms / 1000!r}; "
+        pre += GC_WATCH.format(out="sys.stderr")  # the gateway's collections, in its log
         code = pre + "from gateway.cli import app; app()"
         argv = [sys.executable, "-c", code, "serve", "--config", str(cfg)]
         gw = launch(
@@ -310,7 +378,7 @@ def serve_and_drive(
         )
         print(f"gateway pid {gw.pid}", flush=True)
         try:
-            samples = asyncio.run(drive(gw.base_url, args.rate, args.seconds))
+            samples = asyncio.run(drive(gw.base_url, args.rate, args.seconds, driver_gc))
             time.sleep(0.5)
         finally:
             gw.stop()
@@ -328,14 +396,17 @@ def main() -> None:
         t0 = time.perf_counter()
         rows = prepare(url, args, time.time())
         print(f"filled {rows} in {time.perf_counter() - t0:.0f} s", flush=True)
-        samples, log = serve_and_drive(args, url, Path(tmp))
+        driver_gc = io.StringIO()
+        samples, log = serve_and_drive(args, url, Path(tmp), driver_gc)
     if args.log:
         args.log.write_text(log)
     if args.samples:
         args.samples.write_text("".join(f"{d:.4f}\t{e:.4f}\t{int(ok)}\n" for d, e, ok in samples))
     ran = runs(log)
     failed = sum(1 for s in samples if not s[2])
-    text = report(args, rows, phases(samples, ran, args.skip_s), ran)
+    mine, theirs = pauses(log), pauses(driver_gc.getvalue())
+    text = report(args, rows, phases(samples, ran, args.skip_s, mine + theirs), ran)
+    text += collector_line("the gateway's", mine) + collector_line("the load generator's", theirs)
     if failed:
         text += f"\n{failed} of {len(samples)} requests failed.\n"
     print(text)

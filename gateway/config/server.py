@@ -98,3 +98,7 @@ class StoreConfig(Frozen):
     # the gate decisions and demotions of the other gateways, the hourly rollups, the node-vs-API
     # economics; retention runs with the first of them and then once an hour whatever this is.
     housekeeping_interval_s: float = Field(60.0, gt=0, le=3600)
+    # The store's upkeep (rollups, retention) in a child process of its own, from its second run
+    # on (gateway/ledger/upkeep.py), so its Python never holds the serving process's GIL; false:
+    # in housekeeping's thread. An in-memory SQLite store always keeps it in the thread.
+    upkeep_process: bool = True

@@ -19,11 +19,14 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.ledger import lease
 from gateway.ledger.partitions import DAY
+from gateway.ledger.rollups import node_upstreams
+from gateway.ledger.upkeep import Upkeep, in_memory
 from gateway.ledger.window import window_economics
 from gateway.serving.upstream import probe
 from gateway.trust.gate import GateBook, SharedGateBook
@@ -196,7 +199,8 @@ class Housekeeper:
     on the store recorded, share the demotions, publish node-vs-API economics. The store's
     upkeep is done once for all the processes on it, by the holder of the upkeep lease
     (`gateway.ledger.lease`): roll up at each run, apply retention at its first upkeep run and
-    then once an hour. Each run logs what its parts took."""
+    then once an hour, in a child process from its second upkeep run on (`gateway.ledger.upkeep`;
+    `store.upkeep_process`). Each run logs what its parts took."""
 
     def __init__(
         self,
@@ -220,6 +224,13 @@ class Housekeeper:
         # never takes a thread the request path's own `to_thread` calls need, and on a busy
         # machine yields the CPU to the loop. Made at the first run, ended at stop.
         self._executor: ThreadPoolExecutor | None = None
+        # The upkeep's own process, started at the second upkeep run, ended at stop.
+        self._child: Upkeep | None = None
+
+    @property
+    def upkeep_pid(self) -> int | None:
+        """The upkeep's child process, once it has run there."""
+        return None if self._child is None else self._child.pid
 
     def start(self) -> None:
         self._task.start(self._forever())
@@ -235,6 +246,9 @@ class Housekeeper:
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
+        child, self._child = self._child, None
+        if child is not None:
+            child.close()
 
     async def _forever(self) -> None:
         while True:
@@ -276,7 +290,7 @@ class Housekeeper:
             )
             if upkeep:
                 self.upkeep_ticks += 1
-                await self._timed(took, "rollups", self.store.roll_up, self.config)
+                await self._upkeep(took, "rollups", None)
             # The last day of rolled-up buckets: no raw row (gateway/ledger/window.py).
             settled = partial(window_economics, settled=True)
             economics = await self._timed(took, "economics", settled, self.config, self.store, DAY)
@@ -284,17 +298,43 @@ class Housekeeper:
             if upkeep and self._retention_due(hourly):
                 self._retained = time.monotonic()
                 s = self.config.store
-                await self._timed(
-                    took,
-                    "retention",
-                    self.store.apply_retention,
-                    s.retention_days,
-                    s.content_retention_days,
-                    None,
-                    s.responses_retention_days,
-                )
+                days = (s.retention_days, s.content_retention_days, None)
+                await self._upkeep(took, "retention", (*days, s.responses_retention_days))
         except Exception:
             log.exception("store housekeeping failed")
+
+    def _upkeep_child(self) -> Upkeep | None:
+        """The child process for this upkeep run, or None where it runs in the thread: the
+        first upkeep run, `store.upkeep_process` off, an in-memory SQLite store."""
+        wanted = self.upkeep_ticks > 1 and self.config.store.upkeep_process
+        if self._child is None and wanted and not in_memory(self.store.url):
+            self._child = Upkeep(self.store.url)
+            log.info(
+                "the store's upkeep runs in a child process from now on (store.upkeep_process)"
+            )
+        return self._child
+
+    async def _upkeep(
+        self, took: dict[str, float], name: str, retention: tuple[Any, ...] | None
+    ) -> Any:
+        """The rollups (`retention` None) or retention with its arguments, in the upkeep's
+        child process where there is one, else in housekeeping's thread; timed."""
+        child = self._upkeep_child()
+        if child is None:
+            if retention is None:
+                return await self._timed(took, name, self.store.roll_up, self.config)
+            return await self._timed(took, name, self.store.apply_retention, *retention)
+        t0 = time.perf_counter()
+        try:
+            if retention is None:
+                return await child.roll_up(node_upstreams(self.config))
+            return await child.retention(*retention)
+        except BrokenProcessPool:  # the child died (killed, out of memory): a new one next run
+            self._child = None
+            child.close()
+            raise
+        finally:
+            took[name] = time.perf_counter() - t0
 
     async def _timed(
         self, took: dict[str, float], name: str, fn: Callable[..., R], *args: Any

@@ -6,18 +6,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from gateway.config import Config
 from gateway.edge.housekeeping import HOUSEKEEPING_NICE, Demotions, Housekeeper, lower_priority
 from gateway.ledger.metrics import Metrics
 from gateway.ledger.partitions import DAY
 from gateway.ledger.record import Record
+from gateway.ledger.rollup_sql import DIRTY
 from gateway.ledger.store import Store, record_row
 from gateway.serving.pool import Pool
 from gateway.trust.gate import SharedGateBook
@@ -149,3 +152,71 @@ def test_lower_priority_renices_only_the_calling_thread() -> None:
     thread.join()
     assert seen == [min(19, me + HOUSEKEEPING_NICE)]
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == me
+
+
+def alive(pid: int) -> bool:
+    """A process that runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def dirty(store: Store) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(DIRTY)).scalar() or 0)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the child's state in /proc")
+def test_the_upkeep_runs_in_a_child_process_from_its_second_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first upkeep run rolls up in housekeeping's thread; from the second on the rollups and
+    retention run in a child process (its own GIL) at a lower priority. A child that died is
+    replaced at the next run; stop ends it."""
+    cfg = config(tmp_path, 60)
+    store = Store.from_config(cfg)
+    now = time.time()
+    store.write([row("hour", now - 3600)])
+    keeper = Housekeeper(
+        cfg, store, SharedGateBook(store), Demotions("g", Pool(cfg), store), Metrics(cfg)
+    )
+    caplog.set_level(logging.INFO, logger="plumbline")
+
+    async def run() -> list[int]:
+        pids = []
+        await keeper.tick(hourly=False)
+        assert keeper.upkeep_pid is None  # the first run: in the thread
+        # A late record, in a bucket already rolled up: the next run rolls that bucket again.
+        store.write([row("late", now - 3590)])
+        assert dirty(store) == 1
+        await keeper.tick(hourly=False)
+        assert dirty(store) == 0
+        pid = keeper.upkeep_pid
+        assert pid is not None and pid != os.getpid() and alive(pid)
+        me = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, me + HOUSEKEEPING_NICE)
+        pids.append(pid)
+        store.write([row("old", now - 5 * DAY)])
+        await keeper.tick(hourly=True)  # retention, in the child
+        assert store.get("old") is None and store.get("hour") is not None
+        os.kill(pid, signal.SIGKILL)  # the child dies (as by the OOM killer)
+        await keeper.tick(hourly=False)
+        assert "store housekeeping failed" in caplog.text
+        store.write([row("later", now - 3580)])
+        await keeper.tick(hourly=False)  # a new child
+        assert dirty(store) == 0
+        assert keeper.upkeep_pid not in (None, pid)
+        pids.append(keeper.upkeep_pid)
+        await keeper.stop()
+        return pids
+
+    try:
+        pids = asyncio.run(run())
+    finally:
+        store.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not any(alive(p) for p in pids)

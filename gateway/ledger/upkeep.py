@@ -1,0 +1,111 @@
+"""The store's upkeep (rollups, retention) in a child process of its own.
+
+The rollups' SQL runs in the database, but what is left in Python (building and sending the
+statements, reading their answers; on SQLite the whole statement) needs the GIL, and a serving
+process's event loop waits for whatever holds it: on 16 cores at 300 requests a second the
+requests during a live bucket's rollup, run in housekeeping's thread, took 2-3 ms more at the
+p99 than the quiet ones (`bench/results/2026-12-04-housekeeping-request-latency.md`). A child
+process has a GIL of its own, so the upkeep holder's loop waits on none of it.
+
+`Upkeep` keeps one child (a one-worker `ProcessPoolExecutor`, started by `spawn`: never a fork
+of a process with a running loop and threads), which opens the store once and then runs each
+call it is sent, at a lower CPU priority. Housekeeping (`gateway/edge/housekeeping.py`) sends it
+the rollups and retention from its second upkeep run on, so a gateway that lives less than one
+housekeeping interval never starts one. `close` ends it, and one that is in the middle of a run
+is killed (its transaction rolls back; the next holder's run does it again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import signal
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+import sqlalchemy as sa
+
+from gateway.ledger.store import Store
+
+# The child's nice value, as housekeeping's thread's (`gateway.edge.housekeeping`): its CPU, and
+# SQLite's in it, yields to the serving processes on a busy machine.
+UPKEEP_NICE = 10
+
+_store: Store | None = None  # the child's own
+
+
+def _begin(url: sa.URL, nice: int) -> None:
+    """The child's start: the terminal's Ctrl-C is its parent's to act on; a lower priority;
+    the store opened (its migrations are the parent's)."""
+    global _store
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.nice(nice)
+    _store = Store(url.render_as_string(hide_password=False), run_migrations=False)
+
+
+def _child_store() -> Store:
+    if _store is None:
+        raise RuntimeError("the upkeep process has no store")
+    return _store
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _roll_up(nodes: dict[str, list[str]], max_hours: int) -> int:
+    return _child_store().roll_up_nodes(nodes, time.time(), max_hours)
+
+
+def _retention(*args: Any) -> dict[str, int]:
+    return _child_store().apply_retention(*args)
+
+
+def in_memory(url: sa.URL) -> bool:
+    """An SQLite store that lives in its process's memory: no other process can open it."""
+    if url.get_backend_name() != "sqlite":
+        return False
+    db = url.database or ""
+    return db in ("", ":memory:") or "mode=memory" in db or "mode=memory" in str(url.query)
+
+
+class Upkeep:
+    """One child process that runs the store's upkeep for the process that holds its lease."""
+
+    def __init__(self, url: sa.URL, nice: int = UPKEEP_NICE) -> None:
+        self._pool = ProcessPoolExecutor(
+            1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_begin,
+            initargs=(url, nice),
+        )
+        self.pid: int | None = None
+        self._running: Future[Any] | None = None
+
+    async def roll_up(self, nodes: dict[str, list[str]], max_hours: int = 6) -> int:
+        """`Store.roll_up_nodes` in the child; the buckets rolled up."""
+        return int(await self._call(_roll_up, nodes, max_hours))
+
+    async def retention(self, *args: Any) -> dict[str, int]:
+        """`Store.apply_retention(*args)` in the child."""
+        result: dict[str, int] = await self._call(_retention, *args)
+        return result
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        if self.pid is None:
+            self.pid = await asyncio.wrap_future(self._pool.submit(_pid))
+        self._running = future = self._pool.submit(fn, *args)
+        return await asyncio.wrap_future(future)
+
+    def close(self) -> None:
+        """End the child: at once when idle, killed when a run is under way (a cancelled
+        housekeeping run does not stop the child's)."""
+        running = self._running is not None and not self._running.done()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if running and self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
