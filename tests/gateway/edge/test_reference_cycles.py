@@ -20,7 +20,12 @@ from tests.harness import ListSink, config_from, serving_server
 
 
 @pytest.fixture
-def root(fake: FakeHandle) -> Iterator[str]:
+def sink() -> ListSink:
+    return ListSink()
+
+
+@pytest.fixture
+def root(fake: FakeHandle, sink: ListSink) -> Iterator[str]:
     cfg = config_from(
         {
             "server": {"health_interval_s": 0},
@@ -28,14 +33,15 @@ def root(fake: FakeHandle) -> Iterator[str]:
             "models": {"m": {"upstreams": ["a"]}},
         }
     )
-    app = create_app(cfg, sinks=[ListSink()])
+    app = create_app(cfg, sinks=[sink])
     uv = {"http": "gateway.edge.connection:BoundedHttp", "loop": "uvloop"}
     with serving_server(app, **uv) as (url, _server):
         yield url
 
 
-def traffic(root: str) -> None:
-    """Each door, whole and streamed, and a refused request."""
+def traffic(root: str, fake: FakeHandle) -> None:
+    """Each door, whole and streamed, a retry after an upstream's 503, and a request refused
+    by the gateway."""
     client = openai.OpenAI(base_url=root + "/v1", api_key="k", max_retries=0)
     messages = [{"role": "user", "content": "hi"}]
     client.chat.completions.create(model="m", messages=messages, max_tokens=8)  # type: ignore[arg-type]
@@ -54,17 +60,23 @@ def traffic(root: str) -> None:
     assert httpx.post(root + "/v1/messages", json=body, timeout=30).status_code == 200
     streamed = {**body, "stream": True}
     assert httpx.post(root + "/v1/messages", json=streamed, timeout=30).status_code == 200
+    fake.script({"status": 503})
+    client.chat.completions.create(model="m", messages=messages, max_tokens=8)  # type: ignore[arg-type]
+    fake.script({"status": 503})
+    assert list(client.chat.completions.create(model="m", messages=messages, stream=True))  # type: ignore[arg-type]
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=messages)  # type: ignore[arg-type]
 
 
-def test_requests_of_every_door_leave_no_reference_cycle(root: str) -> None:
-    traffic(root)  # the first requests build what lives on (pools, caches, compiled code)
+def test_requests_of_every_door_leave_no_reference_cycle(
+    root: str, sink: ListSink, fake: FakeHandle
+) -> None:
+    traffic(root, fake)  # the first requests build what lives on (pools, caches, compiled code)
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds unreachable is kept, to be named
     try:
         for _ in range(3):
-            traffic(root)
+            traffic(root, fake)
         gc.collect()
         ours = Counter(
             f"{type(o).__module__}.{type(o).__qualname__}"
@@ -75,3 +87,5 @@ def test_requests_of_every_door_leave_no_reference_cycle(root: str) -> None:
         gc.set_debug(0)
         gc.garbage.clear()
     assert not ours, f"left to the cyclic collector: {dict(ours)}"
+    retried = [r for r in sink.records if len(r.attempts) == 2]
+    assert len(retried) == 8  # the 503s' retries, whole and streamed, in each of the 4 rounds
