@@ -92,7 +92,7 @@ def fill(store: Store, t0: float, seconds: float, rate: float) -> int:
 
 
 def config_toml(
-    port: int, store_url: str, fake: Proc, interval: float, upkeep_process: bool = True
+    port: int, store_url: str, fake: Proc, interval: float, upkeep_process: bool = False
 ) -> str:
     """The gateway's configuration: the generated rows' upstreams (unreachable, as in
     month_gen) and nodes, and the bench's model on the fake, which runs on node box-a."""
@@ -337,8 +337,8 @@ def options() -> argparse.Namespace:
     ap.add_argument(
         "--upkeep",
         choices=("process", "thread"),
-        default="process",
-        help="where the store's upkeep runs (store.upkeep_process; shipped: process)",
+        default="thread",
+        help="where the store's upkeep runs (store.upkeep_process; shipped: thread)",
     )
     ap.add_argument("--samples", type=Path, help="write each request's due, done, ok here")
     ap.add_argument("--log", type=Path, help="keep the gateway's log here")

@@ -99,6 +99,7 @@ class StoreConfig(Frozen):
     # economics; retention runs with the first of them and then once an hour whatever this is.
     housekeeping_interval_s: float = Field(60.0, gt=0, le=3600)
     # The store's upkeep (rollups, retention) in a child process of its own, from its second run
-    # on (gateway/ledger/upkeep.py), so its Python never holds the serving process's GIL; false:
-    # in housekeeping's thread. An in-memory SQLite store always keeps it in the thread.
-    upkeep_process: bool = True
+    # on (gateway/ledger/upkeep.py), so its Python never holds the serving process's GIL; it
+    # costs the upkeep's holder two processes, about 86 MB resident. Off: in housekeeping's
+    # thread. An in-memory SQLite store always keeps it in the thread.
+    upkeep_process: bool = False

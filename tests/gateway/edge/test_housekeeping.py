@@ -172,10 +172,11 @@ def dirty(store: Store) -> int:
 def test_the_upkeep_runs_in_a_child_process_from_its_second_run(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The first upkeep run rolls up in housekeeping's thread; from the second on the rollups and
-    retention run in a child process (its own GIL) at a lower priority. A child that died is
-    replaced at the next run; stop ends it."""
+    """With `store.upkeep_process`, the first upkeep run rolls up in housekeeping's thread; from
+    the second on the rollups and retention run in a child process (its own GIL) at a lower
+    priority. A child that died is replaced at the next run; stop ends it."""
     cfg = config(tmp_path, 60)
+    cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"upkeep_process": True})})
     store = Store.from_config(cfg)
     now = time.time()
     store.write([row("hour", now - 3600)])
