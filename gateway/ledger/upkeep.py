@@ -2,16 +2,17 @@
 
 The rollups' SQL runs in the database, but what is left in Python (building and sending the
 statements, reading their answers; on SQLite the whole statement) needs the GIL, and a serving
-process's event loop waits for whatever holds it: on 16 cores at 300 requests a second the
-requests during a live bucket's rollup, run in housekeeping's thread, took 2-3 ms more at the
-p99 than the quiet ones (`bench/results/2026-12-04-housekeeping-request-latency.md`). A child
-process has a GIL of its own, so the upkeep holder's loop waits on none of it.
+process's event loop waits for whatever holds it: at 300 requests a second the requests during
+a live bucket's rollup in housekeeping's thread took 1.0 ms more at the p99 than the quiet ones
+on 2 cores, and nothing the p99 shows with the rollup in a child
+(`bench/results/2026-12-04-housekeeping-request-latency.md`). A child process has a GIL of its
+own, so the upkeep holder's loop waits on none of it.
 
 `Upkeep` keeps one child (a one-worker `ProcessPoolExecutor`, started by `spawn`: never a fork
 of a process with a running loop and threads), which opens the store once and then runs each
 call it is sent, at a lower CPU priority. With `store.upkeep_process` on (off by default: the
 child and `multiprocessing`'s resource tracker cost about 86 MB resident, and what the child
-saves a request is not measured yet where it resolves), housekeeping
+saves a request is measured on 2 cores only, one run each), housekeeping
 (`gateway/edge/housekeeping.py`) sends it the rollups and retention from its second upkeep run
 on, so a gateway that lives less than one housekeeping interval never starts one. `close` ends
 it, and one in the middle of a run is killed (its transaction rolls back; the next holder's run
