@@ -70,6 +70,7 @@ from perf_procs import (  # noqa: E402
     fake_upstream,
     floor,
     litellm,
+    pauses,
     peak_rss_mb,
     plumbline,
     set_fake_default,
@@ -147,6 +148,8 @@ COLUMNS = (
     "peak_rss_mb",
     "first_error",
     "records",
+    "gc_pauses",
+    "gc_pause_max_ms",
 )
 
 
@@ -201,6 +204,8 @@ def row(
         "cpu_per_req_us": 1e6 * cpu / max(tally.requests, 1),
         "cpu_per_chunk_us": 1e6 * cpu / tally.chunks if sc.stream and tally.chunks else math.nan,
         "peak_rss_mb": rss,
+        "gc_pauses": math.nan,  # set for the targets that print them (`perf_procs.GC_WATCH`)
+        "gc_pause_max_ms": math.nan,
         "first_error": tally.first_error.replace("\t", " ").replace("\n", " "),
     }
 
@@ -223,6 +228,8 @@ SHOWN = (
     "cpu_per_req_us",
     "cpu_per_chunk_us",
     "peak_rss_mb",
+    "gc_pauses",
+    "gc_pause_max_ms",
 )
 
 
@@ -231,10 +238,13 @@ def append(rows: list[dict], cells: list[dict], meta: dict) -> Path:
     both, with `meta`, to one JSON file for this run. Returns the JSON file."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     tsv = RESULTS / "gateway_perf_runs.tsv"
+    header = "\t".join(COLUMNS) + "\n"
+    if tsv.exists() and tsv.stat().st_size and tsv.open(encoding="utf-8").readline() != header:
+        tsv.rename(tsv.with_name(f"gateway_perf_runs-until-{meta['started'].replace(':', '')}.tsv"))
     new = not tsv.exists() or tsv.stat().st_size == 0
     with tsv.open("a", encoding="utf-8") as fh:
         if new:
-            fh.write("\t".join(COLUMNS) + "\n")
+            fh.write(header)
         for r in rows:
             fh.write("\t".join(str(r[c]) for c in COLUMNS) + "\n")
     with (RESULTS / "gateway_perf_summary.md").open("a", encoding="utf-8") as fh:
@@ -399,7 +409,7 @@ async def measure(
             )
             store = recorded_in(target, scratch)
             rows0 = record_count(store)
-            cpu0 = cpu_seconds(proc.pid)
+            cpu0, t0 = cpu_seconds(proc.pid), time.time()
             url = proc.base_url + "/chat/completions"
             tally = await drive(url, sc, MODEL, seconds, proc.headers, WARMUP, extra=extra)
             records = await settled_records(store, rows0, tally.requests + WARMUP) - WARMUP
@@ -407,6 +417,13 @@ async def measure(
             rss = peak_rss_mb(proc.pid) if sc.name.startswith("seed") else math.nan
             r = row(target, sc, tally, cpu, base.get((sc.name, round_)), rss, round_, text)
             r["records"] = records
+            # The gateway's collector pauses of 2 ms or more during the round (one-process
+            # Plumbline targets print them: `perf_procs.GC_WATCH`).
+            if target.startswith("plumbline") and "-w" not in target:
+                log = proc.log.read_text(errors="replace")
+                during = [(a, b) for a, b in pauses(log) if b >= t0]
+                r["gc_pauses"] = len(during)
+                r["gc_pause_max_ms"] = 1e3 * max((b - a for a, b in during), default=0.0)
             if target == "direct":
                 base[(sc.name, round_)] = r
             rows.append(r)

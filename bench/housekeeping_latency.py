@@ -49,11 +49,13 @@ from month_gen import APIS, NODES, ROUTES, day_sql  # noqa: E402
 from perf_procs import (  # noqa: E402
     BENCH_HEADERS,
     BENCH_KEY,
+    GC_WATCH,
     MODEL,
     Proc,
     fake_upstream,
     free_port,
     launch,
+    pauses,
     set_fake_default,
 )
 
@@ -66,16 +68,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "2026-12-04-housekeeping-request-latency.md"
 BUCKET_RUN_S = 0.1  # a rollups part this long rolled up a bucket (an idle one takes ~10 ms)
 SPAWN = re.compile(r"^(\S+ \S+) INFO \S+ \[-\] the store's upkeep runs in a child", re.MULTILINE)
-# A collector's pause of 2 ms or more, printed with when it ended: `GC_WATCH.format(out=...)` is
-# code that installs it (in the gateway's process and in the load generator).
-GC_WATCH = (
-    "import gc, sys, time; _gc_t = [0.0]; "
-    "gc.callbacks.append(lambda phase, info: _gc_t.__setitem__(0, time.perf_counter()) "
-    "if phase == 'start' else (time.perf_counter() - _gc_t[0] >= 0.002 and print("
-    'f\'gc pause gen {{info["generation"]}} {{1e3 * (time.perf_counter() - _gc_t[0]):.1f}} ms '
-    'at {{time.time():.3f}} collected {{info["collected"]}}\', file={out}, flush=True))); '
-)
-PAUSE = re.compile(r"^gc pause gen (\d) ([\d.]+) ms at ([\d.]+) collected \d+$", re.MULTILINE)
 LINE = re.compile(r"^(\S+ \S+) INFO \S+ \[-\] housekeeping took ([\d.]+) s \((.*)\)$", re.MULTILINE)
 
 
@@ -194,11 +186,6 @@ async def drive(
             await asyncio.wait(set(flying))
         del gc.callbacks[watching:]
     return out
-
-
-def pauses(text: str) -> list[tuple[float, float]]:
-    """(start, end) of each collector pause `GC_WATCH` printed in `text`."""
-    return [(float(t) - float(ms) / 1e3, float(t)) for _, ms, t in PAUSE.findall(text)]
 
 
 def phases(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -80,6 +81,23 @@ def peak_rss_mb(pid: int) -> float:
         except OSError:
             continue
     return total_kb / 1024
+
+
+# A collector's pause of 2 ms or more, printed with when it ended: `GC_WATCH.format(out=...)` is
+# code that installs it (in the gateway's process and in the load generator).
+GC_WATCH = (
+    "import gc, sys, time; _gc_t = [0.0]; "
+    "gc.callbacks.append(lambda phase, info: _gc_t.__setitem__(0, time.perf_counter()) "
+    "if phase == 'start' else (time.perf_counter() - _gc_t[0] >= 0.002 and print("
+    'f\'gc pause gen {{info["generation"]}} {{1e3 * (time.perf_counter() - _gc_t[0]):.1f}} ms '
+    'at {{time.time():.3f}} collected {{info["collected"]}}\', file={out}, flush=True))); '
+)
+PAUSE = re.compile(r"^gc pause gen (\d) ([\d.]+) ms at ([\d.]+) collected \d+$", re.MULTILINE)
+
+
+def pauses(text: str) -> list[tuple[float, float]]:
+    """(start, end) of each collector pause `GC_WATCH` printed in `text`."""
+    return [(float(t) - float(ms) / 1e3, float(t)) for _, ms, t in PAUSE.findall(text)]
 
 
 @dataclass
@@ -204,8 +222,8 @@ def plumbline(
     else:
         argv = [
             sys.executable,
-            "-c",
-            "from gateway.cli import app; app()",
+            "-c",  # its collector's pauses in its log (`GC_WATCH`): the bench counts them a round
+            GC_WATCH.format(out="sys.stderr") + "from gateway.cli import app; app()",
             "serve",
             "--config",
             str(config),
