@@ -32,7 +32,10 @@ and what the proxy adds over ``direct`` in the same round), errors, the proxy's 
 request and per streamed chunk (utime + stime of its process tree from /proc, before and after),
 the proxy's peak RSS after each seed scenario, and for a recording Plumbline the rows the round
 added to its store once they stop arriving (`records`: equal to the requests when none was lost;
-counted before the CPU is read, so writing them is in it). Each cell of the summary is the
+counted before the CPU is read, so writing them is in it); the collector's pauses of 2 ms or
+more during the round, the one-process Plumbline's (`gc_pauses`, `gc_pause_max_ms`) and the load
+generator's own (`driver_gc_pause_max_ms`, a pause every target's round would feel). Each cell
+of the summary is the
 median of the rounds and their range (min–max). Rounds are appended to
 ``bench/results/gateway_perf_runs.tsv``, the summary to ``bench/results/gateway_perf_summary.md``,
 both to ``bench/results/gateway_perf-<time>.json``. See bench/README.md.
@@ -47,6 +50,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
+import io
 import json
 import math
 import os
@@ -64,6 +69,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from perf_procs import (  # noqa: E402
+    GC_WATCH,
     MODEL,
     Proc,
     cpu_seconds,
@@ -150,6 +156,7 @@ COLUMNS = (
     "records",
     "gc_pauses",
     "gc_pause_max_ms",
+    "driver_gc_pause_max_ms",
 )
 
 
@@ -206,6 +213,7 @@ def row(
         "peak_rss_mb": rss,
         "gc_pauses": math.nan,  # set for the targets that print them (`perf_procs.GC_WATCH`)
         "gc_pause_max_ms": math.nan,
+        "driver_gc_pause_max_ms": math.nan,
         "first_error": tally.first_error.replace("\t", " ").replace("\n", " "),
     }
 
@@ -230,6 +238,7 @@ SHOWN = (
     "peak_rss_mb",
     "gc_pauses",
     "gc_pause_max_ms",
+    "driver_gc_pause_max_ms",
 )
 
 
@@ -390,6 +399,10 @@ async def measure(
     procs: dict[str, Proc] = {}
     rows: list[dict] = []
     extra = LOGPROBS if text == "realistic" else None
+    # The load generator's own collector pauses (it drives every target alike, direct too).
+    driver_gc = io.StringIO()
+    watching = len(gc.callbacks)
+    exec(GC_WATCH.format(out="driver_gc"), {"driver_gc": driver_gc})
     try:
         for target in targets:
             try:
@@ -419,6 +432,8 @@ async def measure(
             r["records"] = records
             # The gateway's collector pauses of 2 ms or more during the round (one-process
             # Plumbline targets print them: `perf_procs.GC_WATCH`).
+            driven = [b - a for a, b in pauses(driver_gc.getvalue()) if b >= t0]
+            r["driver_gc_pause_max_ms"] = 1e3 * max(driven, default=0.0)
             if target.startswith("plumbline") and "-w" not in target:
                 log = proc.log.read_text(errors="replace")
                 during = [(a, b) for a, b in pauses(log) if b >= t0]
@@ -429,6 +444,7 @@ async def measure(
             rows.append(r)
             print(markdown([r]).splitlines()[-1], flush=True)
     finally:
+        del gc.callbacks[watching:]
         for proc in procs.values():
             if proc is not fake:
                 proc.stop()
