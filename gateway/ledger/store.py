@@ -362,17 +362,11 @@ class Store:
             return rollups.usage(conn, since, until)
 
     def roll_up(self, config: Config, now: float | None = None, max_hours: int = 6) -> int:
-        """Bring the 5-minute rollups up to date, at most `max_hours` of buckets (housekeeping,
-        in a thread); returns the buckets rolled up."""
-        return self.roll_up_nodes(rollups.node_upstreams(config), now, max_hours)
-
-    def roll_up_nodes(
-        self, nodes: dict[str, list[str]], now: float | None = None, max_hours: int = 6
-    ) -> int:
-        """`roll_up` with the nodes' upstreams given (`rollups.node_upstreams`): what the upkeep
-        process is sent (`gateway.ledger.upkeep`)."""
+        """Bring the 5-minute rollups up to date, at most `max_hours` of buckets (housekeeping's
+        thread; `gateway.ledger.upkeep` in a child); returns the buckets rolled up."""
         now = _time.time() if now is None else now
-        return rollups.roll_up(self.engine, nodes, now, max_hours * rollups.CHUNK)
+        most = max_hours * rollups.CHUNK
+        return rollups.roll_up(self.engine, rollups.node_upstreams(config), now, most)
 
     def intervals(
         self, upstreams: Sequence[str], since: float, until: float | None = None

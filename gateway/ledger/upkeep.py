@@ -32,6 +32,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from gateway.ledger import rollups
 from gateway.ledger.store import Store
 
 # The child's nice value, as housekeeping's thread's (`gateway.edge.housekeeping`): its CPU, and
@@ -62,7 +63,9 @@ def _pid() -> int:
 
 
 def _roll_up(nodes: dict[str, list[str]], max_hours: int) -> int:
-    return _child_store().roll_up_nodes(nodes, time.time(), max_hours)
+    """`rollups.roll_up` on the child's store, as `Store.roll_up` does with the nodes' upstreams
+    its config names (`rollups.node_upstreams`): the child is sent them, not the config."""
+    return rollups.roll_up(_child_store().engine, nodes, time.time(), max_hours * rollups.CHUNK)
 
 
 def _retention(*args: Any) -> dict[str, int]:
@@ -91,7 +94,7 @@ class Upkeep:
         self._running: Future[Any] | None = None
 
     async def roll_up(self, nodes: dict[str, list[str]], max_hours: int = 6) -> int:
-        """`Store.roll_up_nodes` in the child; the buckets rolled up."""
+        """`Store.roll_up` in the child, for these nodes' upstreams; the buckets rolled up."""
         return int(await self._call(_roll_up, nodes, max_hours))
 
     async def retention(self, *args: Any) -> dict[str, int]:

@@ -31,6 +31,10 @@ def test_each_cell_is_the_median_and_range_of_its_rounds() -> None:
         row = {c: math.nan for c in ("chunks_per_s", "added_p50_ms", "added_p99_ms")}
         row |= {c: math.nan for c in ("first_p99_ms", "added_first_p99_ms", "cpu_per_chunk_us")}
         row["records"] = math.nan if target == "floor" else 1000.0  # only a recording gateway
+        # the collector's pauses: the one-process gateway's, and the load generator's own
+        row["gc_pauses"] = math.nan if target == "floor" else rps / 1000
+        row["gc_pause_max_ms"] = math.nan if target == "floor" else 2.5
+        row["driver_gc_pause_max_ms"] = 0.0
         cpu = 1e6 / rps
         return row | {
             "scenario": "nonstream-c1",
@@ -50,6 +54,9 @@ def test_each_cell_is_the_median_and_range_of_its_rounds() -> None:
     assert math.isnan(cells["floor"]["peak_rss_mb"]["median"])  # not measured: no number
     assert cells["plumbline"]["records"]["median"] == 1000
     assert math.isnan(cells["floor"]["records"]["median"])
+    assert cells["plumbline"]["gc_pauses"] == {"median": 1.1, "min": 1.0, "max": 1.4}
+    assert math.isnan(cells["floor"]["gc_pause_max_ms"]["median"])
+    assert cells["floor"]["driver_gc_pause_max_ms"]["median"] == 0
     table = summary_markdown(list(cells.values()))
     assert "1,100.0 (1,000.0–1,400.0)" in table and "| 0 |" in table
 
