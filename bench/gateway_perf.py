@@ -34,7 +34,8 @@ the proxy's peak RSS after each seed scenario, and for a recording Plumbline the
 added to its store once they stop arriving (`records`: equal to the requests when none was lost;
 counted before the CPU is read, so writing them is in it); the collector's pauses of 2 ms or
 more during the round, the one-process Plumbline's (`gc_pauses`, `gc_pause_max_ms`) and the load
-generator's own (`driver_gc_pause_max_ms`, a pause every target's round would feel). Each cell
+generator's own (`driver_gc_pause_max_ms`; it makes no full collection in a load), from the
+load's start on. Each cell
 of the summary is the
 median of the rounds and their range (min–max). Rounds are appended to
 ``bench/results/gateway_perf_runs.tsv``, the summary to ``bench/results/gateway_perf_summary.md``,
@@ -422,7 +423,7 @@ async def measure(
             )
             store = recorded_in(target, scratch)
             rows0 = record_count(store)
-            cpu0, t0 = cpu_seconds(proc.pid), time.time()
+            cpu0 = cpu_seconds(proc.pid)
             url = proc.base_url + "/chat/completions"
             tally = await drive(url, sc, MODEL, seconds, proc.headers, WARMUP, extra=extra)
             records = await settled_records(store, rows0, tally.requests + WARMUP) - WARMUP
@@ -430,13 +431,14 @@ async def measure(
             rss = peak_rss_mb(proc.pid) if sc.name.startswith("seed") else math.nan
             r = row(target, sc, tally, cpu, base.get((sc.name, round_)), rss, round_, text)
             r["records"] = records
-            # The gateway's collector pauses of 2 ms or more during the round (one-process
-            # Plumbline targets print them: `perf_procs.GC_WATCH`).
-            driven = [b - a for a, b in pauses(driver_gc.getvalue()) if b >= t0]
+            # The collector pauses of 2 ms or more that ended after the load's start (after
+            # the warm-up), the load generator's and the one-process gateway's (Plumbline
+            # targets print them: `perf_procs.GC_WATCH`).
+            driven = [b - a for a, b in pauses(driver_gc.getvalue()) if b >= tally.started]
             r["driver_gc_pause_max_ms"] = 1e3 * max(driven, default=0.0)
             if target.startswith("plumbline") and "-w" not in target:
                 log = proc.log.read_text(errors="replace")
-                during = [(a, b) for a, b in pauses(log) if b >= t0]
+                during = [(a, b) for a, b in pauses(log) if b >= tally.started]
                 r["gc_pauses"] = len(during)
                 r["gc_pause_max_ms"] = 1e3 * max((b - a for a, b in during), default=0.0)
             if target == "direct":
