@@ -431,10 +431,11 @@ async def measure(
             rss = peak_rss_mb(proc.pid) if sc.name.startswith("seed") else math.nan
             r = row(target, sc, tally, cpu, base.get((sc.name, round_)), rss, round_, text)
             r["records"] = records
-            # The collector pauses of 2 ms or more that ended after the load's start (after
-            # the warm-up), the load generator's and the one-process gateway's (Plumbline
-            # targets print them: `perf_procs.GC_WATCH`).
-            driven = [b - a for a, b in pauses(driver_gc.getvalue()) if b >= tally.started]
+            # The collector pauses of 2 ms or more in the load (after the warm-up): the load
+            # generator's that began in it (not its collection just before), and the one-process
+            # gateway's that ended in it or after (Plumbline targets print them:
+            # `perf_procs.GC_WATCH`).
+            driven = [b - a for a, b in pauses(driver_gc.getvalue()) if a >= tally.started]
             r["driver_gc_pause_max_ms"] = 1e3 * max(driven, default=0.0)
             if target.startswith("plumbline") and "-w" not in target:
                 log = proc.log.read_text(errors="replace")
