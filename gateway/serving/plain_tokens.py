@@ -128,7 +128,7 @@ class PlainTokens:
         # of `_one` (see `_arm_lone`): set only where `_one` would take it alone.
         self._lone: tuple[bytes, bytes, bytes | None, bytes, int, int, re.Pattern[bytes]] | None
         self._lone = None
-        self._lone_valued: Callable[[bytes, float], bytes | None] | None = None  # the same, valued
+        self._lone_valued: Callable[[Any, bytes, float], bytes | None] | None = None  # valued
 
     def _learn(self, event: bytes, obj: dict[str, Any], rendered: bytes, encoded: bool) -> None:
         """Remember the bytes around the text of a plain token event (one choice, a delta of

@@ -128,7 +128,7 @@ class StreamTap(PlainTokens, TokenClocks):
                     return block if out_prefix is None else out_prefix + text + out_suffix
         valued = self._lone_valued  # the same for an event with logprobs (`lone_valued`)
         if valued is not None and not self._buffer:
-            relayed = valued(block, now)
+            relayed = valued(self, block, now)
             if relayed is not None:
                 return relayed
         if self.unlearnt is not None:  # the relay did not ask for it after the last block

@@ -24,8 +24,10 @@ from gateway.serving.plain_tokens import (
     _utf8,
 )
 
-# A block's relayed bytes, or None where it is not one shaped event with logprobs.
-Taker = Callable[[bytes, float], bytes | None]
+# A block's relayed bytes, or None where it is not one shaped event with logprobs. The tap is
+# an argument, not in the closure: a tap holds its taker, and a taker that held the tap would
+# make a reference cycle a stream, freed only by the cyclic collector.
+Taker = Callable[["PlainTokens", bytes, float], bytes | None]
 
 # Bytes a text that `translate` alone finds plain holds none of: those no plain text holds
 # unescaped, and `>` (so it holds no think tag either).
@@ -47,7 +49,7 @@ def lone_valued(tap: PlainTokens) -> Taker | None:
     room, model = tap._room_for_two, tap._model is not None
     record, gaps, plain_text = tap.record, tap._gaps, text_pattern.fullmatch
 
-    def take(block: bytes, now: float) -> bytes | None:
+    def take(tap: PlainTokens, block: bytes, now: float) -> bytes | None:
         """`_valued_event(block, now, ended=True)` for a block of one event, inlined."""
         size = len(block)
         if size >= room or not (block.startswith(prefix) and block.endswith(tail)):

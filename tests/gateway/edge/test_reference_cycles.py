@@ -40,8 +40,8 @@ def root(fake: FakeHandle, sink: ListSink) -> Iterator[str]:
 
 
 def traffic(root: str, fake: FakeHandle) -> None:
-    """Each door, whole and streamed, a retry after an upstream's 503, and a request refused
-    by the gateway."""
+    """Each door, whole and streamed, a stream with logprobs, a retry after an upstream's 503,
+    and a request refused by the gateway."""
     client = openai.OpenAI(base_url=root + "/v1", api_key="k", max_retries=0)
     messages = [{"role": "user", "content": "hi"}]
     client.chat.completions.create(model="m", messages=messages, max_tokens=8)  # type: ignore[arg-type]
@@ -53,6 +53,15 @@ def traffic(root: str, fake: FakeHandle) -> None:
         stream_options={"include_usage": True},
     )
     assert list(chunks)[-1].usage is not None
+    valued = client.chat.completions.create(  # token events with logprobs: the shaped taker's
+        model="m",
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=8,
+        stream=True,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    assert sum(1 for c in valued if c.choices and c.choices[0].logprobs) >= 4
     client.completions.create(model="m", prompt="hi", max_tokens=8)
     client.responses.create(model="m", input="hi", max_output_tokens=8)
     assert list(client.responses.create(model="m", input="hi", max_output_tokens=8, stream=True))
