@@ -133,6 +133,9 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self.pool._forget(self)
         self._lost(WireError("the upstream closed the connection" + (f" ({exc})" if exc else "")))
+        # The parser calls back into this connection (it holds it): with no data to come, it
+        # goes, so a closed connection is not a reference cycle left to the cyclic collector.
+        del self.parser
 
     # -- httptools callbacks ---------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -230,6 +233,9 @@ class Connection(asyncio.Protocol):
             self.reply = None
             reply.end()
             return
+        # A lost connection serves no reply after this one; the reply holds the connection, so
+        # keeping it would make the two a reference cycle, left to the cyclic collector.
+        self.reply = None
         waiter = self._headers_waiter
         reply.lost(error)
         if waiter is not None and not waiter.done():

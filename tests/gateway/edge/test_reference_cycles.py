@@ -16,7 +16,7 @@ import pytest
 
 from gateway.edge.app import create_app
 from plumbline_kit.fakes.upstream import FakeHandle
-from tests.harness import ListSink, config_from, serving_server
+from tests.harness import ListSink, config_from, serving_server, wait_for
 
 
 @pytest.fixture
@@ -39,9 +39,9 @@ def root(fake: FakeHandle, sink: ListSink) -> Iterator[str]:
         yield url
 
 
-def traffic(root: str, fake: FakeHandle) -> None:
+def traffic(root: str, fake: FakeHandle, sink: ListSink) -> None:
     """Each door, whole and streamed, a stream with logprobs, a retry after an upstream's 503,
-    and a request refused by the gateway."""
+    a request refused by the gateway, a stream the upstream cuts and one the client leaves."""
     client = openai.OpenAI(base_url=root + "/v1", api_key="k", max_retries=0)
     messages = [{"role": "user", "content": "hi"}]
     client.chat.completions.create(model="m", messages=messages, max_tokens=8)  # type: ignore[arg-type]
@@ -75,17 +75,27 @@ def traffic(root: str, fake: FakeHandle) -> None:
     assert list(client.chat.completions.create(model="m", messages=messages, stream=True))  # type: ignore[arg-type]
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=messages)  # type: ignore[arg-type]
+    fake.script({"disconnect_after_chunks": 3})  # the upstream's connection ends mid-stream
+    with pytest.raises(openai.APIError):
+        list(client.chat.completions.create(model="m", messages=messages, stream=True))  # type: ignore[arg-type]
+    fake.script({"pace_tps": 50.0, "tokens": 64})  # the client leaves after the first bytes
+    gone = sum(1 for r in sink.records if r.status == 499)
+    paced = {"model": "m", "messages": messages, "max_tokens": 64, "stream": True}
+    with httpx.stream("POST", root + "/v1/chat/completions", json=paced, timeout=30) as answer:
+        assert next(answer.iter_bytes())
+    wait_for(lambda: sum(1 for r in sink.records if r.status == 499) > gone)
 
 
 def test_requests_of_every_door_leave_no_reference_cycle(
     root: str, sink: ListSink, fake: FakeHandle
 ) -> None:
-    traffic(root, fake)  # the first requests build what lives on (pools, caches, compiled code)
+    # The first requests build what lives on (pools, caches, compiled code).
+    traffic(root, fake, sink)
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds unreachable is kept, to be named
     try:
         for _ in range(3):
-            traffic(root, fake)
+            traffic(root, fake, sink)
         gc.collect()
         ours = Counter(
             f"{type(o).__module__}.{type(o).__qualname__}"
