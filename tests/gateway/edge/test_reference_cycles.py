@@ -41,7 +41,8 @@ def root(fake: FakeHandle, sink: ListSink) -> Iterator[str]:
 
 def traffic(root: str, fake: FakeHandle, sink: ListSink) -> None:
     """Each door, whole and streamed, a stream with logprobs, a retry after an upstream's 503,
-    a request refused by the gateway, a stream the upstream cuts and one the client leaves."""
+    a request refused by the gateway, a stream the upstream cuts and one the client leaves, and
+    the gateway's own pages."""
     client = openai.OpenAI(base_url=root + "/v1", api_key="k", max_retries=0)
     messages = [{"role": "user", "content": "hi"}]
     client.chat.completions.create(model="m", messages=messages, max_tokens=8)  # type: ignore[arg-type]
@@ -75,6 +76,8 @@ def traffic(root: str, fake: FakeHandle, sink: ListSink) -> None:
     assert list(client.chat.completions.create(model="m", messages=messages, stream=True))  # type: ignore[arg-type]
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=messages)  # type: ignore[arg-type]
+    for path in ("/health", "/metrics", "/v1/models"):  # what is not relayed: FastAPI's routes
+        assert httpx.get(root + path, timeout=30).status_code == 200
     fake.script({"disconnect_after_chunks": 3})  # the upstream's connection ends mid-stream
     with pytest.raises(openai.APIError):
         list(client.chat.completions.create(model="m", messages=messages, stream=True))  # type: ignore[arg-type]
