@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from functools import partial
@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.ledger import lease
 from gateway.ledger.partitions import DAY
-from gateway.ledger.rollups import node_upstreams
 from gateway.ledger.upkeep import Upkeep, in_memory
 from gateway.ledger.window import window_economics
 from gateway.serving.upstream import probe
@@ -290,7 +289,7 @@ class Housekeeper:
             )
             if upkeep:
                 self.upkeep_ticks += 1
-                await self._upkeep(took, "rollups", None)
+                await self._upkeep(took, "rollups", "roll_up", self.config)
             # The last day of rolled-up buckets: no raw row (gateway/ledger/window.py).
             settled = partial(window_economics, settled=True)
             economics = await self._timed(took, "economics", settled, self.config, self.store, DAY)
@@ -298,8 +297,11 @@ class Housekeeper:
             if upkeep and self._retention_due(hourly):
                 self._retained = time.monotonic()
                 s = self.config.store
-                days = (s.retention_days, s.content_retention_days, None)
-                await self._upkeep(took, "retention", (*days, s.responses_retention_days))
+                kept = s.retention_days, s.content_retention_days
+                now = None  # (the clock where it runs)
+                await self._upkeep(
+                    took, "retention", "apply_retention", *kept, now, s.responses_retention_days
+                )
         except Exception:
             log.exception("store housekeeping failed")
 
@@ -314,27 +316,19 @@ class Housekeeper:
             )
         return self._child
 
-    async def _upkeep(
-        self, took: dict[str, float], name: str, retention: tuple[Any, ...] | None
-    ) -> Any:
-        """The rollups (`retention` None) or retention with its arguments, in the upkeep's
-        child process where there is one, else in housekeeping's thread; timed."""
+    async def _upkeep(self, took: dict[str, float], name: str, method: str, *args: Any) -> Any:
+        """The store's `method(*args)` (`roll_up`, `apply_retention`), in the upkeep's child
+        process where there is one (`Upkeep` has both, by the same names), else in
+        housekeeping's thread; timed as `name`."""
         child = self._upkeep_child()
         if child is None:
-            if retention is None:
-                return await self._timed(took, name, self.store.roll_up, self.config)
-            return await self._timed(took, name, self.store.apply_retention, *retention)
-        t0 = time.perf_counter()
+            return await self._timed(took, name, getattr(self.store, method), *args)
         try:
-            if retention is None:
-                return await child.roll_up(node_upstreams(self.config))
-            return await child.retention(*retention)
+            return await _clocked(took, name, getattr(child, method)(*args))
         except BrokenProcessPool:  # the child died (killed, out of memory): a new one next run
             self._child = None
             child.close()
             raise
-        finally:
-            took[name] = time.perf_counter() - t0
 
     async def _timed(
         self, took: dict[str, float], name: str, fn: Callable[..., R], *args: Any
@@ -344,8 +338,14 @@ class Housekeeper:
             self._executor = ThreadPoolExecutor(
                 1, thread_name_prefix="plumbline-housekeeping", initializer=lower_priority
             )
-        t0 = time.perf_counter()
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        finally:
-            took[name] = time.perf_counter() - t0
+        work = asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return await _clocked(took, name, work)
+
+
+async def _clocked(took: dict[str, float], name: str, work: Awaitable[R]) -> R:
+    """`work` awaited, its seconds put in `took` under `name` (also when it fails)."""
+    t0 = time.perf_counter()
+    try:
+        return await work
+    finally:
+        took[name] = time.perf_counter() - t0

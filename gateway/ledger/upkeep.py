@@ -28,12 +28,15 @@ import os
 import signal
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from gateway.ledger import rollups
 from gateway.ledger.store import Store
+
+if TYPE_CHECKING:
+    from gateway.config import Config
 
 # The child's nice value, as housekeeping's thread's (`gateway.edge.housekeeping`): its CPU, and
 # SQLite's in it, yields to the serving processes on a busy machine.
@@ -93,11 +96,13 @@ class Upkeep:
         self.pid: int | None = None
         self._running: Future[Any] | None = None
 
-    async def roll_up(self, nodes: dict[str, list[str]], max_hours: int = 6) -> int:
-        """`Store.roll_up` in the child, for these nodes' upstreams; the buckets rolled up."""
-        return int(await self._call(_roll_up, nodes, max_hours))
+    # The `Store` methods housekeeping calls, by the same names, run in the child.
+    async def roll_up(self, config: Config, max_hours: int = 6) -> int:
+        """`Store.roll_up(config)` in the child, which is sent the nodes' upstreams the config
+        names (plain data); the buckets rolled up."""
+        return int(await self._call(_roll_up, rollups.node_upstreams(config), max_hours))
 
-    async def retention(self, *args: Any) -> dict[str, int]:
+    async def apply_retention(self, *args: Any) -> dict[str, int]:
         """`Store.apply_retention(*args)` in the child."""
         result: dict[str, int] = await self._call(_retention, *args)
         return result
