@@ -70,7 +70,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from perf_procs import (  # noqa: E402
-    GC_WATCH,
     MODEL,
     Proc,
     cpu_seconds,
@@ -82,6 +81,7 @@ from perf_procs import (  # noqa: E402
     plumbline,
     set_fake_default,
     vllm_router,
+    watch_pauses,
 )
 
 from gateway.ledger.percentile import percentile  # noqa: E402
@@ -212,7 +212,7 @@ def row(
         "cpu_per_req_us": 1e6 * cpu / max(tally.requests, 1),
         "cpu_per_chunk_us": 1e6 * cpu / tally.chunks if sc.stream and tally.chunks else math.nan,
         "peak_rss_mb": rss,
-        "gc_pauses": math.nan,  # set for the targets that print them (`perf_procs.GC_WATCH`)
+        "gc_pauses": math.nan,  # set for the targets that print them (`perf_procs.watch_pauses`)
         "gc_pause_max_ms": math.nan,
         "driver_gc_pause_max_ms": math.nan,
         "first_error": tally.first_error.replace("\t", " ").replace("\n", " "),
@@ -403,7 +403,7 @@ async def measure(
     # The load generator's own collector pauses (it drives every target alike, direct too).
     driver_gc = io.StringIO()
     watching = len(gc.callbacks)
-    exec(GC_WATCH.format(out="driver_gc"), {"driver_gc": driver_gc})
+    watch_pauses(driver_gc)
     try:
         for target in targets:
             try:
@@ -434,7 +434,7 @@ async def measure(
             # The collector pauses of 2 ms or more in the load (after the warm-up): the load
             # generator's that began in it (not its collection just before), and the one-process
             # gateway's that ended in it or after (Plumbline targets print them:
-            # `perf_procs.GC_WATCH`).
+            # `perf_procs.watch_pauses`).
             driven = [b - a for a, b in pauses(driver_gc.getvalue()) if a >= tally.started]
             r["driver_gc_pause_max_ms"] = 1e3 * max(driven, default=0.0)
             if target.startswith("plumbline") and "-w" not in target:

@@ -49,14 +49,15 @@ from month_gen import APIS, NODES, ROUTES, day_sql  # noqa: E402
 from perf_procs import (  # noqa: E402
     BENCH_HEADERS,
     BENCH_KEY,
-    GC_WATCH,
     MODEL,
     Proc,
     fake_upstream,
     free_port,
+    gc_watch,
     launch,
     pauses,
     set_fake_default,
+    watch_pauses,
 )
 
 from gateway.config import load_config  # noqa: E402
@@ -152,7 +153,7 @@ async def drive(
     generator keeps only the requests in flight and each one's three numbers: when it kept
     every request's task, its collector's full collections over them grew to 90-160 ms, and
     every request due meanwhile read as that much slower (the slowest "quiet" requests of the
-    earlier results were these). Its collector's pauses go to `gc_out` (`GC_WATCH`)."""
+    earlier results were these). Its collector's pauses go to `gc_out` (`watch_pauses`)."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
     out: list[tuple[float, float, bool]] = []
     connector = aiohttp.TCPConnector(limit=512)
@@ -175,7 +176,7 @@ async def drive(
         flying: set[asyncio.Task[None]] = set()
         gc.freeze()  # what exists before the load is not walked again
         watching = len(gc.callbacks)
-        exec(GC_WATCH.format(out="gc_out"), {"gc_out": gc_out})
+        watch_pauses(gc_out)
         for i in range(int(rate * seconds)):
             due = t0 + i / rate
             await asyncio.sleep(max(0.0, due - time.time()))
@@ -357,7 +358,7 @@ def serve_and_drive(
         )
         if args.switch_ms is not None:
             pre += f"import gateway.edge.app as a; a.GIL_SWITCH_S = {args.switch_ms / 1000!r}; "
-        pre += GC_WATCH.format(out="sys.stderr")  # the gateway's collections, in its log
+        pre += gc_watch("sys.stderr")  # the gateway's collections, in its log
         code = pre + "from gateway.cli import app; app()"
         argv = [sys.executable, "-c", code, "serve", "--config", str(cfg)]
         gw = launch(

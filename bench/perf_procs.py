@@ -14,6 +14,7 @@ it sends to its workers) and the fake upstream (`direct`) is the upstream itself
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -21,10 +22,12 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from deploy.launch import gateway_command
 
@@ -83,20 +86,39 @@ def peak_rss_mb(pid: int) -> float:
     return total_kb / 1024
 
 
-# A collector's pause of 2 ms or more, printed with when it ended: `GC_WATCH.format(out=...)` is
-# code that installs it (in the gateway's process and in the load generator).
-GC_WATCH = (
-    "import gc, sys, time; _gc_t = [0.0]; "
-    "gc.callbacks.append(lambda phase, info: _gc_t.__setitem__(0, time.perf_counter()) "
-    "if phase == 'start' else (time.perf_counter() - _gc_t[0] >= 0.002 and print("
-    'f\'gc pause gen {{info["generation"]}} {{1e3 * (time.perf_counter() - _gc_t[0]):.1f}} ms '
-    'at {{time.time():.3f}} collected {{info["collected"]}}\', file={out}, flush=True))); '
-)
+def watch_pauses(out: TextIO) -> None:
+    """Print each of this process's collector pauses of 2 ms or more to `out`, with when it
+    ended (the lines `pauses` reads). `gc_watch` is the same as code for another process."""
+    import gc
+    import time
+
+    began = [0.0]
+
+    def pause(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+            return
+        ms = 1e3 * (time.perf_counter() - began[0])
+        if ms >= 2.0:
+            gen, freed = info["generation"], info["collected"]
+            line = f"gc pause gen {gen} {ms:.1f} ms at {time.time():.3f} collected {freed}"
+            print(line, file=out, flush=True)
+
+    gc.callbacks.append(pause)
+
+
+def gc_watch(out: str) -> str:
+    """Python code (for `python -c`) that runs `watch_pauses(<out>)`, `out` an expression there
+    (`sys.stderr`: the gateway's log); other code can follow it."""
+    source = textwrap.dedent(inspect.getsource(watch_pauses))
+    return f"from typing import TextIO\nimport sys\n{source}\nwatch_pauses({out})\n"
+
+
 PAUSE = re.compile(r"^gc pause gen (\d) ([\d.]+) ms at ([\d.]+) collected \d+$", re.MULTILINE)
 
 
 def pauses(text: str) -> list[tuple[float, float]]:
-    """(start, end) of each collector pause `GC_WATCH` printed in `text`."""
+    """(start, end) of each collector pause `watch_pauses` printed in `text`."""
     return [(float(t) - float(ms) / 1e3, float(t)) for _, ms, t in PAUSE.findall(text)]
 
 
@@ -222,8 +244,8 @@ def plumbline(
     else:
         argv = [
             sys.executable,
-            "-c",  # its collector's pauses in its log (`GC_WATCH`): the bench counts them a round
-            GC_WATCH.format(out="sys.stderr") + "from gateway.cli import app; app()",
+            "-c",  # its collector's pauses in its log (`gc_watch`): the bench counts them a round
+            gc_watch("sys.stderr") + "from gateway.cli import app; app()",
             "serve",
             "--config",
             str(config),
