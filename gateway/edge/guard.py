@@ -133,8 +133,23 @@ class AccessGuard:
                 [],
             )
             return
-        if key.role != "client" or scope["method"] != "POST" or path not in self.generation:
-            await self._call(scope, receive, send, key if key.role == "client" else None)
+        if key.role == "client":
+            await self._client(scope, receive, send, key)
+        else:
+            await self._call(scope, receive, send, None)
+
+    async def _client(self, scope: Scope, receive: Receive, send: Send, key: Key) -> None:
+        """A client key's request. Never on the eval lane where /v1 asks for keys: the lane
+        pins upstreams and is counted apart from client traffic, and is its credential's alone
+        (`_lane`)."""
+        if on_eval_lane(scope["headers"]):
+            message = (
+                "A client key cannot send requests on the eval lane (x-plumbline-lane: eval): "
+                "that lane is the gateway's own eval rounds'. Leave the header out."
+            )
+            await _error(scope, send, Forbidden(message), [], key)
+        elif scope["method"] != "POST" or scope["path"] not in self.generation:
+            await self._call(scope, receive, send, key)
         else:
             await self._generation(scope, receive, send, key)
 

@@ -91,6 +91,13 @@ def test_a_scheduled_round_with_client_keys_succeeds_and_v1_stays_closed(
             client = httpx.post(
                 f"{url}/chat/completions", json=CHAT, headers={"authorization": f"Bearer {CLIENT}"}
             )
+            # A client key may not put itself on the eval lane (it would pin an upstream and
+            # be counted as eval traffic).
+            client_on_lane = httpx.post(
+                f"{url}/chat/completions",
+                json=CHAT,
+                headers={"authorization": f"Bearer {CLIENT}", "x-plumbline-upstream": "u", **LANE},
+            )
 
             def key_ids() -> list[Any]:
                 with gw.store.engine.connect() as conn:
@@ -111,8 +118,12 @@ def test_a_scheduled_round_with_client_keys_succeeds_and_v1_stays_closed(
     assert on_lane.status_code == 200
     assert admin.status_code == 403 and console.status_code == 403
     assert client.status_code == 200
+    assert client_on_lane.status_code == 403, client_on_lane.text
+    assert "client key cannot send requests on the eval lane" in client_on_lane.text
+    assert client_on_lane.json()["error"]["type"]  # OpenAI's shape
     # The round's records name the lane's key by its id; the key itself is nowhere.
     assert ("eval-lane", "eval") in rows and ("team", "client") in rows
+    assert ("team", "eval") not in rows
     assert lane not in stored and hash_key(lane) not in stored
     assert lane not in caplog.text and lane not in repr(gw.scheduler._spec(["smol"]))
 
