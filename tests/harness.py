@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import tempfile
 import threading
@@ -33,6 +34,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(n: int) -> int:
+    """The first of `n` consecutive free ports (a deploy's replicas take base, base + 1, ...),
+    below Linux's ephemeral range: a port the kernel hands to an outgoing connection (as
+    `free_port`'s are) can be taken by another test's client before the replica binds it."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20_000, 32_000 - n)
+        socks = [socket.socket() for _ in range(n)]
+        try:
+            for i, s in enumerate(socks):
+                s.bind(("127.0.0.1", base + i))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return base
+    raise RuntimeError(f"no {n} consecutive free ports between 20000 and 32000")
 
 
 def config_from(data: dict[str, Any]) -> Config:

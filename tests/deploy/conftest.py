@@ -13,7 +13,7 @@ import pytest
 
 from deploy.engine import LaunchSpec
 from deploy.supervisor import Replica, Supervisor
-from tests.harness import free_port
+from tests.harness import free_ports
 
 SERVED_NAME = "smol"
 CONTEXT = 2048
@@ -22,7 +22,8 @@ STARTUP_TIMEOUT_S = 600.0  # vLLM needs ~50 s alone on 2 cores; far more when th
 
 @pytest.fixture
 def port() -> int:
-    return free_port()
+    """A free port, with the three after it free too (a deploy's replicas take base + i)."""
+    return free_ports(4)
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +57,7 @@ def vllm_replica(smol_hf: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         engine="vllm",
         model=str(smol_hf),
         served_model_name=SERVED_NAME,
-        port=free_port(),
+        port=free_ports(1),
         max_model_len=CONTEXT,
         tool_call_parser="pythonic",
         kv_cache_bytes=256 << 20,
@@ -74,7 +75,7 @@ def llamacpp_replica(
         engine="llamacpp",
         model=str(smol_gguf),
         served_model_name=SERVED_NAME,
-        port=free_port(),
+        port=free_ports(1),
         max_model_len=CONTEXT,
     )
     yield from _serve(spec, tmp_path_factory.mktemp("llamacpp-run"))
