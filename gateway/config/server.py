@@ -99,7 +99,9 @@ class StoreConfig(Frozen):
     # economics; retention runs with the first of them and then once an hour whatever this is.
     housekeeping_interval_s: float = Field(60.0, gt=0, le=3600)
     # The store's upkeep (rollups, retention) in a child process of its own, from its second run
-    # on (gateway/ledger/upkeep.py), so its Python never holds the serving process's GIL; it
-    # costs the upkeep's holder two processes, about 86 MB resident. Off: in housekeeping's
-    # thread. An in-memory SQLite store always keeps it in the thread.
-    upkeep_process: bool = False
+    # on (gateway/ledger/upkeep.py), so its Python never holds the serving process's GIL: in
+    # housekeeping's thread a live bucket's rollup added 2.2 ms to the p99 of requests at 300/s
+    # on 16 cores (1.0 ms on 2), in the child nothing. It costs the upkeep's holder two
+    # processes, about 86 MB resident. Off: in housekeeping's thread (a small box short of
+    # memory). An in-memory SQLite store always keeps it in the thread.
+    upkeep_process: bool = True

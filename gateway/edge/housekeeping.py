@@ -198,8 +198,8 @@ class Housekeeper:
     on the store recorded, share the demotions, publish node-vs-API economics. The store's
     upkeep is done once for all the processes on it, by the holder of the upkeep lease
     (`gateway.ledger.lease`): roll up at each run, apply retention at its first upkeep run and
-    then once an hour; with `store.upkeep_process`, in a child process from its second upkeep
-    run on (`gateway.ledger.upkeep`). Each run logs what its parts took."""
+    then once an hour; with `store.upkeep_process` (the default), in a child process from its
+    second upkeep run on (`gateway.ledger.upkeep`). Each run logs what its parts took."""
 
     def __init__(
         self,

@@ -10,9 +10,8 @@ own, so the upkeep holder's loop waits on none of it.
 
 `Upkeep` keeps one child (a one-worker `ProcessPoolExecutor`, started by `spawn`: never a fork
 of a process with a running loop and threads), which opens the store once and then runs each
-call it is sent, at a lower CPU priority. With `store.upkeep_process` on (off by default: the
-child and `multiprocessing`'s resource tracker cost about 86 MB resident, and what the child
-saves a request is measured on 2 cores only, one run each), housekeeping
+call it is sent, at a lower CPU priority. With `store.upkeep_process` on (the default; the
+child and `multiprocessing`'s resource tracker cost about 86 MB resident), housekeeping
 (`gateway/edge/housekeeping.py`) sends it the rollups and retention from its second upkeep run
 on, so a gateway that lives less than one housekeeping interval never starts one. `close` ends
 it, and one in the middle of a run is killed (its transaction rolls back; the next holder's run

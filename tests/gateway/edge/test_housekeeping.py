@@ -38,6 +38,7 @@ def config(tmp_path: Path, interval: float) -> Config:
                 "url": f"sqlite:///{tmp_path}/records.db",
                 "retention_days": 2,
                 "housekeeping_interval_s": interval,
+                "upkeep_process": False,  # in housekeeping's thread, but where a test says
             },
         }
     )

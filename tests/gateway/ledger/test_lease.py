@@ -61,7 +61,8 @@ class Counting(Store):
 def test_of_two_processes_on_a_store_one_does_the_upkeep(tmp_path: Path) -> None:
     """Two housekeepers (two workers) on one store: both publish economics each tick, one rolls
     up and applies retention; when it stops ticking, the other takes the upkeep over."""
-    cfg = config()  # the upkeep in housekeeping's thread (`store.upkeep_process` off)
+    cfg = config()  # the upkeep in housekeeping's thread, where `Counting` sees it
+    cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"upkeep_process": False})})
     stores = [Counting("sqlite:///var/records.db", tmp_path) for _ in range(2)]
     stores[0].write([record_row(full_record("r1", T0, upstream="a"))])
     keepers = [
