@@ -89,7 +89,7 @@ def peak_rss_mb(pid: int) -> float:
 def watch_pauses(out: TextIO) -> None:
     """Print each of this process's collector pauses of 2 ms or more to `out`, with when it
     ended (the lines `pauses` reads). `gc_watch` is the same as code for another process."""
-    import gc
+    import gc  # imported here: `gc_watch` sends this function's source alone
     import time
 
     began = [0.0]

@@ -298,9 +298,12 @@ class Housekeeper:
                 self._retained = time.monotonic()
                 s = self.config.store
                 kept = s.retention_days, s.content_retention_days
-                now = None  # (the clock where it runs)
                 await self._upkeep(
-                    took, "retention", "apply_retention", *kept, now, s.responses_retention_days
+                    took,
+                    "retention",
+                    "apply_retention",
+                    *kept,
+                    responses_retention_days=s.responses_retention_days,
                 )
         except Exception:
             log.exception("store housekeeping failed")
@@ -316,15 +319,19 @@ class Housekeeper:
             )
         return self._child
 
-    async def _upkeep(self, took: dict[str, float], name: str, method: str, *args: Any) -> Any:
-        """The store's `method(*args)` (`roll_up`, `apply_retention`), in the upkeep's child
-        process where there is one (`Upkeep` has both, by the same names), else in
+    async def _upkeep(
+        self, took: dict[str, float], name: str, method: str, *args: Any, **kwargs: Any
+    ) -> Any:
+        """The store's `method(*args, **kwargs)` (`roll_up`, `apply_retention`), in the upkeep's
+        child process where there is one (`Upkeep` has both, by the same names), else in
         housekeeping's thread; timed as `name`."""
         child = self._upkeep_child()
         if child is None:
-            return await self._timed(took, name, getattr(self.store, method), *args)
+            return await self._timed(
+                took, name, partial(getattr(self.store, method), **kwargs), *args
+            )
         try:
-            return await _clocked(took, name, getattr(child, method)(*args))
+            return await _clocked(took, name, getattr(child, method)(*args, **kwargs))
         except BrokenProcessPool:  # the child died (killed, out of memory): a new one next run
             self._child = None
             child.close()

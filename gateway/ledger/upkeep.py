@@ -70,8 +70,8 @@ def _roll_up(nodes: dict[str, list[str]], max_hours: int) -> int:
     return rollups.roll_up(_child_store().engine, nodes, time.time(), max_hours * rollups.CHUNK)
 
 
-def _retention(*args: Any) -> dict[str, int]:
-    return _child_store().apply_retention(*args)
+def _retention(*args: Any, **kwargs: Any) -> dict[str, int]:
+    return _child_store().apply_retention(*args, **kwargs)
 
 
 def in_memory(url: sa.URL) -> bool:
@@ -101,15 +101,15 @@ class Upkeep:
         names (plain data); the buckets rolled up."""
         return int(await self._call(_roll_up, rollups.node_upstreams(config), max_hours))
 
-    async def apply_retention(self, *args: Any) -> dict[str, int]:
-        """`Store.apply_retention(*args)` in the child."""
-        result: dict[str, int] = await self._call(_retention, *args)
+    async def apply_retention(self, *args: Any, **kwargs: Any) -> dict[str, int]:
+        """`Store.apply_retention(*args, **kwargs)` in the child."""
+        result: dict[str, int] = await self._call(_retention, *args, **kwargs)
         return result
 
-    async def _call(self, fn: Any, *args: Any) -> Any:
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if self.pid is None:
             self.pid = await asyncio.wrap_future(self._pool.submit(_pid))
-        self._running = future = self._pool.submit(fn, *args)
+        self._running = future = self._pool.submit(fn, *args, **kwargs)
         return await asyncio.wrap_future(future)
 
     def close(self) -> None:

@@ -38,7 +38,8 @@ def config(tmp_path: Path, interval: float) -> Config:
                 "url": f"sqlite:///{tmp_path}/records.db",
                 "retention_days": 2,
                 "housekeeping_interval_s": interval,
-                "upkeep_process": False,  # in housekeeping's thread, but where a test says
+                # In housekeeping's thread; the child's own test turns it on.
+                "upkeep_process": False,
             },
         }
     )
