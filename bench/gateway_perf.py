@@ -8,6 +8,7 @@ One run on this machine, everything on loopback: the fake upstream
     nonstream-c1    non-streamed 16-token answers, 1 worker looping
     nonstream-c256  the same, 256 workers
     stream-c32      256-chunk unpaced streams, 32 workers looping
+    open-c256       2-chunk unpaced streams, 256 workers looping: a stream's open and close
     seed            2,048 concurrent streams of 64 tokens paced at 10 tok/s, each sent once
     seed-2wave      the same 2,048 workers each sending two such streams back to back (4,096
                     streams, 2,048 at a time: a fleet that keeps its slots full)
@@ -97,6 +98,7 @@ SCENARIOS = {
         Scenario("nonstream-c1", 1, False, 16),
         Scenario("nonstream-c256", 256, False, 16),
         Scenario("stream-c32", 32, True, 256),
+        Scenario("open-c256", 256, True, 2),
         Scenario("seed", 2048, True, 64, pace_tps=10.0, once=True, timeout_s=60.0),
         Scenario("seed-2wave", 2048, True, 64, pace_tps=10.0, once=True, timeout_s=60.0, waves=2),
         Scenario(

@@ -89,10 +89,11 @@ class StoreConfig(Frozen):
     # store_content: each of a row's `prompt` and `response` kept to this many bytes (UTF-8), a
     # longer one cut and marked `[plumbline: truncated at N of M bytes]`.
     content_max_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
-    # The record journal's fsync (gateway/ledger/journal.py). Every finished record is written
-    # to the process's journal (one write(2)) before its answer ends, so a killed process loses
-    # none. "interval": fsynced by the record queue every flush (0.2 s), so a crash of the whole
-    # machine loses at most that; "always": fsynced on the request path before the answer ends.
+    # The record journal's fsync (gateway/ledger/journal.py). Every finished record is copied
+    # into the process's journal (a shared memory map) before its answer ends, so a killed
+    # process loses none. "interval": fsynced by the record queue every flush (0.2 s), so a
+    # crash of the whole machine loses at most that; "always": fsynced on the request path
+    # before the answer ends.
     journal_fsync: Literal["interval", "always"] = "interval"
     # Seconds between two housekeeping runs of each gateway process (gateway/edge/housekeeping.py):
     # the gate decisions and demotions of the other gateways, the hourly rollups, the node-vs-API

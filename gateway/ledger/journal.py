@@ -7,11 +7,15 @@ Each gateway process appends to its own `journal-<pid>-<tag>.jsonl` (held under 
 - `{"f": row}` when a record is finished (`finish`): the relay hands a record on before the
   client sees the end of its answer, so the line is in the file before the answer is complete.
 
-A line is one `write(2)` to an `O_APPEND` file: once it returns, the kernel has it, and a
-SIGKILL, an OOM kill or a crash of the process loses nothing. `fsync` policy: `interval` (the
-default) syncs the file from the record queue's thread at each of its turns (every
-`flush_interval_s`, 0.2 s), so a crash of the whole machine loses at most that much; `always`
-syncs on the request path before the line counts as written (the cost is in
+A line is copied into the file through a shared memory map (no system call, and the GIL is not
+given up on the request path: a `write(2)` gave the record queue's thread the GIL and the event
+loop waited up to a switch interval for it back). Once copied, the page cache has it, and a
+SIGKILL, an OOM kill or a crash of the process loses nothing. The file's blocks are reserved
+(`posix_fallocate`) before the map covers them, so a full disk fails the reservation (logged;
+records then rely on the queue) and never a copy; the unused tail reads as zero bytes. `fsync`
+policy: `interval` (the default) syncs the file from the record queue's thread at each of its
+turns (every `flush_interval_s`, 0.2 s), so a crash of the whole machine loses at most that
+much; `always` syncs on the request path before the line counts as written (the cost is in
 `bench/ledger_journal.py`).
 
 The record queue `settle`s a record once its row is in the store, the spool or the quarantine;
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import mmap
 import os
 import threading
 import uuid
@@ -40,6 +45,7 @@ log = logging.getLogger(__name__)
 
 INTERRUPTED = "Interrupted"
 _B, _F = b'{"b":', b'{"f":'
+_FIRST = 1 << 20  # the first reservation; doubled as lines need it
 
 
 class Journal:
@@ -49,12 +55,15 @@ class Journal:
         self.always = fsync == "always"
         self.max_bytes = max_bytes
         self.path = folder / f"journal-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
-        self._fd = _locked(self.path)
         self._open: dict[str, bytes] = {}  # request id -> its last line, not yet settled
         self._lock = threading.Lock()
-        self._size = 0
+        self._size = 0  # bytes written: the next line's offset
         self._dirty = False
         self.failed = 0  # lines that could not be written (disk full); logged once
+        self._fd = _locked(self.path)
+        self._map: mmap.mmap | None = None
+        self._cap = 0
+        self._map, self._cap = self._reserve(self._fd, None, 0, _FIRST)
 
     def begin(self, row: dict[str, Any]) -> None:
         self._put(row["request_id"], _B + orjson.dumps(row) + b"}\n")
@@ -65,17 +74,47 @@ class Journal:
     def _put(self, key: str, line: bytes) -> None:
         with self._lock:
             self._open[key] = line
-            try:
-                os.write(self._fd, line)
-                if self.always:
-                    os.fdatasync(self._fd)
-            except OSError as e:
-                self.failed += 1
-                if self.failed == 1:
-                    log.error("record journal %s: %s; records rely on the queue", self.path, e)
-                return
-            self._size += len(line)
+            end = self._size + len(line)
+            if end > self._cap:
+                self._map, self._cap = self._reserve(self._fd, self._map, self._cap, end)
+            if self._map is None:
+                return  # no room: counted and logged by `_reserve`
+            self._map[self._size : end] = line
+            self._size = end
             self._dirty = True
+            if self.always:
+                self._sync_now()
+
+    def _reserve(
+        self, fd: int, old: mmap.mmap | None, cap: int, need: int
+    ) -> tuple[mmap.mmap | None, int]:
+        """Blocks for at least `need` bytes (doubling), then a map over them; (None, 0) when the
+        disk has no room (the old map, if any, is closed)."""
+        new = max(_FIRST, cap)
+        while new < need:
+            new *= 2
+        try:
+            os.posix_fallocate(fd, cap, new - cap)
+            if old is not None:
+                old.resize(new)
+                return old, new
+            return mmap.mmap(fd, new), new
+        except OSError as e:
+            if old is not None:
+                old.close()
+            self._failed(e)
+            return None, 0
+
+    def _failed(self, e: OSError) -> None:
+        self.failed += 1
+        if self.failed == 1:
+            log.error("record journal %s: %s; records rely on the queue", self.path, e)
+
+    def _sync_now(self) -> None:
+        try:
+            os.fdatasync(self._fd)
+        except OSError:
+            log.exception("record journal: fsync failed")
 
     def settle(self, keys: Iterable[str]) -> None:
         """These records' rows are in the store, the spool or the quarantine.
@@ -98,32 +137,40 @@ class Journal:
         `max_bytes` with only the unsettled lines."""
         if self._dirty:
             self._dirty = False
-            try:
-                os.fdatasync(self._fd)
-            except OSError:
-                log.exception("record journal: fsync failed")
+            self._sync_now()  # the map's pages are the file's: fdatasync writes them
         if self._size > self.max_bytes:
             self._rotate()
 
     def _rotate(self) -> None:
         """The unsettled lines to a new file that takes the journal's name (rename: atomic).
-        Under the lock only the write(2)s and the rename, which is all a process crash needs;
-        the new file reaches the disk at the next `sync` (at once with `always`)."""
+        Under the lock only the copy and the rename, which is all a process crash needs; the
+        new file reaches the disk at the next `sync` (at once with `always`)."""
         tmp = self.folder / f".{self.path.name}.tmp"
         with self._lock:
             fd = _locked(tmp)
             data = b"".join(self._open.values())
+            new, cap = self._reserve(fd, None, 0, len(data))
             try:
-                os.write(fd, data)
+                if new is None:
+                    raise OSError("no room for the rewritten journal")
+                new[: len(data)] = data
                 if self.always:
                     os.fdatasync(fd)
                 os.rename(tmp, self.path)
             except OSError:
+                if new is not None:
+                    new.close()
                 os.close(fd)
                 log.exception("record journal: rewriting %s failed", self.path)
                 return
-            os.close(self._fd)  # the old file is gone; its lock goes with it
-            self._fd, self._size, self._dirty = fd, len(data), True
+            self._unmap()  # the old file is gone; its lock goes with its last reference
+            self._fd, self._map, self._cap = fd, new, cap
+            self._size, self._dirty = len(data), True
+
+    def _unmap(self) -> None:
+        if self._map is not None:
+            self._map.close()  # the map holds the file (and its lock) too
+        os.close(self._fd)
 
     def close(self) -> None:
         """After the queue has written or spooled everything: nothing left, no file left."""
@@ -133,13 +180,14 @@ class Journal:
                 self.path.unlink(missing_ok=True)
             else:
                 os.fsync(self._fd)
-            os.close(self._fd)
+            self._unmap()
+            self._map = None
         if left:
             log.warning("record journal %s keeps %d records for the next start", self.path, left)
 
 
 def _locked(path: Path) -> int:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)  # read too: to be mapped
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 
@@ -165,7 +213,8 @@ def recover(folder: Path) -> Iterator[tuple[Path, list[dict[str, Any]]]]:
             except FileNotFoundError:
                 continue
             with os.fdopen(os.dup(fd), "rb") as f:
-                rows = _unsettled(f)
+                written = f.read().split(b"\0", 1)[0]  # the reserved tail is zero bytes
+            rows = _unsettled(written.splitlines())
             yield path, rows
         finally:
             os.close(fd)

@@ -3,6 +3,7 @@ relaying are recorded as interrupted when it starts again."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sqlite3
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from gateway.ledger.journal import INTERRUPTED, Journal, recover
 from gateway.ledger.spool import RecordQueue
@@ -30,7 +32,7 @@ def _row(request_id: str) -> dict[str, Any]:
 
 def _died(journal: Journal) -> None:
     """What a SIGKILL does to a journal: its lock released, its file left as it was."""
-    os.close(journal._fd)
+    journal._unmap()
 
 
 def test_a_dead_processs_journal_gives_its_unsettled_records(tmp_path: Path) -> None:
@@ -39,8 +41,9 @@ def test_a_dead_processs_journal_gives_its_unsettled_records(tmp_path: Path) -> 
     j.begin(_row("streaming"))
     j.begin(_row("began-and-finished"))
     j.finish(_row("began-and-finished"))
-    with j.path.open("ab") as f:
-        f.write(b'{"f":{"request_id":"torn"')  # the crash cut the last line short
+    torn = b'{"f":{"request_id":"torn"'  # the crash cut the last line's copy short
+    assert j._map is not None
+    j._map[j._size : j._size + len(torn)] = torn
     assert list(recover(tmp_path)) == []  # its process is alive: the lock is held
     _died(j)
     [(path, rows)] = list(recover(tmp_path))
@@ -59,10 +62,43 @@ def test_a_rewritten_journal_keeps_only_the_unsettled_records(tmp_path: Path) ->
     j.begin(_row("open-stream"))
     j.settle(f"r{i}" for i in range(39))
     j.sync()  # past max_bytes: rewritten
-    assert j.path.stat().st_size < 4096
+    assert len(j.path.read_bytes().split(b"\0", 1)[0]) < 4096
     _died(j)
     [(_, rows)] = list(recover(tmp_path))
     assert sorted(r["request_id"] for r in rows) == ["open-stream", "r39"]
+
+
+def test_a_journal_grows_past_its_first_reservation(tmp_path: Path) -> None:
+    j = Journal(tmp_path, max_bytes=64 << 20)
+    first = j.path.stat().st_size
+    for i in range(3000):  # about 3 MB of lines
+        j.finish(_row(f"r{i}"))
+    assert j.path.stat().st_size > first
+    _died(j)
+    [(_, rows)] = list(recover(tmp_path))
+    assert len(rows) == 3000
+
+
+def test_a_full_disk_costs_the_journal_not_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    j = Journal(tmp_path)
+    j.finish(_row("before"))
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    for i in range(3000):  # past the first reservation: the next one fails
+        j.finish(_row(f"r{i}"))
+    assert j.failed > 0
+    assert [r.message for r in caplog.records].count(
+        f"record journal {j.path}: [Errno 28] No space left on device; records rely on the queue"
+    ) == 1
+    assert j.pending == 3001  # still settled by the queue as its rows land
+    j.settle(["before", *(f"r{i}" for i in range(3000))])
+    j.close()
+    assert not j.path.exists()
 
 
 def test_a_closed_queue_leaves_no_journal(tmp_path: Path) -> None:
