@@ -77,6 +77,7 @@ from perf_procs import (  # noqa: E402
     fake_upstream,
     floor,
     litellm,
+    loop_seconds,
     pauses,
     peak_rss_mb,
     plumbline,
@@ -160,6 +161,7 @@ COLUMNS = (
     "gc_pauses",
     "gc_pause_max_ms",
     "driver_gc_pause_max_ms",
+    "loop_per_req_us",
 )
 
 
@@ -213,6 +215,7 @@ def row(
         "cpu_s": cpu,
         "cpu_per_req_us": 1e6 * cpu / max(tally.requests, 1),
         "cpu_per_chunk_us": 1e6 * cpu / tally.chunks if sc.stream and tally.chunks else math.nan,
+        "loop_per_req_us": math.nan,  # the main threads' share of `cpu_per_req_us`
         "peak_rss_mb": rss,
         "gc_pauses": math.nan,  # set for the targets that print them (`perf_procs.watch_pauses`)
         "gc_pause_max_ms": math.nan,
@@ -238,6 +241,7 @@ SHOWN = (
     "records",
     "cpu_per_req_us",
     "cpu_per_chunk_us",
+    "loop_per_req_us",
     "peak_rss_mb",
     "gc_pauses",
     "gc_pause_max_ms",
@@ -425,14 +429,16 @@ async def measure(
             )
             store = recorded_in(target, scratch)
             rows0 = record_count(store)
-            cpu0 = cpu_seconds(proc.pid)
+            cpu0, loop0 = cpu_seconds(proc.pid), loop_seconds(proc.pid)
             url = proc.base_url + "/chat/completions"
             tally = await drive(url, sc, MODEL, seconds, proc.headers, WARMUP, extra=extra)
             records = await settled_records(store, rows0, tally.requests + WARMUP) - WARMUP
             cpu = cpu_seconds(proc.pid) - cpu0
+            loop = loop_seconds(proc.pid) - loop0
             rss = peak_rss_mb(proc.pid) if sc.name.startswith("seed") else math.nan
             r = row(target, sc, tally, cpu, base.get((sc.name, round_)), rss, round_, text)
             r["records"] = records
+            r["loop_per_req_us"] = 1e6 * loop / max(tally.requests, 1)
             # The collector pauses of 2 ms or more in the load (after the warm-up): the load
             # generator's that began in it (not its collection just before), and the one-process
             # gateway's that ended in it or after (Plumbline targets print them:

@@ -73,6 +73,20 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def loop_seconds(pid: int) -> float:
+    """User + system CPU seconds of the main threads of `pid`'s live process tree: the event
+    loops' own (a gateway process runs its loop there), without its threads' (the record
+    queue's writer, the upkeep's)."""
+    ticks = 0
+    for p in tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/task/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mb(pid: int) -> float:
     """Sum of the peak resident set (VmHWM) of `pid`'s live process tree, in MB."""
     total_kb = 0

@@ -120,10 +120,10 @@ async def _open(
     """One stream set up as dispatch leaves it (headers in, the first block read), then handed
     to the relay: its upstream connection and the task serving the client. With `--direct` (as
     the gateway's server offers it) body blocks are written by the edge's `body_writer`."""
-    from gateway.edge.connection import body_writer
+    from gateway.edge.connection import body_writer, corker
     from gateway.ledger.record import Record
     from gateway.serving.call import Call
-    from gateway.serving.outlet import DIRECT, Outlet
+    from gateway.serving.outlet import DIRECT, Direct, Outlet
     from gateway.serving.reply import Reply
     from gateway.serving.stream_relay import StreamRelay
     from gateway.serving.tap import StreamTap
@@ -137,7 +137,7 @@ async def _open(
     block = await reply.read_some()
     transport = Transport()
     cycle = _cycle(transport)
-    direct = body_writer(cycle, transport, cycle.flow) if args.direct else None
+    direct = Direct(body_writer(cycle, cycle.flow), corker(cycle)) if args.direct else None
     if not gateway:
 
         async def floor() -> None:

@@ -33,6 +33,7 @@ import asyncio
 import logging
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from gateway.config.server import ServerConfig
 from gateway.edge.request_id import ECHO, OWN, ids_of, new_id
 from gateway.errors import GatewayError, HeadersTooLarge
-from gateway.serving.outlet import DIRECT, BodyWriter
+from gateway.serving.outlet import DIRECT, BodyWriter, Direct
 from gateway.serving.stream_relay import DROPPED
 
 log = logging.getLogger("plumbline")
@@ -187,11 +188,9 @@ def limits_of(app: Any) -> Limits:
     return _DEFAULT
 
 
-def body_writer(
-    cycle: RequestResponseCycle, transport: asyncio.Transport, flow: FlowControl
-) -> BodyWriter:
-    """Writes a block of `cycle`'s chunked body (not its last) to `transport` at once, framed as
-    its `send` frames it; declines (False) wherever that `send` would do more than write it:
+def body_writer(cycle: RequestResponseCycle, flow: FlowControl) -> BodyWriter:
+    """Writes a block of `cycle`'s chunked body (not its last) to its transport at once, framed
+    as its `send` frames it; declines (False) wherever that `send` would do more than write it:
     the client's socket is full (it would wait), the client is gone (it would drop the block),
     the head is not out, the body is not chunked, or the response is complete. What `send`
     keeps of the answer (started, complete, keep-alive) is left as `send` would leave it: a
@@ -203,10 +202,61 @@ def body_writer(
         if not cycle.chunked_encoding:  # (None: the head has not gone; False: a length)
             return False
         if data:
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
         return True
 
     return write
+
+
+class _Corked:
+    """The client's transport while corked: writes gathered (`flush` writes them as one);
+    closing writes them first; everything else is the transport's."""
+
+    __slots__ = ("transport", "parts")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+
+    def flush(self) -> None:
+        parts = self.parts
+        if parts:
+            self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+            parts.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+def corker(cycle: RequestResponseCycle) -> Callable[[], Callable[[], None]]:
+    """Corks `cycle`'s transport (its `send` and `body_writer` write through it) until the
+    returned call: a stream's head and first blocks go to the socket as one write. Corking
+    within a cork, or a cycle whose transport is not its own, is left as it is."""
+
+    def cork() -> Callable[[], None]:
+        transport = cycle.transport
+        if type(transport) is _Corked:
+            return _nothing
+        corked = cycle.transport = _Corked(transport)  # type: ignore[assignment]
+
+        def uncork() -> None:
+            cycle.transport = transport
+            corked.flush()
+
+        return uncork
+
+    return cork
+
+
+def _nothing() -> None:
+    pass
 
 
 class BoundedHttp(HttpToolsProtocol):
@@ -283,7 +333,7 @@ class BoundedHttp(HttpToolsProtocol):
         # (An upgrade makes no cycle; an answer to HEAD writes no body.)
         if cycle is not None and cycle.scope is self.scope and self.scope["method"] != "HEAD":
             scope: Any = self.scope  # (a TypedDict to mypy; the app reads DIRECT from it)
-            scope[DIRECT] = (cycle.send, body_writer(cycle, self.transport, self.flow))
+            scope[DIRECT] = (cycle.send, Direct(body_writer(cycle, self.flow), corker(cycle)))
 
     def on_body(self, body: bytes) -> None:
         self._body_at = self.loop.time()

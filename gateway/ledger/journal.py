@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 INTERRUPTED = "Interrupted"
 _B, _F = b'{"b":', b'{"f":'
 _FIRST = 1 << 20  # the first reservation; doubled as lines need it
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # (Linux)
 
 
 class Journal:
@@ -98,7 +99,8 @@ class Journal:
             if old is not None:
                 old.resize(new)
                 return old, new
-            return mmap.mmap(fd, new), new
+            # Its pages faulted in now, not one by one on the request path.
+            return mmap.mmap(fd, new, flags=mmap.MAP_SHARED | _POPULATE), new
         except OSError as e:
             if old is not None:
                 old.close()

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from starlette.types import Send
 
     from gateway.config import Upstream
-    from gateway.serving.outlet import BodyWriter
+    from gateway.serving.outlet import Direct
     from gateway.serving.upstream import Opened
 
 log = logging.getLogger("plumbline")
@@ -84,7 +84,7 @@ class Call:
     send: Send | None = None
     # Where the server offers it, its writer of the answer's body blocks for that `send`
     # (`gateway/serving/outlet.py`).
-    direct: BodyWriter | None = None
+    direct: Direct | None = None
     head: Head | None = None
     # The id the client sent in `x-request-id`, echoed on its answer (the record's id otherwise).
     client_request_id: str | None = None

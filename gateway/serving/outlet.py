@@ -17,7 +17,9 @@ the client's transport instead, framed as the server frames it, with no message 
 all: the writer declines (and the block takes the awaited way) whenever the server's own `send`
 would do more than write it — the client's socket is full, the client is gone, the head is not
 out or the body is not chunked — and while an awaited send is under way, so order is kept. The
-last block always takes the awaited way: the server ends the response there.
+last block always takes the awaited way: the server ends the response there. The server also
+offers to cork the client's transport (`Direct.cork`): what is written until it is uncorked goes
+out as one write, so a stream's head and first blocks take one system call, not one each.
 """
 
 from __future__ import annotations
@@ -25,26 +27,41 @@ from __future__ import annotations
 import asyncio
 import types
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 # Writes a body block (not the last) straight to the client, as the server's `send` would have;
 # False when it did not (the block is to be sent the awaited way).
 BodyWriter = Callable[[bytes], bool]
 
+# Gathers what is written to the client from now on; what it returns writes it all as one.
+Cork = Callable[[], Callable[[], None]]
+
+
+class Direct(NamedTuple):
+    """What the server offers to write an answer with besides its `send`."""
+
+    write: BodyWriter
+    cork: Cork
+
+
 # The scope's key for what the server offers to write the request's answer with: (its own
-# `send`, a `BodyWriter`), gateway/edge/connection.py.
+# `send`, a `Direct`), gateway/edge/connection.py.
 DIRECT = "plumbline.direct"
 
 
-def direct_writer(scope: Mapping[str, Any], send: Send | None) -> BodyWriter | None:
-    """The server's `BodyWriter` for `scope`'s answer, if it offers one and `send` is its own
+def direct_writer(scope: Mapping[str, Any], send: Send | None) -> Direct | None:
+    """The server's `Direct` for `scope`'s answer, if it offers one and `send` is its own
     (not wrapped by anything that might look at what passes)."""
     offered = scope.get(DIRECT)
     if offered is None or send is None or offered[0] != send:
         return None
-    writer: BodyWriter = offered[1]
-    return writer
+    direct: Direct = offered[1]
+    return direct
+
+
+def _uncorked() -> None:
+    pass
 
 
 # What the pump yields when it has finished a message and waits for the next.
@@ -82,6 +99,7 @@ class Outlet:
         "_pump",
         "_send",
         "_direct",
+        "_cork",
         "_pause",
         "_resume_reading",
         "_backlog",
@@ -95,10 +113,11 @@ class Outlet:
         send: Send,
         pause: Callable[[], None],
         resume: Callable[[], None],
-        direct: BodyWriter | None = None,
+        direct: Direct | None = None,
     ):
         self._send = send
-        self._direct = direct
+        self._direct = direct.write if direct is not None else None
+        self._cork = direct.cork if direct is not None else None
         self._pump = self._primed()
         self._pause = pause
         self._resume_reading = resume
@@ -111,6 +130,12 @@ class Outlet:
         pump = _pump(self._send)
         pump.send(None)  # to its first `_READY`
         return pump
+
+    def corked(self) -> Callable[[], None]:
+        """Gather what is written from now on (where the server offers it); the call returned
+        writes it all as one."""
+        cork = self._cork
+        return cork() if cork is not None and self._task is None else _uncorked
 
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """The response's head."""

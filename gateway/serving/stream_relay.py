@@ -155,14 +155,18 @@ class StreamRelay(Response):
         """The head, the first block if dispatch read one, then the rest as they come."""
         assert self.outlet is not None and self.ended is not None
         self.begun = True
-        self.outlet.start(200, self.raw_headers)
-        if self.outlet.error is not None:
-            self._left()
-            return
-        if self.opened.first:
-            self._data(self.opened.first)
-        if not self.ended.done():
-            self.opened.response.pipe(self._data, self._end, self._broken)
+        uncork = self.outlet.corked()  # the head and what follows at once: one write
+        try:
+            self.outlet.start(200, self.raw_headers)
+            if self.outlet.error is not None:
+                self._left()
+                return
+            if self.opened.first:
+                self._data(self.opened.first)
+            if not self.ended.done():
+                self.opened.response.pipe(self._data, self._end, self._broken)
+        finally:
+            uncork()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()

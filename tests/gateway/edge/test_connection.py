@@ -272,15 +272,18 @@ class Socket(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.data = b""
+        self.writes = 0
+        self.closed = False
 
     def write(self, data: Any) -> None:
         self.data += bytes(data)
+        self.writes += 1
 
     def is_closing(self) -> bool:
         return False
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 def _cycle(method: str = "POST") -> tuple[Any, Socket]:
@@ -299,7 +302,7 @@ def _cycle(method: str = "POST") -> tuple[Any, Socket]:
 
 async def test_the_body_writer_writes_only_where_send_would_only_write() -> None:
     cycle, transport = _cycle()
-    write = connection.body_writer(cycle, transport, cycle.flow)
+    write = connection.body_writer(cycle, cycle.flow)
     assert not write(b"early")  # the head has not gone
     await cycle.send({"type": "http.response.start", "status": 200, "headers": []})
     head = transport.data
@@ -316,11 +319,38 @@ async def test_the_body_writer_writes_only_where_send_would_only_write() -> None
     assert not write(b"gone")
 
     sized, transport = _cycle()
-    write = connection.body_writer(sized, transport, sized.flow)
+    write = connection.body_writer(sized, sized.flow)
     await sized.send(
         {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
     )
     assert not write(b"ab")  # not chunked: `send` counts the length
+
+
+async def test_a_corked_transport_writes_the_head_and_blocks_as_one() -> None:
+    cycle, transport = _cycle()
+    write, cork = connection.body_writer(cycle, cycle.flow), connection.corker(cycle)
+    uncork = cork()
+    assert cork() is not uncork  # a cork within a cork leaves it to the outer one
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": []})
+    assert write(b"data: a\n\n")
+    assert transport.writes == 0 and not transport.data
+    uncork()
+    assert transport.writes == 1
+    assert transport.data.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert transport.data.endswith(b"transfer-encoding: chunked\r\n\r\n9\r\ndata: a\n\n\r\n")
+    assert write(b"b") and transport.writes == 2  # uncorked: at once again
+    uncork()  # twice: nothing more
+    assert transport.writes == 2
+
+    # An answer that closes its connection writes what it gathered before closing.
+    cycle, transport = _cycle()
+    cycle.keep_alive = False
+    uncork = connection.corker(cycle)()
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": []})
+    await cycle.send({"type": "http.response.body", "body": b"x", "more_body": False})
+    assert transport.closed and transport.writes == 1 and transport.data.endswith(b"0\r\n\r\n")
+    uncork()
+    assert transport.writes == 1
 
 
 def test_streams_on_one_connection_are_written_straight_and_kept_alive(

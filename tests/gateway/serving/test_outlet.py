@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from gateway.serving.outlet import Outlet
+from gateway.serving.outlet import Direct, Outlet
 
 
 class Sender:
@@ -114,16 +114,25 @@ class Writer:
         self.takes = True
         self.written: list[bytes] = []
 
+        self.corks: list[str] = []
+
     def __call__(self, data: bytes) -> bool:
         if not self.takes:
             return False
         self.written.append(data)
         return True
 
+    def cork(self) -> Any:
+        self.corks.append("corked")
+        return lambda: self.corks.append("uncorked")
+
+    def direct(self) -> Direct:
+        return Direct(self, self.cork)
+
 
 async def test_blocks_go_to_the_direct_writer_and_the_last_one_to_send() -> None:
     sender, writer = Sender(), Writer()
-    outlet = Outlet(sender, lambda: None, lambda: None, writer)
+    outlet = Outlet(sender, lambda: None, lambda: None, writer.direct())
     outlet.write(b"a")
     outlet.write(b"b")
     assert writer.written == [b"a", b"b"] and sender.sent == []
@@ -141,7 +150,7 @@ async def test_the_direct_writer_waits_behind_a_waiting_send() -> None:
     sender, writer = Sender(), Writer()
     reading: list[str] = []
     outlet = Outlet(
-        sender, lambda: reading.append("paused"), lambda: reading.append("resumed"), writer
+        sender, lambda: reading.append("paused"), lambda: reading.append("resumed"), writer.direct()
     )
     writer.takes = False
     sender.open.clear()
@@ -158,10 +167,27 @@ async def test_the_direct_writer_waits_behind_a_waiting_send() -> None:
 
 async def test_nothing_is_written_after_the_send_failed() -> None:
     sender, writer = Sender(), Writer()
-    outlet = Outlet(sender, lambda: None, lambda: None, writer)
+    outlet = Outlet(sender, lambda: None, lambda: None, writer.direct())
     writer.takes, sender.fail = False, True
     outlet.write(b"a")
     assert isinstance(outlet.error, RuntimeError)
     writer.takes = True
     outlet.write(b"b")
     assert writer.written == []
+
+
+async def test_the_outlet_corks_where_the_server_offers_it_and_no_send_waits() -> None:
+    sender, writer = Sender(), Writer()
+    outlet = Outlet(sender, lambda: None, lambda: None, writer.direct())
+    uncork = outlet.corked()
+    assert writer.corks == ["corked"]
+    uncork()
+    assert writer.corks == ["corked", "uncorked"]
+    writer.takes = False
+    sender.open.clear()
+    outlet.write(b"a")  # a send waits: what follows must queue behind it, not be gathered
+    outlet.corked()()
+    assert writer.corks == ["corked", "uncorked"]
+    sender.open.set()
+    await outlet.drained()
+    Outlet(sender, lambda: None, lambda: None).corked()()  # no cork offered: nothing to do
