@@ -89,18 +89,10 @@ class Journal:
     def _reserve(
         self, fd: int, old: mmap.mmap | None, cap: int, need: int
     ) -> tuple[mmap.mmap | None, int]:
-        """Blocks for at least `need` bytes (doubling), then a map over them; (None, 0) when the
-        disk has no room (the old map, if any, is closed)."""
-        new = max(_FIRST, cap)
-        while new < need:
-            new *= 2
+        """`_mapped`, or (None, 0) when the disk has no room: counted and logged (the old map,
+        if any, closed)."""
         try:
-            os.posix_fallocate(fd, cap, new - cap)
-            if old is not None:
-                old.resize(new)
-                return old, new
-            # Its pages faulted in now, not one by one on the request path.
-            return mmap.mmap(fd, new, flags=mmap.MAP_SHARED | _POPULATE), new
+            return _mapped(fd, old, cap, need)
         except OSError as e:
             if old is not None:
                 old.close()
@@ -151,10 +143,9 @@ class Journal:
         with self._lock:
             fd = _locked(tmp)
             data = b"".join(self._open.values())
-            new, cap = self._reserve(fd, None, 0, len(data))
+            new = None
             try:
-                if new is None:
-                    raise OSError("no room for the rewritten journal")
+                new, cap = _mapped(fd, None, 0, len(data))
                 new[: len(data)] = data
                 if self.always:
                     os.fdatasync(fd)
@@ -186,6 +177,20 @@ class Journal:
             self._map = None
         if left:
             log.warning("record journal %s keeps %d records for the next start", self.path, left)
+
+
+def _mapped(fd: int, old: mmap.mmap | None, cap: int, need: int) -> tuple[mmap.mmap, int]:
+    """Blocks reserved for at least `need` bytes of `fd`'s file (its size doubled from `cap`),
+    then a map over them: `old` grown, or a new one. OSError when the disk has no room."""
+    new = max(_FIRST, cap)
+    while new < need:
+        new *= 2
+    os.posix_fallocate(fd, cap, new - cap)
+    if old is not None:
+        old.resize(new)
+        return old, new
+    # Its pages faulted in now, not one by one on the request path.
+    return mmap.mmap(fd, new, flags=mmap.MAP_SHARED | _POPULATE), new
 
 
 def _locked(path: Path) -> int:

@@ -101,6 +101,26 @@ def test_a_full_disk_costs_the_journal_not_the_records(
     assert not j.path.exists()
 
 
+def test_a_rewrite_with_no_room_keeps_the_journal_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    j = Journal(tmp_path, max_bytes=4096)
+    for i in range(10):
+        j.finish(_row(f"r{i}"))
+    j.settle(f"r{i}" for i in range(9))
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    j.sync()  # past max_bytes, but the new file gets no room: the old one stays
+    assert j.failed == 0
+    j.begin(_row("after"))  # still within the old reservation
+    _died(j)
+    [(_, rows)] = list(recover(tmp_path))  # settled ones too (the store ignores them again)
+    assert sorted(r["request_id"] for r in rows) == ["after", *(f"r{i}" for i in range(10))]
+
+
 def test_a_closed_queue_leaves_no_journal(tmp_path: Path) -> None:
     store = Store("sqlite:///records.db", root=tmp_path)
     q = RecordQueue(store, tmp_path / "spool", flush_interval_s=0.01)
