@@ -120,7 +120,7 @@ async def _open(
     """One stream set up as dispatch leaves it (headers in, the first block read), then handed
     to the relay: its upstream connection and the task serving the client. With `--direct` (as
     the gateway's server offers it) body blocks are written by the edge's `body_writer`."""
-    from gateway.edge.connection import body_writer, corker
+    from gateway.edge.direct import body_writer, corker
     from gateway.ledger.record import Record
     from gateway.serving.call import Call
     from gateway.serving.outlet import DIRECT, Direct, Outlet

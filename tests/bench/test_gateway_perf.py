@@ -46,6 +46,7 @@ def test_each_cell_is_the_median_and_range_of_its_rounds() -> None:
             "req_per_s": rps,
             "errors": 0,
             "cpu_per_req_us": cpu,
+            "loop_per_req_us": 0.9 * cpu,  # the event loop's share
             "peak_rss_mb": rss,
         }
 
@@ -55,6 +56,7 @@ def test_each_cell_is_the_median_and_range_of_its_rounds() -> None:
     assert cells["plumbline"]["rounds"] == 3
     assert cells["plumbline"]["req_per_s"] == {"median": 1100, "min": 1000, "max": 1400}
     assert cells["floor"]["req_per_s"]["median"] == 2000
+    assert round(cells["plumbline"]["loop_per_req_us"]["median"], 6) == round(0.9e6 / 1100, 6)
     assert math.isnan(cells["floor"]["peak_rss_mb"]["median"])  # not measured: no number
     assert cells["plumbline"]["records"]["median"] == 1000
     assert math.isnan(cells["floor"]["records"]["median"])
