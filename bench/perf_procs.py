@@ -43,9 +43,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _stat(pid: int) -> list[str] | None:
+def _stat(pid: int, thread: int | None = None) -> list[str] | None:
+    """The fields of `pid`'s /proc stat after its name (of one of its threads, `thread`)."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return Path(path).read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
 
@@ -79,11 +81,8 @@ def loop_seconds(pid: int) -> float:
     queue's writer, the upkeep's)."""
     ticks = 0
     for p in tree(pid):
-        try:
-            fields = Path(f"/proc/{p}/task/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        ticks += int(fields[11]) + int(fields[12])
+        if fields := _stat(p, p):  # a process's main thread has its id
+            ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from gateway.serving.outlet import BodyWriter
+from gateway.serving.outlet import BodyWriter, uncorked
 
 
 def body_writer(cycle: RequestResponseCycle, flow: FlowControl) -> BodyWriter:
@@ -68,13 +68,13 @@ class _Corked:
 
 def corker(cycle: RequestResponseCycle) -> Callable[[], Callable[[], None]]:
     """Corks `cycle`'s transport (its `send` and `body_writer` write through it) until the
-    returned call: a stream's head and first blocks go to the socket as one write. Corking
-    within a cork, or a cycle whose transport is not its own, is left as it is."""
+    returned call: a stream's head and first blocks go to the socket as one write. A cork
+    within a cork gathers nothing of its own: the outer one writes it all."""
 
     def cork() -> Callable[[], None]:
         transport = cycle.transport
         if type(transport) is _Corked:
-            return _nothing
+            return uncorked
         corked = cycle.transport = _Corked(transport)  # type: ignore[assignment]
 
         def uncork() -> None:
@@ -84,7 +84,3 @@ def corker(cycle: RequestResponseCycle) -> Callable[[], Callable[[], None]]:
         return uncork
 
     return cork
-
-
-def _nothing() -> None:
-    pass

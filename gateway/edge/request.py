@@ -20,7 +20,7 @@ from gateway.errors import BadRequest, BodyTooLarge, ModelNotFound
 from gateway.ledger.columns import count_of, flag_of
 from gateway.ledger.record import Record
 from gateway.serving.call import Call
-from gateway.serving.outlet import direct_writer
+from gateway.serving.outlet import direct_of
 from gateway.serving.profile import apply_profile, params_hash
 from gateway.trust.gate import pinned_upstream
 from gateway.trust.watchdog import asked_not_to_think
@@ -187,7 +187,7 @@ def call_of(request: Request, door: str, path: str, body: dict[str, Any]) -> Cal
         pin=pinned_upstream(heads, record.lane, gw.config.models[model].upstreams),
         prompt=request.scope.get(BODY),  # store_content: the prompt, as received
         send=send,
-        direct=direct_writer(request.scope, send),
+        direct=direct_of(request.scope, send),
         client_request_id=client_id(request.scope),
     )
 

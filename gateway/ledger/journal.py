@@ -62,8 +62,7 @@ class Journal:
         self._dirty = False
         self.failed = 0  # lines that could not be written (disk full); logged once
         self._fd = _locked(self.path)
-        self._map: mmap.mmap | None = None
-        self._cap = 0
+        self._map: mmap.mmap | None
         self._map, self._cap = self._reserve(self._fd, None, 0, _FIRST)
 
     def begin(self, row: dict[str, Any]) -> None:

@@ -82,8 +82,8 @@ class Call:
     later: list[Callable[[], None]] = field(default_factory=list)
     # Streams served by the edge: the server's `send` (the relay makes the call's `head` of it).
     send: Send | None = None
-    # Where the server offers it, its writer of the answer's body blocks for that `send`
-    # (`gateway/serving/outlet.py`).
+    # Where the server offers them, its direct writes for that `send`: a body block's writer
+    # and a cork (`gateway/serving/outlet.py`).
     direct: Direct | None = None
     head: Head | None = None
     # The id the client sent in `x-request-id`, echoed on its answer (the record's id otherwise).

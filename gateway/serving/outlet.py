@@ -50,7 +50,7 @@ class Direct(NamedTuple):
 DIRECT = "plumbline.direct"
 
 
-def direct_writer(scope: Mapping[str, Any], send: Send | None) -> Direct | None:
+def direct_of(scope: Mapping[str, Any], send: Send | None) -> Direct | None:
     """The server's `Direct` for `scope`'s answer, if it offers one and `send` is its own
     (not wrapped by anything that might look at what passes)."""
     offered = scope.get(DIRECT)
@@ -60,8 +60,8 @@ def direct_writer(scope: Mapping[str, Any], send: Send | None) -> Direct | None:
     return direct
 
 
-def _uncorked() -> None:
-    pass
+def uncorked() -> None:
+    """What a cork that gathers nothing returns: nothing to write."""
 
 
 # What the pump yields when it has finished a message and waits for the next.
@@ -135,7 +135,7 @@ class Outlet:
         """Gather what is written from now on (where the server offers it); the call returned
         writes it all as one."""
         cork = self._cork
-        return cork() if cork is not None and self._task is None else _uncorked
+        return cork() if cork is not None and self._task is None else uncorked
 
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """The response's head."""

@@ -31,7 +31,7 @@ from gateway.errors import (
     UpstreamStreamError,
     WireError,
 )
-from gateway.serving.outlet import Outlet, direct_writer
+from gateway.serving.outlet import Outlet, direct_of
 from gateway.serving.redaction import Redactor
 from gateway.serving.upstream import Opened
 
@@ -173,7 +173,7 @@ class StreamRelay(Response):
         if not self.begun:
             reply = self.opened.response
             self.ended = loop.create_future()
-            self.outlet = Outlet(send, reply.pause, reply.resume, direct_writer(scope, send))
+            self.outlet = Outlet(send, reply.pause, reply.resume, direct_of(scope, send))
         assert self.ended is not None and self.outlet is not None
         watcher = loop.create_task(self._watch(receive, scope))
         beat = None
