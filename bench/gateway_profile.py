@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gateway_perf import SCENARIOS  # noqa: E402
+from gateway_perf import LOGPROBS, SCENARIOS, TEXTS  # noqa: E402
 from perf_procs import MODEL, fake_upstream, plumbline, set_fake_default  # noqa: E402
 
 from plumbline_kit.loadgen.scenario import drive  # noqa: E402
@@ -60,19 +60,29 @@ def top(raw: Path, n: int) -> str:
 
 
 async def run(
-    scenario: str, seconds: float, flame: Path | None, workdir: Path, n: int, keep: Path | None
+    scenario: str,
+    seconds: float,
+    flame: Path | None,
+    workdir: Path,
+    n: int,
+    keep: Path | None,
+    text: str = "realistic",
 ) -> None:
     sc = SCENARIOS[scenario]
     fake = fake_upstream(workdir)
     gw = plumbline(fake, workdir)
     try:
-        set_fake_default(fake, {"tokens": sc.tokens, "pace_tps": sc.pace_tps})
+        realistic = True if text == "realistic" else None
+        set_fake_default(
+            fake, {"tokens": sc.tokens, "pace_tps": sc.pace_tps, "realistic": realistic}
+        )
         raw = workdir / "profile.txt"
         spy = ["py-spy", "record", "-p", str(gw.pid), "-d", str(int(seconds)), "-r", "200"]
         recorder = subprocess.Popen([*spy, "--format", "raw", "-o", str(raw)])
         await asyncio.sleep(1.0)
         url = gw.base_url + "/chat/completions"
-        await drive(url, sc, MODEL, seconds - 1.5, gw.headers, warmup=0)
+        extra = LOGPROBS if realistic else None
+        await drive(url, sc, MODEL, seconds - 1.5, gw.headers, warmup=0, extra=extra)
         recorder.wait(60)
         print(top(raw, n))
         if keep:
@@ -91,9 +101,12 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--flame", type=Path, help="also write a flame graph SVG here (a second run)")
     ap.add_argument("--raw", type=Path, help="also keep the raw stacks (py-spy --format raw) here")
+    ap.add_argument("--text", choices=TEXTS, default="realistic", help="as gateway_perf.py's")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="plumbline-prof-") as tmp:
-        asyncio.run(run(args.scenario, args.seconds, args.flame, Path(tmp), args.top, args.raw))
+        asyncio.run(
+            run(args.scenario, args.seconds, args.flame, Path(tmp), args.top, args.raw, args.text)
+        )
 
 
 if __name__ == "__main__":

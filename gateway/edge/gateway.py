@@ -28,6 +28,7 @@ from gateway.ledger.store import Store
 from gateway.ledger.upstream_state import UpstreamErrors
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.engine import Engines
+from gateway.serving.loop_watch import LoopWatch
 from gateway.serving.pool import Pool
 from gateway.serving.prefix import PrefixIndex
 from gateway.serving.processes import EngineProcesses, EngineView, ProcessHealth
@@ -69,6 +70,7 @@ class Gateway:
             s.prefix_index_size, block=256, max_blocks=max(1, s.prefix_chars // 256)
         )
         self.metrics = Metrics(config, multiproc_dir=_path(prometheus_multiproc_dir()))
+        self.loop_watch = LoopWatch(self.metrics.registry)
         # Several workers push their in-flight changes; one process lets the gauge read them.
         shared = self.metrics.multiproc_dir is not None
         self.pool = Pool(config, on_inflight=self.metrics.inflight if shared else None)
@@ -167,6 +169,7 @@ class Gateway:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self.loop_watch.start(self.loop)
         self.silence.start()
         self.prober.start()
         self.scheduler.start()
@@ -175,6 +178,7 @@ class Gateway:
         self.processes.start(self.loop)
 
     async def stop(self) -> None:
+        self.loop_watch.stop()
         self.processes.stop()
         await self.scheduler.stop()
         await self.shadow.drain()

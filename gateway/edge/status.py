@@ -1,6 +1,6 @@
 """The gateway's own status: `/health` (every upstream's live state, the watchdog's, the gate's,
-the ledger's backlog, the scheduled rounds) and `/metrics` (Prometheus). The console's
-upstreams panel reads the same document (`health_of`)."""
+the ledger's backlog, the scheduled rounds, the event loop's load) and `/metrics`
+(Prometheus). The console's upstreams panel reads the same document (`health_of`)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,8 @@ def health_of(gw: Gateway) -> dict[str, Any]:
         "ledger": ledger_health(gw.queue),
         # Scheduled rounds: this gateway's last ones, how each ended, what the tripwire found.
         "evals": gw.scheduler.status(),
+        # This process's event loop over the last minute: near 1 busy, run more workers.
+        "event_loop": gw.loop_watch.snapshot(),
     }
 
 

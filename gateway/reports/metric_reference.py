@@ -19,6 +19,7 @@ def series() -> list[tuple[str, str, tuple[str, ...], str]]:
     from gateway.config import Config
     from gateway.ledger.backlog import Backlog
     from gateway.ledger.metrics import Metrics
+    from gateway.serving.loop_watch import LoopWatch
     from gateway.serving.wire import Wire
     from gateway.trust.shadow import ShadowMirror
     from gateway.trust.watchdog import Watchdog
@@ -26,6 +27,7 @@ def series() -> list[tuple[str, str, tuple[str, ...], str]]:
     config = Config()
     metrics = Metrics(config)  # with every other part that adds series to its registry
     Backlog(metrics.registry)
+    LoopWatch(metrics.registry)
     Watchdog(config, config.watchdog, metrics.registry)
     ShadowMirror(config, {}, Wire(1.0), lambda record: None, registry=metrics.registry)
     out = []

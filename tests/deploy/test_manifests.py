@@ -42,6 +42,8 @@ DASHBOARD_METRICS = {
     "gateway_shadow_agreement_total",
     "gateway_watchdog_rate",
     "gateway_cost_usd_total",
+    "gateway_event_loop_busy_ratio",
+    "gateway_event_loop_lag_seconds_bucket",
 }
 PROMQL_WORDS = {
     "by",

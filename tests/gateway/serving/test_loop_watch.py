@@ -1,0 +1,106 @@
+"""The event loop's watch: lag and busy ratio as a loop held by real work shows them, on a bare
+loop and on a serving gateway's (its /health and /metrics)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.edge.app import create_app
+from gateway.serving.loop_watch import LoopWatch
+from plumbline_kit.fakes.upstream import FakeHandle
+from tests.harness import config_from, serving_app, wait_for
+
+
+def _spin(seconds: float) -> None:
+    """CPU work on the calling thread (a loop callback that computes instead of waiting)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+async def _run(watch: LoopWatch, work: list[tuple[float, str]]) -> None:
+    """Start the watch, then hold the loop for each (seconds, how) in turn, a tick apart."""
+    watch.start(asyncio.get_running_loop())
+    try:
+        for seconds, how in work:
+            await asyncio.sleep(2 * watch.period_s)
+            (time.sleep if how == "sleep" else _spin)(seconds)
+        await asyncio.sleep(2 * watch.period_s)
+    finally:
+        watch.stop()
+
+
+def test_a_loop_held_by_work_shows_as_lag_and_busy() -> None:
+    registry = CollectorRegistry()
+    watch = LoopWatch(registry, period_s=0.05, window_s=60)
+    asyncio.run(_run(watch, [(0.3, "spin")]))
+    seen = watch.snapshot()
+    assert seen["worst_lag_ms"] >= 250  # the tick due during the work ran after it
+    assert seen["busy"] > 0.35  # 0.3 s of CPU in about 0.6 s of wall time
+    assert registry.get_sample_value("gateway_event_loop_lag_seconds_count") >= 5
+    assert registry.get_sample_value("gateway_event_loop_lag_seconds_sum") >= 0.25
+    assert registry.get_sample_value("gateway_event_loop_lag_seconds_bucket", {"le": "0.1"}) < (
+        registry.get_sample_value("gateway_event_loop_lag_seconds_bucket", {"le": "0.5"})
+    )
+
+
+def test_a_loop_that_waits_is_late_but_not_busy() -> None:
+    """A blocking wait (a sleep: no CPU) delays the loop as much, but is no load: only the lag
+    says it."""
+    watch = LoopWatch(CollectorRegistry(), period_s=0.05, window_s=60)
+    asyncio.run(_run(watch, [(0.3, "sleep")]))
+    seen = watch.snapshot()
+    assert seen["worst_lag_ms"] >= 250
+    assert seen["busy"] < 0.3
+
+
+def test_a_busy_window_is_warned_of_once(caplog: pytest.LogCaptureFixture) -> None:
+    watch = LoopWatch(CollectorRegistry(), period_s=0.05, window_s=0.4, warn_busy=0.5)
+    with caplog.at_level(logging.WARNING, logger="plumbline"):
+        asyncio.run(_run(watch, [(0.5, "spin"), (0.5, "spin")]))
+    warned = [r.getMessage() for r in caplog.records if "event loop" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert "busy over the last" in warned[0] and "workers" in warned[0]
+
+
+def test_a_quiet_loop_is_not_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+    watch = LoopWatch(CollectorRegistry(), period_s=0.05, window_s=0.4, warn_busy=0.5)
+    with caplog.at_level(logging.WARNING, logger="plumbline"):
+        asyncio.run(_run(watch, [(0.3, "sleep")] * 3))
+    assert not [r for r in caplog.records if "event loop" in r.getMessage()]
+
+
+def test_a_gateway_reports_its_loop_on_health_and_metrics(fake: FakeHandle) -> None:
+    """1.2 s of work put on a serving gateway's loop shows on /health and /metrics (a tick is
+    due every 0.5 s: one falls due in the work's first half and runs at its end)."""
+    config = config_from(
+        {
+            "server": {"health_interval_s": 0},
+            "upstreams": [{"name": "a", "kind": "vllm", "base_url": fake.base_url, "model": "m"}],
+            "models": {"smol": {"upstreams": ["a"]}},
+        }
+    )
+    app = create_app(config)
+    with serving_app(app) as root, httpx.Client(base_url=root, timeout=30) as client:
+        gw = app.state.gateway
+        wait_for(lambda: client.get("/health").json()["event_loop"]["busy"] is not None, 10)
+        quiet = client.get("/health").json()["event_loop"]
+        assert 0 <= quiet["busy"] < 0.5 and quiet["worst_lag_ms"] < 500
+        gw.loop.call_soon_threadsafe(_spin, 1.2)
+        wait_for(lambda: client.get("/health").json()["event_loop"]["worst_lag_ms"] >= 600, 10)
+        busy = client.get("/health").json()["event_loop"]
+        assert busy["busy"] > quiet["busy"]
+        metrics = client.get("/metrics").text
+        assert "gateway_event_loop_busy_ratio " in metrics
+        lags = [
+            ln for ln in metrics.splitlines() if ln.startswith("gateway_event_loop_lag_seconds_")
+        ]
+        assert any(ln.startswith('gateway_event_loop_lag_seconds_bucket{le="1.0"}') for ln in lags)
+        resp = client.post("/v1/embeddings", json={"model": "smol", "input": "x"})
+        assert resp.status_code == 200  # and the gateway serves on
