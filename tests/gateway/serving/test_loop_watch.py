@@ -60,19 +60,45 @@ def test_a_loop_that_waits_is_late_but_not_busy() -> None:
     assert seen["busy"] < 0.3
 
 
+async def _busy(watch: LoopWatch, seconds: float) -> None:
+    """Work in 2 ms slices with the loop free between them: busy, but no timer waits long."""
+    watch.start(asyncio.get_running_loop())
+    try:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            _spin(0.002)
+            await asyncio.sleep(0)
+    finally:
+        watch.stop()
+
+
 def test_a_busy_window_is_warned_of_once(caplog: pytest.LogCaptureFixture) -> None:
     watch = LoopWatch(CollectorRegistry(), period_s=0.05, window_s=0.4, warn_busy=0.5)
     with caplog.at_level(logging.WARNING, logger="plumbline"):
-        asyncio.run(_run(watch, [(0.5, "spin"), (0.5, "spin")]))
+        asyncio.run(_busy(watch, 1.5))
+    seen = watch.snapshot()
+    assert seen["busy"] > 0.5 and seen["mean_lag_ms"] < 25  # the busy ratio's warning alone
     warned = [r.getMessage() for r in caplog.records if "event loop" in r.getMessage()]
     assert len(warned) == 1, warned
     assert "busy over the last" in warned[0] and "workers" in warned[0]
 
 
+def test_a_loop_late_without_load_is_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+    """Timers late on average (a loop that shares its core, or blocks) are warned of even where
+    the loop's own CPU is low."""
+    watch = LoopWatch(CollectorRegistry(), period_s=0.05, window_s=0.4, warn_busy=0.9)
+    with caplog.at_level(logging.WARNING, logger="plumbline"):
+        asyncio.run(_run(watch, [(0.3, "sleep")] * 3))
+    warned = [r.getMessage() for r in caplog.records if "event loop" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert "ms late on average" in warned[0]
+
+
 def test_a_quiet_loop_is_not_warned_of(caplog: pytest.LogCaptureFixture) -> None:
     watch = LoopWatch(CollectorRegistry(), period_s=0.05, window_s=0.4, warn_busy=0.5)
     with caplog.at_level(logging.WARNING, logger="plumbline"):
-        asyncio.run(_run(watch, [(0.3, "sleep")] * 3))
+        asyncio.run(_run(watch, [(0.0, "sleep")] * 10))
+    assert watch.snapshot()["window_s"] >= 0.4
     assert not [r for r in caplog.records if "event loop" in r.getMessage()]
 
 
