@@ -78,7 +78,15 @@ def upstreams(
                 "report": rows.get(name),
             }
         )
-    return {"window": window, "now": now, "upstreams": out, "findings": findings}
+    # This process's event loop over the last minute (`gateway/serving/loop_watch.py`).
+    loop = health.get("event_loop")
+    return {
+        "window": window,
+        "now": now,
+        "upstreams": out,
+        "findings": findings,
+        "event_loop": loop,
+    }
 
 
 def lane_of(text: str) -> str:

@@ -341,6 +341,8 @@ def test_the_console_shows_the_stored_numbers(
         assert page.locator("#glance-requests").inner_text() == "12"  # 4 qwen + 8 qwen-api
         assert page.locator("#glance-gate").inner_text() == f"qwen → {decision.chosen}"
         assert page.locator("#glance-ratio").inner_text() == cheaper(ratio)
+        loop = page.locator("#glance-loop").inner_text()  # this process's, from /health
+        assert re.fullmatch(r"\d+% busy, timers \d+(\.\d+)? ms late", loop), loop
 
         # Traffic: rate, truncation by cause and leaks of the 8 qwen-api requests.
         traffic = _row(_cells(page, "traffic-table"), "qwen-api")

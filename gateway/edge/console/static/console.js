@@ -308,6 +308,12 @@ function renderGlance(up, cost, quality, traffic) {
   $("glance-ratio").textContent = ratios.length ? fmt.cheaper(Math.max(...ratios)) : dash;
   const gates = Object.entries(quality.decisions).map(([m, d]) => `${m} → ${d.chosen || dash}`);
   $("glance-gate").textContent = gates.length ? gates.join(", ") : "no decision";
+  // The answering process's loop: near 0.75 busy, or its timers late, new requests wait for it.
+  const loop = up.event_loop, shown = $("glance-loop");
+  const known = loop && loop.busy != null;
+  shown.textContent = known ? `${fmt.pct(loop.busy, 0)} busy, timers ${loop.mean_lag_ms} ms late` : dash;
+  shown.className = known && (loop.busy >= 0.75 || loop.mean_lag_ms >= 25) ? "warn" : "";
+  shown.title = known ? `worst ${loop.worst_lag_ms} ms late; near 75% busy, run more workers` : "";
 }
 
 async function getJSON(path) {
