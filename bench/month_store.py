@@ -5,7 +5,7 @@ database (`bench/month_gen.py`: `generate_series` on PostgreSQL, a recursive CTE
 partitions as the store makes them), and after each size in `--sizes` (days) times, with `now`
 at the end of the data:
 
-- `report cost --since 24h` and `--since 7d`, `report health` (24h), the console's upstreams,
+- `report cost --since 24h`, `7d` and `30d`, `report health` (24h), the console's upstreams,
   cost and traffic panels (24h and 7d; cost, health and traffic also 1h): by raw scan, then
   again after the 5-minute rollups are brought up to date (`Store.roll_up`, timed: the
   backfill a first housekeeping tick does);
@@ -91,6 +91,7 @@ def probes(store: Store, now: float) -> dict[str, Callable[[], Any]]:
     return {
         "report cost 24h": lambda: report_cost(cfg, "24h", "json", store=store, now=now),
         "report cost 7d": lambda: report_cost(cfg, "7d", "json", store=store, now=now),
+        "report cost 30d": lambda: report_cost(cfg, "30d", "json", store=store, now=now),
         "report health 24h": lambda: report_health(cfg, "24h", "json", store=store, now=now),
         "panel upstreams 24h": lambda: panels.upstreams(cfg, store, health, "24h", now),
         "panel cost 24h": lambda: panels.cost(cfg, store, "24h", now),

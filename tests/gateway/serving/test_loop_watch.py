@@ -43,7 +43,7 @@ def test_a_loop_held_by_work_shows_as_lag_and_busy() -> None:
     seen = watch.snapshot()
     assert seen["worst_lag_ms"] >= 250  # the tick due during the work ran after it
     assert seen["busy"] > 0.35  # 0.3 s of CPU in about 0.6 s of wall time
-    assert registry.get_sample_value("gateway_event_loop_lag_seconds_count") >= 5
+    assert registry.get_sample_value("gateway_event_loop_lag_seconds_count") >= 3
     assert registry.get_sample_value("gateway_event_loop_lag_seconds_sum") >= 0.25
     assert registry.get_sample_value("gateway_event_loop_lag_seconds_bucket", {"le": "0.1"}) < (
         registry.get_sample_value("gateway_event_loop_lag_seconds_bucket", {"le": "0.5"})
