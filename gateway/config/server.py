@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gateway.config.frozen import Frozen
 
@@ -80,6 +80,10 @@ class StoreConfig(Frozen):
     # SQLAlchemy URL; relative sqlite paths are resolved against the config file's folder.
     url: str = "sqlite:///var/plumbline.db"
     retention_days: int = Field(30, ge=1)
+    # The 5-minute rollups that cost, health and traffic reports read (gateway/ledger/
+    # retention.py): kept this long, at least `retention_days` (None: as long). Longer keeps
+    # those reports past the rows: two days of rows and a year of rollups, at the seed's rate.
+    rollup_retention_days: int | None = Field(None, ge=1)
     # Keep prompts and responses (in a separate table with its own retention). Off by default.
     store_content: bool = False
     content_retention_days: int = Field(7, ge=1)
@@ -106,3 +110,14 @@ class StoreConfig(Frozen):
     # processes, about 86 MB resident. Off: in housekeeping's thread (a small box short of
     # memory). An in-memory SQLite store always keeps it in the thread.
     upkeep_process: bool = True
+
+    @model_validator(mode="after")
+    def _rollups_outlive_rows(self) -> StoreConfig:
+        kept = self.rollup_retention_days
+        if kept is not None and kept < self.retention_days:
+            raise ValueError(
+                f"store.rollup_retention_days ({kept}) is shorter than retention_days "
+                f"({self.retention_days}): reports read the rollups for every whole 5 minutes, "
+                "so they must be kept at least as long as the rows"
+            )
+        return self

@@ -304,6 +304,7 @@ class Housekeeper:
                     "apply_retention",
                     *kept,
                     responses_retention_days=s.responses_retention_days,
+                    rollup_retention_days=s.rollup_retention_days,
                 )
         except Exception:
             log.exception("store housekeeping failed")

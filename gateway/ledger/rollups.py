@@ -67,6 +67,9 @@ MAX_BUCKETS = MAX_HOURS * HOUR // BUCKET  # a tick at the seed rate reads about 
 BUSY_EDGE = 300  # raw seconds busy readers scan past each end's partial bucket
 STALE_S = 1800.0  # a mark further behind than this: nobody rolls up, gauges read raw rows
 MARK = "buckets"
+# The first UTC day whose raw rows are kept, where retention drops rows before their rollups
+# (`[store] rollup_retention_days` past `retention_days`, gateway/ledger/retention.py).
+RAW_FLOOR = "raw_floor"
 
 
 _DIRTY_INSERT = {
@@ -88,6 +91,23 @@ def mark(conn: Connection) -> int | None:
     """The end of the rolled-up buckets, or None before the first rollup."""
     value = conn.execute(sa.select(MARKS.c.upto).where(MARKS.c.name == MARK)).scalar()
     return None if value is None else int(value)
+
+
+def raw_floor(conn: Connection) -> int | None:
+    """The first day of raw rows kept, where older ones were dropped before their rollups."""
+    value = conn.execute(sa.select(MARKS.c.upto).where(MARKS.c.name == RAW_FLOOR)).scalar()
+    return None if value is None else int(value)
+
+
+def set_raw_floor(conn: Connection, day: int) -> None:
+    """Raw rows before `day` are gone (and their rollups kept): never rolled up again, and the
+    marks of late records below it dropped."""
+    floor = raw_floor(conn)
+    if floor is None or floor < day:
+        conn.execute(MARKS.delete().where(MARKS.c.name == RAW_FLOOR))
+        conn.execute(MARKS.insert().values(name=RAW_FLOOR, upto=day))
+        floor = day
+    conn.execute(DIRTY.delete().where(DIRTY.c.bucket < floor))
 
 
 def busy_in(
@@ -138,8 +158,12 @@ def roll_up(
             oldest = conn.execute(sa.select(sa.func.min(REQUESTS.c.time))).scalar()
             upto = end if oldest is None else floor_bucket(oldest)
         else:
-            q = sa.select(DIRTY.c.bucket).where(DIRTY.c.bucket < upto).order_by(DIRTY.c.bucket)
-            dirty = [int(k) for k in conn.execute(q.limit(max_buckets)).scalars()]
+            # A bucket whose raw rows retention dropped keeps its rollups: a late record marks
+            # it dirty (`mark_late`), but rolling it up again would count that record alone.
+            floor = raw_floor(conn) or 0
+            q = sa.select(DIRTY.c.bucket).where(DIRTY.c.bucket < upto, DIRTY.c.bucket >= floor)
+            q = q.order_by(DIRTY.c.bucket).limit(max_buckets)
+            dirty = [int(k) for k in conn.execute(q).scalars()]
     done = 0
     while upto < end and done < max_buckets:
         hi = min(end, upto + CHUNK * BUCKET, upto + (max_buckets - done) * BUCKET)

@@ -42,7 +42,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gateway.config import Config
-from gateway.ledger import responses_store, rollups, sweep
+from gateway.ledger import retention, rollups, sweep
 from gateway.ledger.content import Content as Content
 from gateway.ledger.content import capped as capped
 from gateway.ledger.cost import Usage
@@ -56,7 +56,6 @@ from gateway.ledger.rows import (
     DECISIONS,
     DEMOTIONS,
     EVAL_RESULTS,
-    REJECTIONS,
     REQUESTS,
     ROUNDS,
     SHADOW_USAGE,
@@ -292,31 +291,9 @@ class Store:
             return self._drop_partitions(table, cutoff)
         return self._delete_days(table, cutoff)
 
-    def apply_retention(
-        self,
-        retention_days: int,
-        content_retention_days: int,
-        now: float | None = None,
-        responses_retention_days: float | None = None,
-    ) -> dict[str, int]:
-        """Drop expired days of records and contents; with `responses_retention_days`, also
-        the stored responses older than that (`gateway.ledger.responses_store.purge`)."""
-        now = _time.time() if now is None else now
-        cut = now - retention_days * DAY  # a plain table: refusals age out with requests
-        if self.postgres:
-            with writing(self.engine) as conn:
-                conn.execute(REJECTIONS.delete().where(REJECTIONS.c.time < cut))
-        else:
-            sweep.delete_before(self.engine, REJECTIONS.name, "time", cut, stop=self.closing)
-        dropped = {
-            "requests": self.drop_before("requests", now - retention_days * DAY),
-            "contents": self.drop_before("contents", now - content_retention_days * DAY),
-        }
-        rollups.forget_before(self.engine, now - retention_days * DAY)
-        if responses_retention_days is not None:
-            cutoff = now - responses_retention_days * DAY
-            dropped["stored_responses"] = responses_store.purge(self.engine, cutoff)
-        return dropped
+    # Drop what is past its retention: days of records and contents, refusals, rollups (kept
+    # longer with `rollup_retention_days`), stored responses.
+    apply_retention = retention.apply
 
     def _drop_partitions(self, table: str, cutoff: float) -> int:
         with writing(self.engine) as conn:
