@@ -16,6 +16,10 @@ at the end of the data:
     python bench/month_store.py --db postgres --days 7 --rate 30 --sizes 1,3,7
     python bench/month_store.py --db sqlite --days 3 --rate 10 --sizes 1,3
     python bench/month_store.py --db postgres --rate 300 --hours 3   # the seed's density
+    python bench/month_store.py --db postgres --days 30 --rate 10 --raw-days 2 --sizes 7,30
+
+`--raw-days K` keeps the rows K days and every rollup (`[store] rollup_retention_days`): each
+generated day is rolled up and the rows past K days dropped, as housekeeping would.
 
 PostgreSQL is a throwaway cluster (tests/gateway/pg.py). Results are appended to `--out`.
 """
@@ -40,6 +44,7 @@ from month_gen import config, generate_day, generate_span  # noqa: E402
 
 from gateway.edge.console import panels  # noqa: E402
 from gateway.ledger.partitions import DAY, day_start, partition_ddl  # noqa: E402
+from gateway.ledger.rollup_sql import TABLES  # noqa: E402
 from gateway.ledger.store import Store  # noqa: E402
 from gateway.reports.cost import report_cost  # noqa: E402
 from gateway.reports.health import report_health  # noqa: E402
@@ -148,9 +153,35 @@ def retention(store: Store, first_day: int, now: float) -> dict[str, float]:
     return {"drop_s": took, "writer_idle_worst_s": worst[0], "writer_during_worst_s": worst[1]}
 
 
-def measure(store: Store, now: float, rows: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"rows": rows, "bytes_per_record": size_bytes(store) / rows}
-    raw = {name: timed(fn) for name, fn in probes(store, now).items()}
+def tiered(store: Store, now: float, raw_days: int, days: int) -> dict[str, float]:
+    """Roll the day up, then drop the rows older than `raw_days` and keep every rollup, as
+    housekeeping does with `rollup_retention_days` past `retention_days`."""
+    rolled = timed(lambda: store.roll_up(config(), now, max_hours=100_000))
+    dropped = timed(
+        lambda: store.apply_retention(raw_days, raw_days, now=now, rollup_retention_days=days + 1)
+    )
+    return {"rollup_s": rolled, "retention_s": dropped}
+
+
+def rollup_bytes(store: Store) -> int | None:
+    """The rollup tables' bytes (PostgreSQL; None on SQLite, which keeps no size a table)."""
+    if not store.postgres:
+        return None
+    with store.engine.connect() as conn:
+        names = [t.name for t in TABLES]
+        q = sa.text(
+            "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c WHERE relname = ANY(:n)"
+        )
+        return int(conn.execute(q, {"n": names}).scalar() or 0)
+
+
+def measure(store: Store, now: float, rows: int, raw: bool = True) -> dict[str, Any]:
+    """The probes by raw scan (unless `raw` is false: rows already dropped past their rollups),
+    the rollup backfill's time, the probes from the rollups, and the store's bytes."""
+    kept, size = store.count(), size_bytes(store)
+    out: dict[str, Any] = {"rows": rows, "rows_kept": kept, "bytes_per_record": size / kept}
+    out["requests_bytes"], out["rollup_bytes"] = size, rollup_bytes(store)
+    raw = {name: timed(fn) for name, fn in probes(store, now).items()} if raw else None
     out["rollup_s"] = timed(lambda: store.roll_up(config(), now, max_hours=100_000))
     out["raw"], out["rolled"] = raw, {name: timed(fn) for name, fn in probes(store, now).items()}
     return out
@@ -165,9 +196,25 @@ def table(db: str, rate: float, sizes: list[dict[str, Any]]) -> str:
     lines.append(
         "| rollup backfill s | " + " | ".join(f"{s['rollup_s']:.2f}" for s in sizes) + " |"
     )
-    for name in sizes[0]["raw"]:
-        cells = [f"{s['raw'][name]:.2f} → {s['rolled'][name]:.2f}" for s in sizes]
-        lines.append(f"| {name} (raw → rollup) s | " + " | ".join(cells) + " |")
+    lines.append("| rows kept | " + " | ".join(f"{s['rows_kept']:,}" for s in sizes) + " |")
+    lines.append(
+        "| MB: rows / rollups | "
+        + " | ".join(
+            f"{s['requests_bytes'] / 1e6:,.0f} / "
+            + ("–" if s["rollup_bytes"] is None else f"{s['rollup_bytes'] / 1e6:,.1f}")
+            for s in sizes
+        )
+        + " |"
+    )
+    for name in sizes[0]["rolled"]:
+        cells = [
+            f"{s['rolled'][name]:.2f}"
+            if s["raw"] is None
+            else f"{s['raw'][name]:.2f} → {s['rolled'][name]:.2f}"
+            for s in sizes
+        ]
+        how = "rollup" if sizes[0]["raw"] is None else "raw → rollup"
+        lines.append(f"| {name} ({how}) s | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -182,6 +229,14 @@ def main() -> None:
         type=int,
         default=0,
         help="instead of days: this many hours before the end (the seed density's window edges)",
+    )
+    ap.add_argument(
+        "--raw-days",
+        type=int,
+        default=0,
+        help="keep rows this many days, rollups all (`rollup_retention_days`): after each day "
+        "is generated it is rolled up and older rows dropped, so a month at the seed's rate "
+        "fits the disk",
     )
     ap.add_argument("--out", type=Path, default=RESULTS / "2026-12-04-month-store.md")
     args = ap.parse_args()
@@ -202,15 +257,20 @@ def main() -> None:
             gen = timed(lambda d=d: generate_day(store, first + d * DAY, args.rate))
             rows += int(args.rate * DAY)
             print(f"day {d + 1}: {rows:,} rows, generated in {gen:.1f} s", flush=True)
+            if args.raw_days and d + 1 > args.raw_days:
+                print(f"  {tiered(store, first + (d + 1) * DAY, args.raw_days, args.days)}")
             if d + 1 in sizes:
-                results.append(measure(store, first + (d + 1) * DAY - 1.0, rows))
+                at = first + (d + 1) * DAY - 1.0
+                results.append(measure(store, at, rows, raw=not args.raw_days))
                 print(results[-1], flush=True)
-        kept = retention(store, first, END - 1.0) if args.days else None
+        oldest = END - args.raw_days * DAY if args.raw_days else first
+        kept = retention(store, oldest, END - 1.0) if args.days else None
         print(kept, flush=True)
     text = table(args.db, args.rate, results)
     if kept is not None:
         text += (
-            f"\n\nRetention of the oldest day ({rows:,} rows, {args.db}): {kept['drop_s']:.3f} s; "
+            f"\n\nRetention of the oldest day of rows ({args.rate * DAY:,.0f} rows a day, "
+            f"{args.db}): {kept['drop_s']:.3f} s; "
             f"a writer's worst 30-row batch {kept['writer_during_worst_s'] * 1000:.1f} ms during "
             f"it, {kept['writer_idle_worst_s'] * 1000:.1f} ms before it.\n"
         )
