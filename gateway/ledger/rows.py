@@ -24,6 +24,13 @@ class RequestRow(SQLModel, table=True, metadata=metadata):
         sa.Index("ix_requests_model_time", "model", "time"),
         sa.Index("ix_requests_upstream_time", "upstream", "time"),
         sa.Index("ix_requests_shadow_of", "shadow_of"),
+        # The shadow copies' times alone: a window's shadow pairs (`gateway/reports/shadow.py`).
+        sa.Index(
+            "ix_requests_shadow_time",
+            "time",
+            postgresql_where=sa.text("shadow_of IS NOT NULL"),
+            sqlite_where=sa.text("shadow_of IS NOT NULL"),
+        ),
         {"postgresql_partition_by": "RANGE (time)"},
     )
 

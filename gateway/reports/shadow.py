@@ -52,8 +52,9 @@ def _shadow_query(since: float, until: float) -> Any:
             sa.func.sum(sa.func.coalesce(s.c.charged_cost_usd, s.c.cost_usd, 0.0)),
         )
         .select_from(join)
-        # shadow_of IS NOT NULL: what the join needs anyway, and its index finds the (few)
-        # shadow rows without scanning the window.
+        # shadow_of IS NOT NULL: what the join needs anyway, and what lets the partial index
+        # `ix_requests_shadow_time` find the window's (few) shadow rows without reading the
+        # others (a day at the seed's rate: 7 s on SQLite by the primary key, 1 ms by it).
         .where(
             s.c.lane == "shadow",
             s.c.shadow_of.is_not(None),
