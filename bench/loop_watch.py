@@ -18,28 +18,40 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from perf_procs import MODEL, fake_upstream, loop_seconds, plumbline, set_fake_default  # noqa: E402
+from perf_procs import (  # noqa: E402
+    MODEL,
+    Proc,
+    fake_upstream,
+    loop_seconds,
+    plumbline,
+    set_fake_default,
+)
 
 from plumbline_kit.loadgen.scenario import Scenario, drive  # noqa: E402
 
-_SAMPLE = re.compile(r"^(gateway_event_loop_\w+?)(\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
-
 
 def _series(text: str) -> dict[str, float]:
+    """The watch's samples in a /metrics text: the unlabelled ones by name, and the lag
+    histogram's 10 ms bucket as `…_bucket@0.01` (prometheus-client's own parser)."""
     out: dict[str, float] = {}
-    for name, labels, value in _SAMPLE.findall(text):
-        if labels in ("", '{le="0.01"}'):
-            out[name + (labels and "@0.01")] = float(value)
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("gateway_event_loop_"):
+            continue
+        for sample in family.samples:
+            if not sample.labels:
+                out[sample.name] = sample.value
+            elif sample.labels.get("le") == "0.01":
+                out[sample.name + "@0.01"] = sample.value
     return out
 
 
@@ -51,11 +63,11 @@ async def _sample(url: str, headers: dict[str, str], until: float, out: list[flo
             out.append(got.get("gateway_event_loop_busy_ratio", float("nan")))
 
 
-async def one_load(gw: object, clients: int, seconds: float) -> dict[str, float]:
-    base, headers = gw.base_url, dict(gw.headers)  # type: ignore[attr-defined]
+async def one_load(gw: Proc, clients: int, seconds: float) -> dict[str, float]:
+    base, headers = gw.base_url, dict(gw.headers)
     metrics = base.removesuffix("/v1") + "/metrics"
     before = _series(httpx.get(metrics, headers=headers).text)
-    cpu0, t0 = loop_seconds(gw.pid), time.perf_counter()  # type: ignore[attr-defined]
+    cpu0, t0 = loop_seconds(gw.pid), time.perf_counter()
     gauge: list[float] = []
     sampler = asyncio.create_task(_sample(metrics, headers, t0 + seconds, gauge))
     requests = 0
@@ -64,7 +76,7 @@ async def one_load(gw: object, clients: int, seconds: float) -> dict[str, float]
         tally = await drive(base + "/chat/completions", sc, MODEL, seconds, headers, warmup=0)
         requests = tally.requests
     await sampler
-    wall, cpu = time.perf_counter() - t0, loop_seconds(gw.pid) - cpu0  # type: ignore[attr-defined]
+    wall, cpu = time.perf_counter() - t0, loop_seconds(gw.pid) - cpu0
     after = _series(httpx.get(metrics, headers=headers).text)
     ticks = (
         after["gateway_event_loop_lag_seconds_count"]
