@@ -7,7 +7,8 @@ The data model (migration `0019`; tables in `gateway.ledger.rollup_sql`, which f
 - `busy_rollup`: per (bucket, node) the node's busy seconds inside the bucket: the union of its
   upstreams' request intervals, counting requests that started up to `BUSY_LOOKBACK` before it;
 - `health_rollup`: per (bucket, upstream) `report health`'s counts and failed calls;
-- `rollup_marks`: buckets before `upto` are rolled up;
+- `rollup_marks`: buckets before `upto` are rolled up (and, where rows went before their
+  rollups, the first day of rows kept: `RAW_FLOOR`);
 - `rollup_dirty`: buckets below the mark that a record was written into later (a spool replayed
   after an outage, a long request's record written when it ended): the store's writer marks
   them in the insert's transaction (`late_buckets`) and the next `roll_up` rolls them again.
@@ -87,16 +88,16 @@ def ceil_bucket(t: float) -> int:
     return -int(-t // BUCKET) * BUCKET
 
 
-def mark(conn: Connection) -> int | None:
-    """The end of the rolled-up buckets, or None before the first rollup."""
-    value = conn.execute(sa.select(MARKS.c.upto).where(MARKS.c.name == MARK)).scalar()
+def mark(conn: Connection, name: str = MARK) -> int | None:
+    """The end of the rolled-up buckets, or None before the first rollup (`name`: another
+    mark kept in the same table, `RAW_FLOOR`)."""
+    value = conn.execute(sa.select(MARKS.c.upto).where(MARKS.c.name == name)).scalar()
     return None if value is None else int(value)
 
 
 def raw_floor(conn: Connection) -> int | None:
     """The first day of raw rows kept, where older ones were dropped before their rollups."""
-    value = conn.execute(sa.select(MARKS.c.upto).where(MARKS.c.name == RAW_FLOOR)).scalar()
-    return None if value is None else int(value)
+    return mark(conn, RAW_FLOOR)
 
 
 def set_raw_floor(conn: Connection, day: int) -> None:
@@ -104,8 +105,7 @@ def set_raw_floor(conn: Connection, day: int) -> None:
     marks of late records below it dropped."""
     floor = raw_floor(conn)
     if floor is None or floor < day:
-        conn.execute(MARKS.delete().where(MARKS.c.name == RAW_FLOOR))
-        conn.execute(MARKS.insert().values(name=RAW_FLOOR, upto=day))
+        _set_mark(conn, day, RAW_FLOOR)
         floor = day
     conn.execute(DIRTY.delete().where(DIRTY.c.bucket < floor))
 
@@ -183,9 +183,9 @@ def roll_up(
     return done
 
 
-def _set_mark(conn: Connection, upto: int) -> None:
-    conn.execute(MARKS.delete().where(MARKS.c.name == MARK))
-    conn.execute(MARKS.insert().values(name=MARK, upto=upto))
+def _set_mark(conn: Connection, upto: int, name: str = MARK) -> None:
+    conn.execute(MARKS.delete().where(MARKS.c.name == name))
+    conn.execute(MARKS.insert().values(name=name, upto=upto))
 
 
 def late_buckets(rows: Iterable[dict[str, Any]], now: float) -> list[int]:
