@@ -188,6 +188,7 @@ class Gateway:
         if self.housekeeper is not None:
             await self.housekeeper.stop()
         await self.wire.close()
+        self.dispatcher.counter.close()
         await self.demotions.drain()
         for sink in self.sinks:
             close = getattr(sink, "close", None)

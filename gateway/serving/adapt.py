@@ -231,10 +231,12 @@ def _clamp(
     counted: int | None = None,
 ) -> str | None:
     """Refuse a prompt certainly over `window` (`bounds`: its `prompt_bounds`; `counted`: its
-    tokens by the upstream's tokenizer); clamp (in place) a cap that cannot fit."""
+    tokens by the upstream's tokenizer, which decides where there is one: a template need not
+    render all the bytes count); clamp (in place) a cap that cannot fit."""
     low, high = bounds
-    if low >= window or (counted is not None and counted >= window):
-        n, how = (low, "the gateway's count") if low >= window else (counted, "its tokenizer")
+    over = counted >= window if counted is not None else low >= window
+    if over:
+        n, how = (low, "the gateway's count") if counted is None else (counted, "its tokenizer")
         raise ContextExceeded(
             f"prompt is too long: {n} tokens > {window} maximum (at least {n} tokens by "
             f"{how}; {upstream.name!r} serves a context window of {window} tokens).",

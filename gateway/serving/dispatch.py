@@ -43,7 +43,7 @@ from gateway.serving.redaction import Redactor
 from gateway.serving.retry import retry_delay, with_retries
 from gateway.serving.routing import Ask, Features, Tried, give_up, plan, shaped, wants_affinity
 from gateway.serving.shape import classify
-from gateway.serving.tokenizer import Counter, prompt_count
+from gateway.serving.tokenizer import Counter, counted_by, prompt_count
 from gateway.serving.upstream import THINKING_BUDGET, Opened, Targets, body_for, post
 from gateway.serving.wire import Wire
 
@@ -161,6 +161,7 @@ class Dispatcher:
             windows={}
             if embeddings
             else {n: known[n] if n in known else self.window(n) for n in route.names},
+            counted=counted_by(self.counter, self.config, call, self.upstreams, route.names),
             param="messages" if "messages" in call.body else "prompt",
             model=call.model,
         )
@@ -202,11 +203,6 @@ class Dispatcher:
         call.record.upstream = name
         call.record.engine = self.engines.known.get(name)
 
-    async def _counted(self, call: Call, upstream: Upstream) -> int | None:
-        """The prompt's tokens by `upstream`'s tokenizer near its window (`prompt_count`)."""
-        window = self.window(upstream.name)
-        return await prompt_count(self.counter, self.config, call, upstream, window)
-
     def _request(
         self, call: Call, upstream: Upstream, counted: int | None = None
     ) -> tuple[str, bytes, bool, Adapted | None]:
@@ -229,7 +225,8 @@ class Dispatcher:
         return min(server.first_byte_timeout_s, server.request_timeout_s)
 
     async def _attempt(self, call: Call, upstream: Upstream) -> Opened:
-        counted = await self._counted(call, upstream)
+        window = self.window(upstream.name)  # the prompt's count near it, if any:
+        counted = await prompt_count(self.counter, self.config, call, upstream, window)
         started = self.clock.timer()
         path, data, native, adapted = self._request(call, upstream, counted)
         if call.record.trace is not None:  # [telemetry]: this attempt's span

@@ -20,7 +20,7 @@ what a request that no attempt served gets. Dispatch only executes the attempts.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.config import Config, RouteConfig
@@ -145,15 +145,19 @@ def gate_first(names: Sequence[str], chosen: str | None) -> list[str]:
 
 
 def fitting(
-    names: Sequence[str], prompt_low: int, windows: Mapping[str, int | None]
+    names: Sequence[str],
+    prompt_low: int,
+    windows: Mapping[str, int | None],
+    counted: Collection[str] = (),
 ) -> tuple[list[str], list[tuple[str, int]]]:
     """(the upstreams whose window may hold the prompt, (name, window) of those it certainly
-    does not: at least `prompt_low` tokens by the gateway's count, adapt.py's refusal count)."""
+    does not: at least `prompt_low` tokens by the gateway's count, adapt.py's refusal count).
+    Upstreams in `counted` are the attempt's to decide: their tokenizer counts the prompt."""
     fit: list[str] = []
     small: list[tuple[str, int]] = []
     for name in names:
         window = windows.get(name)
-        if window is not None and prompt_low >= window:
+        if window is not None and prompt_low >= window and name not in counted:
             small.append((name, window))
         else:
             fit.append(name)
@@ -193,6 +197,7 @@ class Ask:
     chosen: str | None = None  # the quality gate's latest choice for (route, shape)
     prompt_low: int = 0
     windows: Mapping[str, int | None] = field(default_factory=dict)
+    counted: Collection[str] = ()  # upstreams whose tokenizer, not the bytes, decides the fit
     param: str = "messages"
     model: str = ""
 
@@ -214,7 +219,7 @@ def plan(
         names = candidates(route, state, ask.features, now, overload_margin)
     if route.policy == "cheapest_within_floor":
         names = gate_first(names, ask.chosen)
-    fit, small = fitting(names, ask.prompt_low, ask.windows)
+    fit, small = fitting(names, ask.prompt_low, ask.windows, ask.counted)
     if small and not fit:
         raise too_long(ask.prompt_low, small, ask.param)
     if not fit:

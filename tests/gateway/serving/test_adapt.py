@@ -213,6 +213,19 @@ def test_the_window_check_reads_the_bounds_dispatch_counted() -> None:
         adapt(body, upstream("vllm"), 1024, True, (1024, 2048))
 
 
+def test_the_tokenizers_count_decides_over_the_bytes_floor() -> None:
+    """A template need not render what the bytes count (SmolLM2's renders no tools): where the
+    upstream's tokenizer counted the prompt, that count refuses or clamps, not the floor."""
+    body = {"model": "x", "messages": HI, "max_tokens": 500}
+    floor_over = (1500, 3000)  # the bytes: at least 1,500 tokens, over a 1,024 window
+    fits = adapt(body, upstream("vllm"), 1024, True, floor_over, counted=600)
+    assert fits.clamped == "max_tokens=500->424"  # the room the count leaves
+    with pytest.raises(ContextExceeded, match=r"1024 tokens > 1024 maximum .* by its tokenizer"):
+        adapt(body, upstream("vllm"), 1024, True, (10, 20), counted=1024)
+    with pytest.raises(ContextExceeded, match="by the gateway's count"):
+        adapt(body, upstream("vllm"), 1024, True, floor_over)  # no count: the floor stands
+
+
 def test_each_strip_is_logged_once_per_upstream_and_field(caplog: pytest.LogCaptureFixture) -> None:
     body = {"model": "x", "messages": HI, "min_tokens": 3}
     quiet = upstream("openai", headers={"x-once": "1"})

