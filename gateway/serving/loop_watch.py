@@ -20,6 +20,11 @@ where the loop shares its cores: on 2 cores busy with a load generator too
 late on average. On the 16-core host the loop averaged 0.70 busy over two waves of 2,048
 streams, which came 4-7% behind direct with first chunks 0.6-0.8 s later at the p99. A tick
 costs a few microseconds; two a second cost nothing measurable.
+
+A loop held at once for `stall_s` (1 s) or more is a fault, not load: something ran on it that
+should not (a blocking call, a lock, C code holding the GIL in another thread). A thread of the
+watch's own notices it while it lasts and logs where the loop thread is at that moment (its
+stack), at most once every `stall_every_s`, so the log names the culprit, not only the delay.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import sys
+import threading
 import time
+import traceback
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -36,6 +44,7 @@ log = logging.getLogger("plumbline")
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 WARN_EVERY_S = 600.0
+STALL_FRAMES = 12  # the innermost frames of a stalled loop's stack that are logged
 
 
 class LoopWatch:
@@ -49,9 +58,12 @@ class LoopWatch:
         window_s: float = 60.0,
         warn_busy: float = 0.75,
         warn_lag_s: float = 0.025,
+        stall_s: float = 1.0,
+        stall_every_s: float = 60.0,
     ) -> None:
         self.period_s, self.window_s = period_s, window_s
         self.warn_busy, self.warn_lag_s = warn_busy, warn_lag_s
+        self.stall_s, self.stall_every_s = stall_s, stall_every_s
         self.lag = Histogram(
             "gateway_event_loop_lag_seconds",
             "How late a timer on the gateway's event loop ran, checked every "
@@ -72,21 +84,57 @@ class LoopWatch:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
+        self._due_mono = 0.0
         self._warned_at = -WARN_EVERY_S
+        # The stall watch: the loop thread, the monotonic time its timer was last due.
+        self._loop_thread = 0
+        self._stopped = threading.Event()
+        self._stall_thread: threading.Thread | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start on `loop`, from its own thread."""
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._ticks.append((loop.time(), time.thread_time(), 0.0))
         self._schedule(loop.time())
+        self._stopped.clear()
+        self._stall_thread = threading.Thread(
+            target=self._watch_stalls, name="plumbline-loop-stalls", daemon=True
+        )
+        self._stall_thread.start()
 
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        self._stopped.set()
+        self._stall_thread = None
+
+    def _watch_stalls(self) -> None:
+        """In its own thread: while the loop's timer is `stall_s` overdue, say where the loop
+        thread is (once a stall, at most every `stall_every_s`)."""
+        said_at = -self.stall_every_s
+        reported = 0.0  # the due time of the stall last said
+        while not self._stopped.wait(min(0.25, self.stall_s / 4)):
+            due, now = self._due_mono, time.monotonic()
+            if now - due < self.stall_s or due == reported or now - said_at < self.stall_every_s:
+                continue
+            frame = sys._current_frames().get(self._loop_thread)
+            if frame is None:
+                continue
+            reported, said_at = due, now
+            where = "".join(traceback.format_stack(frame, limit=STALL_FRAMES)).rstrip()
+            log.warning(
+                "the event loop has been held for %.1f s so far, every request on this process "
+                "waiting; where it is:\n%s",
+                now - due,
+                where,
+            )
 
     def _schedule(self, now: float) -> None:
         assert self._loop is not None
         self._due = now + self.period_s
+        self._due_mono = time.monotonic() + self.period_s  # the stall watch's clock
         self._handle = self._loop.call_at(self._due, self._tick)
 
     def _tick(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 
 import httpx
@@ -48,6 +49,39 @@ def test_a_loop_held_by_work_shows_as_lag_and_busy() -> None:
     assert registry.get_sample_value("gateway_event_loop_lag_seconds_bucket", {"le": "0.1"}) < (
         registry.get_sample_value("gateway_event_loop_lag_seconds_bucket", {"le": "0.5"})
     )
+
+
+def _held_by_a_lock(lock: threading.Lock) -> None:
+    """A loop callback that waits on a lock another thread holds (as one that waits on a
+    database's write lock would)."""
+    with lock:
+        pass
+
+
+def test_a_stalled_loop_is_said_with_where_it_is(caplog: pytest.LogCaptureFixture) -> None:
+    """Held a second and more at once, the loop is said to be stalled, with its thread's stack
+    at that moment naming what holds it; once a stall, and a short hold is not one."""
+    lock = threading.Lock()
+
+    async def main(watch: LoopWatch) -> None:
+        watch.start(asyncio.get_running_loop())
+        try:
+            await asyncio.sleep(0.1)
+            _spin(0.1)  # short of the stall: not said
+            lock.acquire()
+            threading.Timer(1.5, lock.release).start()
+            _held_by_a_lock(lock)
+            await asyncio.sleep(0.2)
+        finally:
+            watch.stop()
+
+    watch = LoopWatch(CollectorRegistry(), period_s=0.05, window_s=60, stall_s=0.5)
+    with caplog.at_level(logging.WARNING, logger="plumbline"):
+        asyncio.run(main(watch))
+    said = [r.getMessage() for r in caplog.records if "has been held" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "_held_by_a_lock" in said[0] and "with lock" in said[0]
+    assert "_spin" not in said[0]
 
 
 def test_a_loop_that_waits_is_late_but_not_busy() -> None:
