@@ -20,7 +20,8 @@
 #   perfsetup the gateway's runtime wheels and vllm-router from a carried .pcarry folder (wheels/,
 #             router/), for the perf stage alone: no vLLM payload, no GGUF
 #   perf      bench/gateway_perf.py on this machine's cores: direct, plumbline, vllm-router,
-#             floor-wire against the fake upstream (the seed scenario and the looping ones)
+#             floor-wire against the fake upstream (the seed scenario and the looping ones);
+#             PERF_TARGETS, PERF_SCENARIOS pick others, PERF_ARGS adds options (--text plain)
 #   housekeeping  bench/housekeeping_latency.py on this machine's cores with HK_ARGS, one run a
 #             store of HK_RUNS (default "sqlite;postgres"; e.g. "postgres;postgres --switch-ms 1");
 #             PostgreSQL from the host's server binaries, else from a carried pgserver wheel
@@ -264,7 +265,7 @@ stage_perfsetup() {
 stage_perf() {
   say "perf: gateway_perf.py on $(nproc) cores"
   python3 bench/gateway_perf.py --venvs /tmp/venvs --seconds "${PERF_SECONDS:-6}" \
-    ${PERF_REPEAT:+--repeat $PERF_REPEAT} \
+    ${PERF_REPEAT:+--repeat $PERF_REPEAT} ${PERF_ARGS:-} \
     ${PERF_TARGETS:---target direct --target plumbline --target vllm-router --target floor-wire} \
     ${PERF_SCENARIOS:---scenario nonstream-c1 --scenario nonstream-c256 --scenario stream-c32 --scenario seed} \
     > "$GPU_RUN/gateway_perf.log" 2>&1

@@ -20,8 +20,12 @@ request, 12,582 tokens by the bytes' floor, is far fewer by vLLM's count).
 Tokenizers are loaded lazily, once per source, and kept; never at start. They live in a child
 process of their own (`Counter`: one, started by `spawn` on the first count), which loads and
 counts: importing transformers and converting a GGUF's vocabulary hold the GIL in C for long
-stretches, and a serving process's event loop waited on them (1.8 s at once, measured with the
-load in a worker thread on 2 cores), so they are kept out of its GIL. Without transformers (the
+stretches, and a serving process's event loop waited on them. With the load in a worker thread
+its timers ran up to 0.25 s late, 1.0-1.2 s in all, on 2 cores (up to 1.8 s at once with other
+work on them); with the child, 12 ms at worst, and a later count costs 0.4 ms more
+(`bench/results/2026-12-05-tokenizer-stall.md`). The child holds about 500 MB resident once
+SmolLM2's tokenizer is loaded (transformers imports torch), which the serving process held
+itself before. Without transformers (the
 `local` extra) or with a source that does not load, the byte bound stands, and the log says so
 once per source.
 """
