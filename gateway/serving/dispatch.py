@@ -149,6 +149,7 @@ class Dispatcher:
             route = self.route_for(call.model, call.record.shape)  # a shape keeps the policy
         keys = self.prefix.keys_for(call.body) if wants_affinity(route, call.record.lane) else []
         decision = self.decision(call.model, call.record.shape) if gated else None
+        windows = {} if embeddings else {n: known.get(n) or self.window(n) for n in route.names}
         ask = Ask(
             features=Features(
                 session=call.session,
@@ -158,10 +159,10 @@ class Dispatcher:
             pin=call.pin,
             chosen=decision.chosen if decision is not None else None,
             prompt_low=estimate[0],
-            windows={}
-            if embeddings
-            else {n: known[n] if n in known else self.window(n) for n in route.names},
-            counted=counted_by(self.counter, self.config, call, self.upstreams, route.names),
+            windows=windows,
+            counted=counted_by(
+                self.counter, self.config, call, self.upstreams, windows, estimate[0]
+            ),
             param="messages" if "messages" in call.body else "prompt",
             model=call.model,
         )

@@ -36,7 +36,7 @@ import asyncio
 import logging
 import multiprocessing
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from importlib import metadata
@@ -258,11 +258,18 @@ def counted_by(
     config: Config,
     call: Call,
     upstreams: Mapping[str, Upstream],
-    names: Iterable[str],
+    windows: Mapping[str, int | None],
+    low: int,
 ) -> list[str]:
-    """Of `names`, the upstreams whose tokenizer counts `call`'s prompt (`counting`): routing
-    leaves their fit to that count, not the bytes' floor."""
-    return [n for n in names if counting(counter, config, call, upstreams[n]) is not None]
+    """Of the upstreams whose `windows` the bytes' floor (`low`) says the prompt exceeds, those
+    whose tokenizer counts it (`counting`): routing leaves their fit to that count."""
+    return [
+        name
+        for name, window in windows.items()
+        if window is not None
+        and low >= window
+        and counting(counter, config, call, upstreams[name]) is not None
+    ]
 
 
 async def prompt_count(
