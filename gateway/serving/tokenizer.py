@@ -14,8 +14,9 @@ special tokens (a completions prompt: with them). The tokenizer of an upstream i
 shipping a GGUF, a .gguf file or a Hugging Face folder), else its profile's `tokenizer`.
 
 Where the tokenizer is known its count decides, the byte bound's refusal too: a chat template
-need not render everything the bytes count (SmolLM2's renders no tools, so Qwen Code's 75 KB
-request, 12,582 tokens by the bytes' floor, is far fewer by vLLM's count).
+need not render everything the bytes count. SmolLM2's renders no tools: Claude Code's first
+request is 3,778 tokens by vLLM's count, at least 7,666 by the bytes' floor, and two continued
+answers later the floor refused (8,192) what vLLM counts at about 4,700.
 
 Tokenizers are loaded lazily, once per source, and kept; never at start. They live in a child
 process of their own (`Counter`: one, started by `spawn` on the first count), which loads and

@@ -208,10 +208,10 @@ def test_a_prompt_near_the_window_is_clamped_to_the_upstreams_count(
 def test_the_count_not_the_bytes_decides_a_prompt_whose_tools_the_template_leaves_out(
     fake: FakeHandle, served: Any
 ) -> None:
-    """Qwen Code's first request on SmolLM2: 75 KB, mostly tool schemas its template never
-    renders. By the bytes' floor it is over the window; by the tokenizer it fits, and is
-    served, with the cap clamped to the room the count leaves. A prompt the count puts over the
-    window is refused with that count."""
+    """A request of agent harness shape (mostly tool schemas, which this template, as
+    SmolLM2's, never renders): by the bytes' floor it is over the window; by the tokenizer it
+    fits, and is served, with the cap clamped to the room the count leaves. A prompt the count
+    puts over the window is refused with that count."""
     root, sink, _ = served
     fake.set_default(tokens=3)
     schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(40)}}
