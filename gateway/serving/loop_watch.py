@@ -24,7 +24,9 @@ costs a few microseconds; two a second cost nothing measurable.
 A loop held at once for `stall_s` (1 s) or more is a fault, not load: something ran on it that
 should not (a blocking call, a lock, C code holding the GIL in another thread). A thread of the
 watch's own notices it while it lasts and logs where the loop thread is at that moment (its
-stack), at most once every `stall_every_s`, so the log names the culprit, not only the delay.
+stack) and where each other thread is (its innermost frame: one of them may hold the GIL), at
+most once every `stall_every_s`, so the log names the culprit, not only the delay. In the test
+suite, where gateways run in the test's process, it named a test's own full collection.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ log = logging.getLogger("plumbline")
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 WARN_EVERY_S = 600.0
-STALL_FRAMES = 12  # the innermost frames of a stalled loop's stack that are logged
+STALL_FRAMES = 24  # the innermost frames of a stalled loop's stack that are logged
 
 
 class LoopWatch:
@@ -119,16 +121,20 @@ class LoopWatch:
             due, now = self._due_mono, time.monotonic()
             if now - due < self.stall_s or due == reported or now - said_at < self.stall_every_s:
                 continue
-            frame = sys._current_frames().get(self._loop_thread)
+            frames = sys._current_frames()
+            frame = frames.get(self._loop_thread)
             if frame is None:
                 continue
             reported, said_at = due, now
             where = "".join(traceback.format_stack(frame, limit=STALL_FRAMES)).rstrip()
             log.warning(
                 "the event loop has been held for %.1f s so far, every request on this process "
-                "waiting; where it is:\n%s",
+                "waiting; where it is (a stack that ends in the loop's own run: in its C code, "
+                "waiting for the kernel or for the GIL another thread holds):\n%s\nthe other "
+                "threads, where each is:\n%s",
                 now - due,
                 where,
+                _elsewhere(frames, (self._loop_thread, threading.get_ident())),
             )
 
     def _schedule(self, now: float) -> None:
@@ -187,3 +193,16 @@ class LoopWatch:
             seen["mean_lag_ms"],
             seen["worst_lag_ms"],
         )
+
+
+def _elsewhere(frames: dict[int, Any], skip: tuple[int, ...]) -> str:
+    """A line a thread not in `skip`: its name and innermost Python frame."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    lines = []
+    for ident, frame in frames.items():
+        if ident in skip:
+            continue
+        code = frame.f_code
+        name = names.get(ident, str(ident))
+        lines.append(f"  {name}: {code.co_filename}:{frame.f_lineno} in {code.co_name}")
+    return "\n".join(lines) or "  (none)"
