@@ -265,7 +265,11 @@ class Runner:
         spec = self.spec
         windows = [await self.served_window(t) for t in spec.targets]
         window = spec.window or min((w for w in windows if w), default=None)
-        items = build_items(
+        # Off the event loop: a run the gateway schedules shares its loop with the requests it
+        # serves, and generating a suite's items (the math family's brute-force checks among
+        # them) held that loop over a second at once.
+        items = await asyncio.to_thread(
+            build_items,
             spec.suite,
             spec.seed,
             window,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,24 @@ def test_smoke_run_scores_every_item_and_resumes(tmp_path: Path) -> None:
     assert {r.engine for r in results} == {engine}
     assert "max_tokens" not in body  # no cap by default
     assert body["temperature"] == 0.2  # served per the target's profile
+
+
+def test_items_are_built_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduled round runs in the gateway's process, on the loop its requests use: building
+    the suite's items there held that loop over a second (the math family's checks)."""
+    threads: list[str] = []
+    real = runner.build_items
+
+    def built(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(runner, "build_items", built)
+    with running_fake(tokens=6) as fake, running_gateway(gateway_for(ok=fake.base_url)) as url:
+        runner.run(spec(url, ["ok"], tmp_path, run_id="r1"), show_progress=False)
+    assert threads and threads[0] != threading.main_thread().name  # the loop ran in main
 
 
 def test_planted_faults_are_caught_by_the_report(tmp_path: Path) -> None:
