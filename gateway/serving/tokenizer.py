@@ -26,9 +26,8 @@ its timers ran up to 0.25 s late, 1.0-1.2 s in all, on 2 cores (up to 1.8 s at o
 work on them); with the child, 12 ms at worst, and a later count costs 0.4 ms more
 (`bench/results/2026-12-05-tokenizer-stall.md`). The child holds about 500 MB resident once
 SmolLM2's tokenizer is loaded (transformers imports torch), which the serving process held
-itself before. Without transformers (the
-`local` extra) or with a source that does not load, the byte bound stands, and the log says so
-once per source.
+itself before. Without transformers (the `local` extra) or with a source that does not load,
+the byte bound stands, and the log says so once per source.
 """
 
 from __future__ import annotations
