@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 import os
 import signal
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from gateway.child import child_pool
 from gateway.ledger import rollups
 from gateway.ledger.store import Store
 
@@ -45,10 +45,9 @@ _store: Store | None = None  # the child's own
 
 
 def _begin(url: sa.URL, nice: int) -> None:
-    """The child's start: the terminal's Ctrl-C is its parent's to act on; a lower priority;
-    the store opened (its migrations are the parent's)."""
+    """The child's start (after `child_pool`'s): a lower priority; the store opened (its
+    migrations are the parent's)."""
     global _store
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.nice(nice)
     _store = Store(url.render_as_string(hide_password=False), run_migrations=False)
@@ -86,12 +85,7 @@ class Upkeep:
     """One child process that runs the store's upkeep for the process that holds its lease."""
 
     def __init__(self, url: sa.URL, nice: int = UPKEEP_NICE) -> None:
-        self._pool = ProcessPoolExecutor(
-            1,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_begin,
-            initargs=(url, nice),
-        )
+        self._pool = child_pool(_begin, (url, nice))
         self.pid: int | None = None
         self._running: Future[Any] | None = None
 

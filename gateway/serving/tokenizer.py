@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
-import signal
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -44,6 +42,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from gateway.child import child_pool
 
 if TYPE_CHECKING:
     from gateway.config import Config, Upstream
@@ -156,11 +156,6 @@ def near(body: dict[str, Any], window: int, bounds: tuple[int, int]) -> bool:
 _tokenizers: dict[str, Any] = {}  # the child's own, by source
 
 
-def _begin() -> None:
-    """The counting child's start: the terminal's Ctrl-C is its parent's to act on."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _count_in_child(loader: Any, source: str, body: dict[str, Any]) -> tuple[str, Any]:
     """In the child: ("count", n or None), ("missing", why) when transformers is not installed,
     ("unloadable", why) for a source that does not load, ("refused", why) for a conversation
@@ -203,9 +198,7 @@ class Counter:
         if not self.available(source):
             return None
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                1, mp_context=multiprocessing.get_context("spawn"), initializer=_begin
-            )
+            self._pool = child_pool()
         pool = self._pool
         try:
             kind, said = await asyncio.wrap_future(
