@@ -27,6 +27,14 @@ watch's own notices it while it lasts and logs where the loop thread is at that 
 stack) and where each other thread is (its innermost frame: one of them may hold the GIL), at
 most once every `stall_every_s`, so the log names the culprit, not only the delay. In the test
 suite, where gateways run in the test's process, it named a test's own full collection.
+
+When that thread was held as long as the loop, no Python ran anywhere in the process, and the
+loop's stack afterwards names nothing. The watch says so instead, with what tells the causes
+apart: the process's CPU over the gap (near the gap's length: C code held the GIL and computed;
+near none: a thread held the GIL while it waited in the kernel, a page fault on a busy disk, or
+the process or the whole machine was paused), and the machine's CPU time over it waiting for
+disks and stolen by its hypervisor (`/proc/stat`, Linux). Both kinds are counted:
+`gateway_event_loop_stalls_total{held="loop"|"process"}`.
 """
 
 from __future__ import annotations
@@ -34,13 +42,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import sys
 import threading
 import time
 import traceback
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 log = logging.getLogger("plumbline")
 
@@ -81,6 +90,15 @@ class LoopWatch:
             multiprocess_mode="liveall",
             registry=registry,
         )
+        self.stalls = Counter(
+            "gateway_event_loop_stalls",
+            f"Times the event loop was held {stall_s:g}s or more at once: by code on it or a "
+            "lock it waited on (held=loop), or with the whole process held, no Python running "
+            "in it (held=process: a GIL held in C or in the kernel, or the machine paused); "
+            "each is logged with what held it.",
+            ["held"],
+            registry=registry,
+        )
         # (wall, loop CPU, lag) per tick, for the last `window_s`.
         self._ticks: collections.deque[tuple[float, float, float]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -117,15 +135,32 @@ class LoopWatch:
         thread is (once a stall, at most every `stall_every_s`)."""
         said_at = -self.stall_every_s
         reported = 0.0  # the due time of the stall last said
-        while not self._stopped.wait(min(0.25, self.stall_s / 4)):
+        step = min(0.25, self.stall_s / 4)
+        woke, cpu, machine = time.monotonic(), time.process_time(), _machine()
+        while not self._stopped.wait(step):
             due, now = self._due_mono, time.monotonic()
-            if now - due < self.stall_s or due == reported or now - said_at < self.stall_every_s:
+            held = now - woke - step  # this thread's own wait overran by that much
+            woke, cpu_before, cpu = now, cpu, time.process_time()
+            machine_before, machine = machine, _machine()
+            if held >= self.stall_s:
+                self.stalls.labels("process").inc()
+                if now - due >= self.stall_s:
+                    reported = due  # the loop's stall is this one: not said again below
+                if now - said_at >= self.stall_every_s:
+                    said_at = now
+                    _say_frozen(held, cpu - cpu_before, machine_before, machine)
+                continue
+            if now - due < self.stall_s or due == reported:
+                continue
+            reported = due
+            self.stalls.labels("loop").inc()
+            if now - said_at < self.stall_every_s:
                 continue
             frames = sys._current_frames()
             frame = frames.get(self._loop_thread)
             if frame is None:
                 continue
-            reported, said_at = due, now
+            said_at = now
             where = "".join(traceback.format_stack(frame, limit=STALL_FRAMES)).rstrip()
             log.warning(
                 "the event loop has been held for %.1f s so far, every request on this process "
@@ -193,6 +228,43 @@ class LoopWatch:
             seen["mean_lag_ms"],
             seen["worst_lag_ms"],
         )
+
+
+def _machine() -> tuple[float, float] | None:
+    """The machine's CPU seconds so far (summed over its CPUs) waiting for disks and stolen by
+    its hypervisor (`/proc/stat`'s iowait and steal), or None where there is no such file."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[5]) / tick, int(fields[8]) / tick
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _say_frozen(
+    held: float,
+    cpu: float,
+    before: tuple[float, float] | None,
+    after: tuple[float, float] | None,
+) -> None:
+    """The warning for a gap in which no Python ran in the process (see the module)."""
+    machine = ""
+    if before is not None and after is not None:
+        machine = (
+            f"; the machine's CPUs meanwhile spent {after[0] - before[0]:.1f} s waiting for "
+            f"disks and had {after[1] - before[1]:.1f} s stolen by the hypervisor (summed over "
+            f"{os.cpu_count()} CPUs)"
+        )
+    log.warning(
+        "the whole process was held for %.1f s, the event loop and every other thread: no "
+        "Python ran in it, and it used %.1f s of CPU%s. Not code on the event loop: a thread "
+        "held the GIL in C code (using CPU) or while it waited in the kernel (a page fault on "
+        "a busy disk), or the process or the machine was paused (no CPU used)",
+        held,
+        cpu,
+        machine,
+    )
 
 
 def _elsewhere(frames: dict[int, Any], skip: tuple[int, ...]) -> str:

@@ -4,7 +4,9 @@ loop and on a serving gateway's (its /health and /metrics)."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import sys
 import threading
 import time
 
@@ -88,6 +90,49 @@ def test_a_stalled_loop_is_said_with_where_it_is(caplog: pytest.LogCaptureFixtur
     # The other threads, each where it is: the one that holds the lock, waiting to let go.
     assert "releaser: " in said[0].split("the other threads")[1]
     assert "_spin" not in said[0]
+
+
+def test_a_loop_stall_is_counted(caplog: pytest.LogCaptureFixture) -> None:
+    registry = CollectorRegistry()
+    watch = LoopWatch(registry, period_s=0.05, window_s=60, stall_s=0.5)
+    asyncio.run(_run(watch, [(0.8, "sleep")]))  # time.sleep lets the GIL go: the watch runs
+    assert registry.get_sample_value("gateway_event_loop_stalls_total", {"held": "loop"}) == 1
+    assert registry.get_sample_value("gateway_event_loop_stalls_total", {"held": "process"}) is None
+
+
+def _hold_the_gil_in_the_kernel(seconds: float) -> None:
+    """A C call that waits in the kernel without letting the GIL go (as a thread does in a page
+    fault on a busy disk): libc's usleep through ctypes.PyDLL, which keeps the GIL held."""
+    ctypes.PyDLL(None).usleep(int(seconds * 1e6))
+
+
+def test_a_whole_process_held_is_said_as_such(caplog: pytest.LogCaptureFixture) -> None:
+    """With the GIL held through a wait, no thread of the process runs Python, the watch's own
+    included: the stall is said once as the whole process's, with the CPU it used (none
+    here), not as a stack of the loop's that names nothing."""
+
+    async def main(watch: LoopWatch) -> None:
+        watch.start(asyncio.get_running_loop())
+        try:
+            await asyncio.sleep(0.1)
+            _hold_the_gil_in_the_kernel(1.2)
+            await asyncio.sleep(0.3)
+        finally:
+            watch.stop()
+
+    registry = CollectorRegistry()
+    watch = LoopWatch(registry, period_s=0.05, window_s=60, stall_s=0.5)
+    with caplog.at_level(logging.WARNING, logger="plumbline"):
+        asyncio.run(main(watch))
+    said = [r.getMessage() for r in caplog.records if "held" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("the whole process was held for 1.")
+    used = float(said[0].split("it used ")[1].split(" s of CPU")[0])
+    assert used < 0.5
+    if sys.platform == "linux":
+        assert "waiting for disks" in said[0] and "stolen by the hypervisor" in said[0]
+    assert registry.get_sample_value("gateway_event_loop_stalls_total", {"held": "process"}) == 1
+    assert registry.get_sample_value("gateway_event_loop_stalls_total", {"held": "loop"}) is None
 
 
 def test_a_loop_that_waits_is_late_but_not_busy() -> None:
