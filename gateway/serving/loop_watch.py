@@ -110,6 +110,7 @@ class LoopWatch:
         self._loop_thread = 0
         self._stopped = threading.Event()
         self._stall_thread: threading.Thread | None = None
+        self.stalled = {"loop": 0, "process": 0}  # since start, by what was held (`stalls`)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start on `loop`, from its own thread."""
@@ -143,7 +144,7 @@ class LoopWatch:
             woke, cpu_before, cpu = now, cpu, time.process_time()
             machine_before, machine = machine, _machine()
             if held >= self.stall_s:
-                self.stalls.labels("process").inc()
+                self._stalled("process")
                 if now - due >= self.stall_s:
                     reported = due  # the loop's stall is this one: not said again below
                 if now - said_at >= self.stall_every_s:
@@ -153,7 +154,7 @@ class LoopWatch:
             if now - due < self.stall_s or due == reported:
                 continue
             reported = due
-            self.stalls.labels("loop").inc()
+            self._stalled("loop")
             if now - said_at < self.stall_every_s:
                 continue
             frames = sys._current_frames()
@@ -171,6 +172,10 @@ class LoopWatch:
                 where,
                 _elsewhere(frames, (self._loop_thread, threading.get_ident())),
             )
+
+    def _stalled(self, held: str) -> None:
+        self.stalled[held] += 1
+        self.stalls.labels(held).inc()
 
     def _schedule(self, now: float) -> None:
         assert self._loop is not None
@@ -194,10 +199,17 @@ class LoopWatch:
         self._warn(now)
 
     def snapshot(self) -> dict[str, Any]:
-        """The last window (`/health`'s `event_loop`): busy ratio, worst and mean lag."""
-        ticks = list(self._ticks)
+        """The last window (`/health`'s `event_loop`): busy ratio, worst and mean lag; and the
+        stalls since start, by what was held."""
+        ticks, stalls = list(self._ticks), dict(self.stalled)
         if len(ticks) < 2:
-            return {"busy": None, "worst_lag_ms": None, "mean_lag_ms": None, "window_s": 0.0}
+            return {
+                "busy": None,
+                "worst_lag_ms": None,
+                "mean_lag_ms": None,
+                "window_s": 0.0,
+                "stalls": stalls,
+            }
         (wall0, cpu0, _), (wall1, cpu1, _) = ticks[0], ticks[-1]
         lags = [t[2] for t in ticks[1:]]
         span = wall1 - wall0
@@ -206,6 +218,7 @@ class LoopWatch:
             "worst_lag_ms": round(1e3 * max(lags), 1),
             "mean_lag_ms": round(1e3 * sum(lags) / len(lags), 2),
             "window_s": round(span, 1),
+            "stalls": stalls,
         }
 
     def _warn(self, now: float) -> None:

@@ -133,6 +133,7 @@ def test_a_whole_process_held_is_said_as_such(caplog: pytest.LogCaptureFixture) 
         assert "waiting for disks" in said[0] and "stolen by the hypervisor" in said[0]
     assert registry.get_sample_value("gateway_event_loop_stalls_total", {"held": "process"}) == 1
     assert registry.get_sample_value("gateway_event_loop_stalls_total", {"held": "loop"}) is None
+    assert watch.snapshot()["stalls"] == {"loop": 0, "process": 1}
 
 
 def test_a_loop_that_waits_is_late_but_not_busy() -> None:
@@ -203,6 +204,7 @@ def test_a_gateway_reports_its_loop_on_health_and_metrics(fake: FakeHandle) -> N
         wait_for(lambda: client.get("/health").json()["event_loop"]["busy"] is not None, 10)
         quiet = client.get("/health").json()["event_loop"]
         assert 0 <= quiet["busy"] < 0.5 and quiet["worst_lag_ms"] < 500
+        assert quiet["stalls"] == {"loop": 0, "process": 0}
         gw.loop.call_soon_threadsafe(_spin, 1.2)
         wait_for(lambda: client.get("/health").json()["event_loop"]["worst_lag_ms"] >= 600, 10)
         busy = client.get("/health").json()["event_loop"]
