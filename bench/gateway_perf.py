@@ -34,7 +34,9 @@ request and per streamed chunk (utime + stime of its process tree from /proc, be
 the proxy's peak RSS after each seed scenario, and for a recording Plumbline the rows the round
 added to its store once they stop arriving (`records`: equal to the requests when none was lost;
 counted before the CPU is read, so writing them is in it); the collector's pauses of 2 ms or
-more during the round, the one-process Plumbline's (`gc_pauses`, `gc_pause_max_ms`) and the load
+more during the round, the one-process Plumbline's (`gc_pauses`, `gc_pause_max_ms`; of them the
+young generation's longest, `gc_young_max_ms`, and how many were the older two's,
+`gc_older_pauses`) and the load
 generator's own (`driver_gc_pause_max_ms`; it makes no full collection in a load), from the
 load's start on. Each cell
 of the summary is the
@@ -79,6 +81,7 @@ from perf_procs import (  # noqa: E402
     litellm,
     loop_seconds,
     pauses,
+    pauses_by_generation,
     peak_rss_mb,
     plumbline,
     set_fake_default,
@@ -160,6 +163,8 @@ COLUMNS = (
     "records",
     "gc_pauses",
     "gc_pause_max_ms",
+    "gc_young_max_ms",
+    "gc_older_pauses",
     "driver_gc_pause_max_ms",
     "loop_per_req_us",
 )
@@ -219,6 +224,8 @@ def row(
         "peak_rss_mb": rss,
         "gc_pauses": math.nan,  # set for the targets that print them (`perf_procs.watch_pauses`)
         "gc_pause_max_ms": math.nan,
+        "gc_young_max_ms": math.nan,  # of them, the young generation's longest
+        "gc_older_pauses": math.nan,  # and how many were of the older two
         "driver_gc_pause_max_ms": math.nan,
         "first_error": tally.first_error.replace("\t", " ").replace("\n", " "),
     }
@@ -245,6 +252,8 @@ SHOWN = (
     "peak_rss_mb",
     "gc_pauses",
     "gc_pause_max_ms",
+    "gc_young_max_ms",
+    "gc_older_pauses",
     "driver_gc_pause_max_ms",
 )
 
@@ -447,9 +456,12 @@ async def measure(
             r["driver_gc_pause_max_ms"] = 1e3 * max(driven, default=0.0)
             if target.startswith("plumbline") and "-w" not in target:
                 log = proc.log.read_text(errors="replace")
-                during = [(a, b) for a, b in pauses(log) if b >= tally.started]
+                during = [(g, a, b) for g, a, b in pauses_by_generation(log) if b >= tally.started]
                 r["gc_pauses"] = len(during)
-                r["gc_pause_max_ms"] = 1e3 * max((b - a for a, b in during), default=0.0)
+                r["gc_pause_max_ms"] = 1e3 * max((b - a for _, a, b in during), default=0.0)
+                young = [b - a for g, a, b in during if g == 0]
+                r["gc_young_max_ms"] = 1e3 * max(young, default=0.0)
+                r["gc_older_pauses"] = len(during) - len(young)
             if target == "direct":
                 base[(sc.name, round_)] = r
             rows.append(r)

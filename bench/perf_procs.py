@@ -130,9 +130,14 @@ def gc_watch(out: str) -> str:
 PAUSE = re.compile(r"^gc pause gen (\d) ([\d.]+) ms at ([\d.]+) collected \d+$", re.MULTILINE)
 
 
+def pauses_by_generation(text: str) -> list[tuple[int, float, float]]:
+    """(generation, start, end) of each collector pause `watch_pauses` printed in `text`."""
+    return [(int(g), float(t) - float(ms) / 1e3, float(t)) for g, ms, t in PAUSE.findall(text)]
+
+
 def pauses(text: str) -> list[tuple[float, float]]:
     """(start, end) of each collector pause `watch_pauses` printed in `text`."""
-    return [(float(t) - float(ms) / 1e3, float(t)) for _, ms, t in PAUSE.findall(text)]
+    return [(a, b) for _, a, b in pauses_by_generation(text)]
 
 
 @dataclass

@@ -38,6 +38,8 @@ def test_each_cell_is_the_median_and_range_of_its_rounds() -> None:
         # the collector's pauses: the one-process gateway's, and the load generator's own
         row["gc_pauses"] = math.nan if target == "floor" else rps / 1000
         row["gc_pause_max_ms"] = math.nan if target == "floor" else 2.5
+        row["gc_young_max_ms"] = math.nan if target == "floor" else 1.5
+        row["gc_older_pauses"] = math.nan if target == "floor" else 0.0
         row["driver_gc_pause_max_ms"] = 0.0
         cpu = 1e6 / rps
         return row | {
