@@ -269,10 +269,12 @@ class EvalScheduler:
         decision, shaped = round_decisions(
             model, self.config.models, control, arms, results, prices, failed
         )
-        self.gate_book.record(decision)
+        # Written to the store (or its file) in a thread: a write on the loop would wait there for
+        # the store's lock, up to its busy timeout, with every request behind it.
+        await asyncio.to_thread(self.gate_book.record, decision)
         log.info("gate %s: %s; %s", model, decision.reason, decision.resolution)
         for each in shaped:
-            self.gate_book.record(each)
+            await asyncio.to_thread(self.gate_book.record, each)
             log.info("gate %s, shape %s: %s; %s", model, each.shape, each.reason, each.resolution)
         return decision
 

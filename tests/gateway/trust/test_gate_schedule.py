@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -76,6 +77,15 @@ def test_gate_switches_to_the_cheapest_upstream_within_the_floor(tmp_path: Path)
                 ).headers["x-plumbline-upstream"]
                 for _ in range(4)
             }
+            loop_thread = asyncio.run_coroutine_threadsafe(_thread(), gw_loop(app)).result(10)
+            recorded_in: list[int] = []
+            record = gw.gate_book.record
+
+            def recorded(decision: object) -> None:
+                recorded_in.append(threading.get_ident())
+                record(decision)
+
+            gw.gate_book.record = recorded
             future = asyncio.run_coroutine_threadsafe(gw.scheduler.run_gate("smol"), gw_loop(app))
             decision = future.result(timeout=120)
             after = {
@@ -100,6 +110,12 @@ def test_gate_switches_to_the_cheapest_upstream_within_the_floor(tmp_path: Path)
     n = arms["dear"]["n"]
     assert sent["dear"] >= 2 * n and sent["cheap"] >= n
     assert view["gate"]["smol"]["chosen"] == "cheap"
+    # The decision went to the store off the event loop (a write there waits for the store's lock).
+    assert recorded_in and loop_thread not in recorded_in
+
+
+async def _thread() -> int:
+    return threading.get_ident()
 
 
 def gw_loop(app: object) -> asyncio.AbstractEventLoop:
