@@ -1,6 +1,7 @@
 """Session-wide fixtures: the real local stack (vLLM CPU + llama.cpp on SmolLM2) for slow tests.
 
-In CI (``CI=true``) a skipped test fails the run (`tests.ci_skips`).
+In CI (``CI=true``) a skipped test fails the run (`tests.ci_skips`); in every test, product code
+that runs SQL on a running event loop fails it (`tests.loop_sql`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import settings
 from gateway.config import Config, load_config, parse_config
 from tests.ci_skips import pytest_make_collect_report, pytest_runtest_makereport
 from tests.harness import free_port
+from tests.loop_sql import no_sql_on_a_running_loop
 
 # No timing assertions in tests: Hypothesis's per-example deadline fails a correct test on a
 # loaded 2-core machine, so it is off everywhere.
@@ -43,4 +45,4 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
         yield config
 
 
-__all__ = ["pytest_make_collect_report", "pytest_runtest_makereport"]
+__all__ = ["no_sql_on_a_running_loop", "pytest_make_collect_report", "pytest_runtest_makereport"]

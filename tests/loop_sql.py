@@ -1,0 +1,73 @@
+"""No SQL on a running event loop: the gateway's store calls go to a thread.
+
+On the serving loop a store call waits there for the database, up to its 5 s busy timeout when
+another writer holds the lock, and every request on the process waits with it (a gate round's
+decision did, until it went to a thread). Every statement any engine runs during a test is
+checked: one run from a thread whose event loop is running is a failure of that test, unless
+the test's own async code made the call (an async test may read a store directly) or the
+database lives in the process's memory alone (the access checks' own, run inline by design:
+no other writer can hold its lock).
+
+Which code made it: the innermost frames from `tests/` on the stack. If any of them is a
+coroutine, the call is the test's. If they are plain functions (a sync test that ran the
+product's coroutine, or the thread a served gateway runs in), the product's async code made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+TESTS = str(Path(__file__).resolve().parent) + "/"
+_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+_found: list[str] = []
+
+
+def _the_tests_own(frame: Any) -> bool:
+    """Whether the innermost run of frames from `tests/` holds a coroutine (see the module)."""
+    while frame is not None and not frame.f_code.co_filename.startswith(TESTS):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    while frame is not None and frame.f_code.co_filename.startswith(TESTS):
+        if frame.f_code.co_flags & _ASYNC:
+            return True
+        frame = frame.f_back
+    return False
+
+
+@sa.event.listens_for(sa.engine.Engine, "before_cursor_execute")
+def _not_on_a_running_loop(
+    conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool
+) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return  # no loop runs in this thread
+    if conn.engine.url.get_backend_name() == "sqlite" and conn.engine.url.database in (
+        None,
+        "",
+        ":memory:",
+    ):
+        return  # a store in this process's memory alone: no other writer to wait for
+    if _the_tests_own(sys._getframe(1)):
+        return
+    where = "".join(traceback.format_stack(limit=12)[:-1])
+    _found.append(f"{statement.strip()[:80]!r} ran on the event loop's thread:\n{where}")
+
+
+@pytest.fixture(autouse=True)
+def no_sql_on_a_running_loop() -> Iterator[None]:
+    """Fails the test in which product code ran SQL on a running event loop."""
+    _found.clear()
+    yield
+    found, _found[:] = list(_found), []
+    assert not found, found[0]
