@@ -8,9 +8,10 @@ the test's own async code made the call (an async test may read a store directly
 database lives in the process's memory alone (the access checks' own, run inline by design:
 no other writer can hold its lock).
 
-Which code made it: the innermost frames from `tests/` on the stack. If any of them is a
-coroutine, the call is the test's. If they are plain functions (a sync test that ran the
-product's coroutine, or the thread a served gateway runs in), the product's async code made it.
+Whose call it is: walking out from the statement, a coroutine of the product's (gateway/,
+evals/, deploy/) met before any frame of `tests/` makes it the product's async code. A test's
+own call meets a frame of `tests/` first, async or not (a sync test may run in a thread where a
+loop runs, as playwright's sync API does).
 """
 
 from __future__ import annotations
@@ -26,19 +27,21 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-TESTS = str(Path(__file__).resolve().parent) + "/"
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = str(ROOT / "tests") + "/"
+PRODUCT = tuple(str(ROOT / name) + "/" for name in ("gateway", "evals", "deploy"))
 _ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 _found: list[str] = []
 
 
-def _the_tests_own(frame: Any) -> bool:
-    """Whether the innermost run of frames from `tests/` holds a coroutine (see the module)."""
-    while frame is not None and not frame.f_code.co_filename.startswith(TESTS):
-        frame = frame.f_back
-    if frame is None:
-        return False
-    while frame is not None and frame.f_code.co_filename.startswith(TESTS):
-        if frame.f_code.co_flags & _ASYNC:
+def _the_products_async_code(frame: Any) -> bool:
+    """Whether a coroutine of the product's is met before any frame of `tests/` (see the
+    module)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(TESTS):
+            return False
+        if name.startswith(PRODUCT) and frame.f_code.co_flags & _ASYNC:
             return True
         frame = frame.f_back
     return False
@@ -58,9 +61,9 @@ def _not_on_a_running_loop(
         ":memory:",
     ):
         return  # a store in this process's memory alone: no other writer to wait for
-    if _the_tests_own(sys._getframe(1)):
+    if not _the_products_async_code(sys._getframe(1)):
         return
-    where = "".join(traceback.format_stack(limit=12)[:-1])
+    where = "".join(traceback.format_stack(limit=40)[:-1])
     _found.append(f"{statement.strip()[:80]!r} ran on the event loop's thread:\n{where}")
 
 

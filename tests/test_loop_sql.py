@@ -4,13 +4,14 @@ leaves a test's own async code alone."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
 from tests import loop_sql
 
-# Stands for the product's async code: compiled under a file name outside tests/.
+# Stands for the product's async code: compiled under a file name in gateway/.
 _PRODUCT = """
 import sqlalchemy as sa
 
@@ -22,22 +23,22 @@ async def query(engine):
 
 def _product() -> Any:
     namespace: dict[str, Any] = {}
-    exec(compile(_PRODUCT, "<product>", "exec"), namespace)
+    exec(compile(_PRODUCT, str(loop_sql.ROOT / "gateway" / "_stand_in.py"), "exec"), namespace)
     return namespace["query"]
 
 
-def test_the_products_sql_on_a_running_loop_is_found() -> None:
-    engine = sa.create_engine("sqlite://")
+def test_the_products_sql_on_a_running_loop_is_found(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'store.db'}")
     try:
         asyncio.run(_product()(engine))
         found, loop_sql._found[:] = list(loop_sql._found), []  # this test's failure, not kept
     finally:
         engine.dispose()
-    assert len(found) == 1 and "SELECT 1" in found[0] and "<product>" in found[0]
+    assert len(found) == 1 and "SELECT 1" in found[0] and "_stand_in.py" in found[0]
 
 
-def test_sql_off_the_loop_is_not_found() -> None:
-    engine = sa.create_engine("sqlite://")
+def test_sql_off_the_loop_is_not_found(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'store.db'}")
 
     def read() -> None:
         with engine.connect() as conn:
@@ -54,8 +55,8 @@ def test_sql_off_the_loop_is_not_found() -> None:
     assert loop_sql._found == []
 
 
-async def test_a_tests_own_async_code_may_read_a_store() -> None:
-    engine = sa.create_engine("sqlite://")
+async def test_a_tests_own_async_code_may_read_a_store(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'store.db'}")
     try:
         with engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
