@@ -3,10 +3,10 @@
 On the serving loop a store call waits there for the database, up to its 5 s busy timeout when
 another writer holds the lock, and every request on the process waits with it (a gate round's
 decision did, until it went to a thread). Every statement any engine runs during a test is
-checked: one run from a thread whose event loop is running is a failure of that test, unless
-the test's own async code made the call (an async test may read a store directly) or the
-database lives in the process's memory alone (the access checks' own, run inline by design:
-no other writer can hold its lock).
+checked: one that the product's async code ran on a thread whose event loop is running fails
+that test. A test's own call is not checked (an async test may read a store directly), nor is a
+database in the process's memory alone (the access checks' own, run inline by design: no other
+writer can hold its lock).
 
 Whose call it is: walking out from the statement, a coroutine of the product's (gateway/,
 evals/, deploy/) met before any frame of `tests/` makes it the product's async code. A test's
