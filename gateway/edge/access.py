@@ -325,7 +325,7 @@ class Access:
 
     # -- key management (admin API) -------------------------------------------------------
 
-    def create_key(
+    async def create_key(
         self,
         key_id: str,
         *,
@@ -348,17 +348,16 @@ class Access:
             "created": self.clock(),
             "revoked": None,
         }
-        with self._lock:
-            stored.insert(self.engine, row)
+        await self._db(lambda: stored.insert(self.engine, row))
         return plaintext
 
-    def revoke_key(self, key_id: str) -> bool:
-        with self._lock:
-            done = stored.revoke(self.engine, key_id, self.clock())
+    async def revoke_key(self, key_id: str) -> bool:
+        now = self.clock()
+        done = await self._db(lambda: stored.revoke(self.engine, key_id, now))
         self._cache.clear()
         return done
 
-    def list_keys(self) -> list[dict[str, Any]]:
+    async def list_keys(self) -> list[dict[str, Any]]:
         """Every key without its hash: config keys and (if enabled) store keys."""
         out = [
             {
@@ -372,8 +371,7 @@ class Access:
             }
             for _, k in self._keys
         ]
-        with self._lock:
-            rows = stored.stored(self.engine)
+        rows = await self._db(lambda: stored.stored(self.engine))
         for r in rows:
             out.append(
                 {

@@ -9,8 +9,9 @@ guard put in the request state), so a gateway wired without the guard refuses in
     POST   /admin/reload           re-read the config file's [access] section
     GET    /admin/report?since=24h the cost report as JSON
 
-Each route's store work runs in a thread: on the event loop a key's write would wait for the
-store's lock, and a report would scan the store, while every request waited with it.
+No route touches the store on the event loop: keys go through `Access`'s own database threads
+(as its checks do), the report to a thread. There a key's write would wait for the store's
+lock, and a report would scan the store, while every request waited with it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 async def list_keys(access: AdminAccess) -> Response:
-    return _json({"object": "list", "data": await asyncio.to_thread(access.list_keys)})
+    return _json({"object": "list", "data": await access.list_keys()})
 
 
 async def create_key(request: Request, access: AdminAccess) -> Response:
@@ -77,8 +78,7 @@ async def create_key(request: Request, access: AdminAccess) -> Response:
     if gw is not None and spec.models and (unknown := set(spec.models) - set(gw.config.models)):
         raise BadRequest(f"Unknown models: {', '.join(sorted(unknown))}", param="models")
     try:
-        plaintext = await asyncio.to_thread(
-            access.create_key,
+        plaintext = await access.create_key(
             spec.id,
             role=spec.role,
             models=spec.models,
@@ -99,7 +99,7 @@ async def create_key(request: Request, access: AdminAccess) -> Response:
 
 
 async def revoke_key(key_id: str, access: AdminAccess) -> Response:
-    if not await asyncio.to_thread(access.revoke_key, key_id):
+    if not await access.revoke_key(key_id):
         raise BadRequest(f"No active store key has the id {key_id!r}.", param="key_id")
     return _json({"id": key_id, "revoked": True})
 
