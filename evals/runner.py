@@ -39,9 +39,10 @@ import orjson
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from evals import families, sandbox
+from evals import families, run_folder, sandbox
 from evals.item import Item, Reply, items_digest
-from evals.result import ItemResult, error_class_of, read_results
+from evals.result import ItemResult, error_class_of
+from evals.run_folder import load_run as load_run  # where the CLI and tests read a run
 from evals.suite import build_items
 
 LANE_HEADER = {"x-plumbline-lane": "eval"}
@@ -120,6 +121,9 @@ class Runner:
             timeout=openai.Timeout(spec.timeout_s, connect=10.0),
             default_headers=LANE_HEADER,
         )
+        # Named here, where the runner is made (in a thread when a gateway schedules the run):
+        # the OpenAI package imports a resource's modules where it is first named.
+        _ = (self.client.chat.completions, self.client.models)
         self.fingerprints: dict[str, dict[str, set[str]]] = {
             t: {"upstream": set(), "provider": set(), "params_hash": set(), "engine": set()}
             for t in spec.targets
@@ -278,17 +282,11 @@ class Runner:
             spec.datasets,
             spec.reasoning_gym,
         )
-        self.dir.mkdir(parents=True, exist_ok=True)
-        results_path = self.dir / "results.jsonl"
-        done = (
-            {(r.target, r.item_id) for r in read_results(results_path)}
-            if results_path.exists()
-            else set()
-        )
-        meta = self._meta(items, window)
-        if spec.tripwire:
-            meta["tripwire"] = spec.tripwire
-        self._write_meta(meta)
+        # The run's files, and the sandbox probe that `_meta` may start (a confined child, up to
+        # its wall limit), in threads too: a disk that holds a write (dirty pages throttled on a
+        # busy machine) would hold the serving loop with it.
+        meta = await asyncio.to_thread(self._meta, items, window)
+        done = await asyncio.to_thread(run_folder.begin, self.dir, meta)
         todo = [(t, i) for t in spec.targets for i in items if (t, i.id) not in done]
         gate = asyncio.Semaphore(spec.concurrency)
         task_id = (
@@ -298,22 +296,25 @@ class Runner:
             if progress
             else None
         )
-        with results_path.open("ab") as out:
+        out = await asyncio.to_thread((self.dir / run_folder.RESULTS).open, "ab")
+        try:
 
             async def one(target: str, item: Item) -> None:
                 async with gate:
                     result = await self.run_item(target, item)
-                out.write(orjson.dumps(result.to_dict()) + b"\n")
-                out.flush()
+                line = orjson.dumps(result.to_dict()) + b"\n"
+                await asyncio.to_thread(run_folder.append, out, line)
                 if progress is not None and task_id is not None:
                     progress.advance(task_id)
 
             await asyncio.gather(*(one(t, i) for t, i in todo))
+        finally:
+            await asyncio.to_thread(out.close)
         meta["finished"] = time.time()
         meta["fingerprints"] = {
             t: {k: sorted(v) for k, v in fp.items()} for t, fp in self.fingerprints.items()
         }
-        self._write_meta(meta)
+        await asyncio.to_thread(run_folder.write_meta, self.dir, meta)
         await self.client.close()
         return self.dir
 
@@ -342,18 +343,8 @@ class Runner:
             # What code items run under here (or why they are refused), see docs/sandbox.md.
             "sandbox": sandbox.describe(),
             "started": time.time(),
+            **({"tripwire": spec.tripwire} if spec.tripwire else {}),
         }
-
-    def _write_meta(self, meta: dict[str, Any]) -> None:
-        path = self.dir / "run.json"
-        previous = orjson.loads(path.read_bytes()) if path.exists() else {}
-        if previous.get("items_digest") and previous["items_digest"] != meta["items_digest"]:
-            raise ValueError("resume refused: this run's item set differs from the stored one")
-        fingerprints = previous.get("fingerprints", {})
-        merged = {**previous, **meta}
-        if "fingerprints" not in meta and fingerprints:
-            merged["fingerprints"] = fingerprints
-        path.write_bytes(orjson.dumps(merged, option=orjson.OPT_INDENT_2))
 
 
 def run(spec: RunSpec, show_progress: bool = True) -> Path:
@@ -367,11 +358,6 @@ def run(spec: RunSpec, show_progress: bool = True) -> Path:
         return asyncio.run(Runner(spec).run())
     with Progress(*columns) as progress:
         return asyncio.run(Runner(spec).run(progress))
-
-
-def load_run(path: Path) -> tuple[dict[str, Any], list[ItemResult]]:
-    meta = orjson.loads((path / "run.json").read_bytes())
-    return meta, read_results(path / "results.jsonl")
 
 
 @lru_cache(maxsize=4096)

@@ -290,13 +290,20 @@ async def tripwire_at(
     retries on 429, 5xx and lost connections), closed after."""
     import openai
 
-    client = openai.AsyncOpenAI(
-        base_url=base_url,
-        api_key=api_key,
-        max_retries=2,
-        timeout=openai.Timeout(timeout_s, connect=10.0),
-        default_headers=dict(headers or {}),
-    )
+    def made() -> openai.AsyncOpenAI:
+        made = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=2,
+            timeout=openai.Timeout(timeout_s, connect=10.0),
+            default_headers=dict(headers or {}),
+        )
+        _ = made.chat.completions  # the package imports a resource's modules where first named
+        return made
+
+    # Made in a thread: a client loads the TLS trust store (about 20 ms), and a gateway runs
+    # this on the loop that serves its requests.
+    client = await asyncio.to_thread(made)
     try:
         return await tripwire_targets(client, targets, **kw)
     finally:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.config.routes import shape_candidates, shape_upstreams
 from gateway.config.trust import GateConfig
-from gateway.extras import evals_missing
+from gateway.extras import evals_imported, evals_missing
 from gateway.ledger.rounds import keep_tripwires
 from gateway.ledger.window import window_economics
 from gateway.trust.gate import (
@@ -187,6 +187,7 @@ class EvalScheduler:
         target through the tripwire first. The round's items come from its seed (`now`: the
         round's time, for seed rotation); how it went goes into `outcome` (a fresh one in the
         history when none is given)."""
+        await evals_imported()
         from evals.runner import Runner, load_run
         from evals.tripwire import Target
 
@@ -200,8 +201,9 @@ class EvalScheduler:
             outcome.failed("tripwire", f"every target failed the tripwire: {', '.join(targets)}")
         if passed:
             spec = self._spec(passed, now, run_id=run_id, tripwire=_dicts(reports))
-            self.last_run = await Runner(spec).run()
-            results = load_run(self.last_run)[1]
+            # Made in a thread: its OpenAI client loads the TLS trust store (about 20 ms).
+            self.last_run = await (await asyncio.to_thread(Runner, spec)).run()
+            results = (await asyncio.to_thread(load_run, self.last_run))[1]
             said = await asyncio.to_thread(targets_resolution, results)
             log.info("scheduled eval finished: %s; %s", self.last_run, said)
             judge_items(outcome, results)
@@ -233,6 +235,7 @@ class EvalScheduler:
     ) -> GateDecision:
         """Evaluate each upstream of a gated route (the control twice) that passes the
         tripwire, on a round sized to decide, and re-decide the route."""
+        await evals_imported()
         from evals.tripwire import Target
 
         route = self.config.models[model]
@@ -324,8 +327,9 @@ class EvalScheduler:
         """One eval run through this gateway, its results read back from the runs folder."""
         from evals.runner import Runner, load_run
 
-        path = await Runner(spec).run()
-        return load_run(path)[1]
+        # Made in a thread, as in `run_once`: its client loads the TLS trust store (about 20 ms).
+        path = await (await asyncio.to_thread(Runner, spec)).run()
+        return (await asyncio.to_thread(load_run, path))[1]  # the results file, read off the loop
 
     def prices(self, model: str) -> dict[str, float | None]:
         """USD per million tokens per upstream (`gateway.trust.gate_round.route_prices`), with

@@ -13,6 +13,7 @@ import httpx
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
+from evals import sandbox
 from evals.result import ItemResult
 from evals.runner import load_run
 from gateway import cli
@@ -21,6 +22,7 @@ from gateway.ledger.store import Store
 from gateway.trust.schedule import EvalScheduler
 from plumbline_kit.fakes.upstream import running_fake
 from tests.harness import config_from, free_port, serving, wait_for
+from tests.loop_io import io_on
 
 
 def gated_config(a: str, b: str, root: Path) -> object:
@@ -86,8 +88,10 @@ def test_gate_switches_to_the_cheapest_upstream_within_the_floor(tmp_path: Path)
                 record(decision)
 
             gw.gate_book.record = recorded
-            future = asyncio.run_coroutine_threadsafe(gw.scheduler.run_gate("smol"), gw_loop(app))
-            decision = future.result(timeout=120)
+            sandbox._smoke_failure.cache_clear()  # the round's own probe, not an earlier test's
+            with io_on(loop_thread) as on_loop:
+                run = gw.scheduler.run_gate("smol")
+                decision = asyncio.run_coroutine_threadsafe(run, gw_loop(app)).result(120)
             after = {
                 httpx.post(
                     f"{url}/chat/completions",
@@ -112,6 +116,15 @@ def test_gate_switches_to_the_cheapest_upstream_within_the_floor(tmp_path: Path)
     assert view["gate"]["smol"]["chosen"] == "cheap"
     # The decision went to the store off the event loop (a write there waits for the store's lock).
     assert recorded_in and loop_thread not in recorded_in
+    # The round's files (run.json, the results, read back) and the sandbox's probe of a confined
+    # child were made off the event loop too: a held write or a slow child holds no request.
+    runs = str(tmp_path / "runs")
+    assert [e for e in on_loop if e[0] != "open" or e[1].startswith(runs)] == []
+    # So were the round's imports (the OpenAI client, the suites, scipy), where this process had
+    # not made them before.
+    imported = [p for _, p in on_loop if "/evals/" in p or "site-packages/openai/" in p]
+    assert imported == []
+    assert (tmp_path / "runs").is_dir() and any((tmp_path / "runs").glob("*/results.jsonl"))
 
 
 async def _thread() -> int:
