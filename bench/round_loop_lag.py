@@ -1,0 +1,125 @@
+"""How late the serving event loop runs while a gateway makes its first scheduled gate round.
+
+    python bench/round_loop_lag.py --runs 3                   # this checkout
+    python bench/round_loop_lag.py --runs 3 --tree /tmp/old   # another checkout, for a before
+
+Each run is a fresh process (so the round's imports are cold, as in a gateway's first round):
+two fake upstreams, a gateway in front of them with one gated route and a smoke-suite round, and
+a probe on the gateway's loop that sleeps 5 ms at a time and keeps its worst overshoot. While the
+probe is late, a thread samples the loop thread's stack; the most frequent ones are printed with
+the worst lag and the round's length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STALE_S = 0.03  # a probe this late has its stack sampled
+
+
+def gated_config(a: str, b: str, root: Path) -> object:
+    from tests.harness import config_from, free_port
+
+    upstream = {"kind": "vllm", "model": "m", "profile": "smollm2"}
+    gate = {"min_items": 5, "round_items": 5, "detect_gap": 0.5}
+    return config_from(
+        {
+            "server": {"health_interval_s": 0, "retry_backoff_s": 0, "port": free_port()},
+            "upstreams": [
+                {"name": "dear", "base_url": a, **upstream},
+                {"name": "cheap", "base_url": b, **upstream},
+            ],
+            "models": {
+                "smol": {
+                    "profile": "smollm2",
+                    "upstreams": ["dear", "cheap"],
+                    "policy": "cheapest_within_floor",
+                    "gate": {**gate, "prices": {"dear": 10.0, "cheap": 1.0}},
+                }
+            },
+            "evals": {"suite": "smoke", "concurrency": 4, "runs_dir": str(root / "runs")},
+        }
+    )
+
+
+def one_round() -> None:
+    """In this process: the round, the worst lag, the stacks seen while the loop was late."""
+    from plumbline_kit.fakes.upstream import running_fake
+    from tests.harness import serving
+
+    tick = [time.perf_counter()]
+    stacks: collections.Counter[str] = collections.Counter()
+
+    async def probe(stop: asyncio.Event) -> float:
+        worst = 0.0
+        while not stop.is_set():
+            tick[0] = t = time.perf_counter()
+            await asyncio.sleep(0.005)
+            worst = max(worst, time.perf_counter() - t - 0.005)
+        return worst
+
+    def sample(loop_thread: int, done: threading.Event) -> None:
+        while not done.wait(0.01):
+            frame = sys._current_frames().get(loop_thread)
+            if frame is not None and time.perf_counter() - tick[0] > STALE_S:
+                names = []
+                while frame is not None and len(names) < 6:
+                    names.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}")
+                    frame = frame.f_back
+                stacks[" < ".join(names)] += 1
+
+    async def ident() -> int:
+        return threading.get_ident()
+
+    with (
+        running_fake(tokens=6) as a,
+        running_fake(tokens=6, finish_reason="length") as b,
+        serving(gated_config(a.base_url, b.base_url, Path(tempfile.mkdtemp())), own_port=True) as (
+            _,
+            app,
+        ),
+    ):
+        gw = app.state.gateway
+        done, stop = threading.Event(), asyncio.Event()
+        loop_thread = asyncio.run_coroutine_threadsafe(ident(), gw.loop).result(10)
+        threading.Thread(target=sample, args=(loop_thread, done), daemon=True).start()
+        lag = asyncio.run_coroutine_threadsafe(probe(stop), gw.loop)
+        t0 = time.perf_counter()
+        asyncio.run_coroutine_threadsafe(gw.scheduler.run_gate("smol"), gw.loop).result(300)
+        took = time.perf_counter() - t0
+        gw.loop.call_soon_threadsafe(stop.set)
+        worst = lag.result(10)
+        done.set()
+    print(f"round {took:.2f} s, worst loop lag {1000 * worst:.0f} ms")
+    for stack, n in stacks.most_common(4):
+        print(f"  {n:3d} × {stack}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tree", type=Path, help="another checkout to run the gateway from")
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a run's own process
+    args = ap.parse_args()
+    if args.one:
+        one_round()
+        return
+    tree = (args.tree or ROOT).resolve()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT / "kit")])}
+    for _ in range(args.runs):
+        me = [sys.executable, str(Path(__file__).resolve()), "--one"]
+        subprocess.run(me, cwd=tree, env=env, check=True, stderr=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    main()
