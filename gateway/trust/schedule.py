@@ -269,8 +269,8 @@ class EvalScheduler:
         await self._keep(results)
         # Read once, off the event loop: with a store the node's cost is a query of its ledger.
         prices = await asyncio.to_thread(self.prices, model)
-        decision, shaped = round_decisions(
-            model, self.config.models, control, arms, results, prices, failed
+        decision, shaped = await asyncio.to_thread(  # scipy's tests, per arm and shape
+            round_decisions, model, self.config.models, control, arms, results, prices, failed
         )
         # Written to the store (or its file) in a thread: a write on the loop would wait there for
         # the store's lock, up to its busy timeout, with every request behind it.
