@@ -16,9 +16,9 @@ Why an item has no answer is kept in its own fields (`error_class`, `error`), ne
 `error` of class `scorer`. The scorer's `detail` is kept per item. The denominator is always
 every item.
 
-A run lives in `<runs>/<run id>/`: `run.json` (targets, suite, seed, item-set hash, serving
-fingerprints) and `results.jsonl` (one `ItemResult` per line, appended as items finish), so an
-interrupted run resumes where it stopped.
+A run lives in `<runs>/<run id>/` (evals/run_folder.py): `run.json` (targets, suite, seed,
+item-set hash, serving fingerprints) and `results.jsonl` (one `ItemResult` per line, appended as
+items finish), so an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations

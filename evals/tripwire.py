@@ -291,15 +291,15 @@ async def tripwire_at(
     import openai
 
     def made() -> openai.AsyncOpenAI:
-        made = openai.AsyncOpenAI(
+        client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key,
             max_retries=2,
             timeout=openai.Timeout(timeout_s, connect=10.0),
             default_headers=dict(headers or {}),
         )
-        _ = made.chat.completions  # the package imports a resource's modules where first named
-        return made
+        _ = client.chat.completions  # the package imports a resource's modules where first named
+        return client
 
     # Made in a thread: a client loads the TLS trust store (about 20 ms), and a gateway runs
     # this on the loop that serves its requests.
