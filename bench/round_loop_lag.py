@@ -4,10 +4,11 @@
     python bench/round_loop_lag.py --runs 3 --tree /tmp/old   # another checkout, for a before
 
 Each run is a fresh process (so the round's imports are cold, as in a gateway's first round):
-two fake upstreams, a gateway in front of them with one gated route and a smoke-suite round, and
-a probe on the gateway's loop that sleeps 5 ms at a time and keeps its worst overshoot. While the
-probe is late, a thread samples the loop thread's stack; the most frequent ones are printed with
-the worst lag and the round's length.
+two fake upstreams, a gateway in front of them with one gated route and a smoke-suite round (the
+gate's end-to-end tests' config, `tests/gateway/trust/gated.py`), and a probe on the gateway's
+loop that sleeps 5 ms at a time and keeps its worst overshoot. While the probe is late, a thread
+samples the loop thread's stack; the most frequent ones are printed with the worst lag and the
+round's length.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import importlib.util
 import os
 import subprocess
 import sys
@@ -27,35 +29,16 @@ ROOT = Path(__file__).resolve().parent.parent
 STALE_S = 0.03  # a probe this late has its stack sampled
 
 
-def gated_config(a: str, b: str, root: Path) -> object:
-    from tests.harness import config_from, free_port
-
-    upstream = {"kind": "vllm", "model": "m", "profile": "smollm2"}
-    gate = {"min_items": 5, "round_items": 5, "detect_gap": 0.5}
-    return config_from(
-        {
-            "server": {"health_interval_s": 0, "retry_backoff_s": 0, "port": free_port()},
-            "upstreams": [
-                {"name": "dear", "base_url": a, **upstream},
-                {"name": "cheap", "base_url": b, **upstream},
-            ],
-            "models": {
-                "smol": {
-                    "profile": "smollm2",
-                    "upstreams": ["dear", "cheap"],
-                    "policy": "cheapest_within_floor",
-                    "gate": {**gate, "prices": {"dear": 10.0, "cheap": 1.0}},
-                }
-            },
-            "evals": {"suite": "smoke", "concurrency": 4, "runs_dir": str(root / "runs")},
-        }
-    )
-
-
 def one_round() -> None:
     """In this process: the round, the worst lag, the stacks seen while the loop was late."""
     from plumbline_kit.fakes.upstream import running_fake
     from tests.harness import serving
+
+    # This checkout's file, also where `--tree` names an older checkout without it.
+    where = importlib.util.spec_from_file_location("gated", ROOT / "tests/gateway/trust/gated.py")
+    assert where is not None and where.loader is not None
+    gated = importlib.util.module_from_spec(where)
+    where.loader.exec_module(gated)
 
     tick = [time.perf_counter()]
     stacks: collections.Counter[str] = collections.Counter()
@@ -82,9 +65,10 @@ def one_round() -> None:
         return threading.get_ident()
 
     with (
+        tempfile.TemporaryDirectory(prefix="plumbline-round-") as scratch,
         running_fake(tokens=6) as a,
         running_fake(tokens=6, finish_reason="length") as b,
-        serving(gated_config(a.base_url, b.base_url, Path(tempfile.mkdtemp())), own_port=True) as (
+        serving(gated.gated_config(a.base_url, b.base_url, Path(scratch)), own_port=True) as (
             _,
             app,
         ),
