@@ -188,7 +188,6 @@ class EvalScheduler:
         round's time, for seed rotation); how it went goes into `outcome` (a fresh one in the
         history when none is given)."""
         await evals_imported()
-        from evals.runner import Runner, load_run
         from evals.tripwire import Target
 
         now = time.time() if now is None else now
@@ -201,9 +200,7 @@ class EvalScheduler:
             outcome.failed("tripwire", f"every target failed the tripwire: {', '.join(targets)}")
         if passed:
             spec = self._spec(passed, now, run_id=run_id, tripwire=_dicts(reports))
-            # Made in a thread: its OpenAI client loads the TLS trust store (about 20 ms).
-            self.last_run = await (await asyncio.to_thread(Runner, spec)).run()
-            results = (await asyncio.to_thread(load_run, self.last_run))[1]
+            self.last_run, results = await self._run(spec)
             said = await asyncio.to_thread(targets_resolution, results)
             log.info("scheduled eval finished: %s; %s", self.last_run, said)
             judge_items(outcome, results)
@@ -325,11 +322,16 @@ class EvalScheduler:
 
     async def evaluate(self, spec: RunSpec) -> list[ItemResult]:
         """One eval run through this gateway, its results read back from the runs folder."""
+        return (await self._run(spec))[1]
+
+    async def _run(self, spec: RunSpec) -> tuple[Path, list[ItemResult]]:
+        """One eval run through this gateway: its folder, and its results read back. The runner
+        is made in a thread (its OpenAI client loads the TLS trust store, about 20 ms) and the
+        results are read in one."""
         from evals.runner import Runner, load_run
 
-        # Made in a thread, as in `run_once`: its client loads the TLS trust store (about 20 ms).
         path = await (await asyncio.to_thread(Runner, spec)).run()
-        return (await asyncio.to_thread(load_run, path))[1]  # the results file, read off the loop
+        return path, (await asyncio.to_thread(load_run, path))[1]
 
     def prices(self, model: str) -> dict[str, float | None]:
         """USD per million tokens per upstream (`gateway.trust.gate_round.route_prices`), with
